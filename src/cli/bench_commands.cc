@@ -1,0 +1,91 @@
+// `fathom bench ...`: in-process timings printed as one JSON line each.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/json_write.h"
+#include "core/thread_pool.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fathom::cli {
+namespace {
+
+struct BenchTokenizeArgs {
+  std::string tokenizer;
+  std::string input;
+  std::string ids_out;
+  int threads = 1;
+  int repeat = 3;
+  bool plain = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int run_bench_tokenize(const BenchTokenizeArgs& a) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto tok = Tokenizer::load_file(a.tokenizer);
+  double load_s = seconds_since(t0);
+  if (!tok.is_ok()) {
+    std::fprintf(stderr, "fathom: %s\n", tok.status().to_string().c_str());
+    return 2;
+  }
+  std::ifstream in(a.input, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "fathom: cannot open input '%s'\n", a.input.c_str());
+    return 2;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  ThreadPool pool(static_cast<size_t>(a.threads));
+  EncodeOptions opts{.match_added_tokens = !a.plain};
+  double best = 1e300;
+  std::vector<int32_t> ids;
+  for (int r = 0; r < a.repeat; ++r) {
+    auto t1 = std::chrono::steady_clock::now();
+    auto res = (*tok)->encode(text, opts, a.threads > 1 ? &pool : nullptr);
+    double s = seconds_since(t1);
+    if (!res.is_ok()) {
+      std::fprintf(stderr, "fathom: %s\n", res.status().to_string().c_str());
+      return 2;
+    }
+    ids = std::move(res).value();
+    best = std::min(best, s);
+  }
+  if (!a.ids_out.empty()) {
+    std::ofstream out(a.ids_out);
+    std::string s;
+    json::append_int_array(s, ids);
+    out << s << "\n";
+  }
+  std::printf(
+      "{\"bytes\":%zu,\"seconds\":%.6f,\"mb_per_s\":%.3f,\"tokens\":%zu,\"threads\":%d,"
+      "\"repeat\":%d,\"load_seconds\":%.6f,\"fast_pre_tokenizer\":%s}\n",
+      text.size(), best, double(text.size()) / best / 1e6, ids.size(), a.threads, a.repeat,
+      load_s, (*tok)->uses_fast_pre_tokenizer() ? "true" : "false");
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_commands(CLI::App& app, Runner* run) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto args = std::make_shared<BenchTokenizeArgs>();
+  auto* t = bench->add_subcommand("tokenize", "Encode a whole file as one text, best of K runs");
+  t->add_option("--tokenizer", args->tokenizer, "tokenizer.json file")->required();
+  t->add_option("--input", args->input, "Text file")->required();
+  t->add_option("--threads", args->threads, "Threads")->check(CLI::Range(1, 256));
+  t->add_option("--repeat", args->repeat, "Runs (best is reported)")->check(CLI::Range(1, 1000));
+  t->add_flag("--plain", args->plain, "Do not match added-token spellings");
+  t->add_option("--ids-out", args->ids_out, "Write the ids as a JSON array to this file");
+  t->callback([args, run] { *run = [args] { return run_bench_tokenize(*args); }; });
+}
+
+}  // namespace fathom::cli

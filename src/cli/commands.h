@@ -1,0 +1,17 @@
+// The `fathom` subcommands. Each registers itself on the CLI11 app and returns the process
+// exit code when run: 0 success, 1 runtime failure, 2 bad input or usage.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace fathom::cli {
+
+using Runner = std::function<int()>;
+
+// Registers tokenize, detokenize; sets *run when one of them is chosen.
+void add_tokenizer_commands(CLI::App& app, Runner* run);
+// Registers `bench` and its subcommands.
+void add_bench_commands(CLI::App& app, Runner* run);
+
+}  // namespace fathom::cli

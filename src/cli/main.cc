@@ -1,0 +1,22 @@
+// fathom: the command-line entry point. Subcommands live in *_commands.cc.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Fathom: an inference stack for DeepSeek V4-family models"};
+  app.set_version_flag("--version", "fathom 0.1.0");
+  app.require_subcommand(1);
+  fathom::cli::Runner run;
+  fathom::cli::add_tokenizer_commands(app, &run);
+  fathom::cli::add_bench_commands(app, &run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (!run) return 2;
+  return run();
+}

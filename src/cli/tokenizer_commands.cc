@@ -159,13 +159,15 @@ int run_detokenize(const TokenizeArgs& a) {
 
 void add_tokenizer_commands(CLI::App& app, Runner* run) {
   auto args = std::make_shared<TokenizeArgs>();
-  auto* t = app.add_subcommand("tokenize", "Encode JSON lines {\"text\": ...} from stdin to {\"ids\": [...]}");
+  auto* t = app.add_subcommand("tokenize",
+                               "Encode JSON lines {\"text\": ...} from stdin to {\"ids\": [...]}");
   t->add_option("--tokenizer", args->tokenizer, "tokenizer.json file")->required();
   t->add_flag("--plain", args->plain, "Do not match added-token spellings (plain BPE)");
   t->add_option("--threads", args->threads, "Encoding threads")->check(CLI::Range(1, 256));
   t->callback([args, run] { *run = [args] { return run_tokenize(*args); }; });
 
-  auto* d = app.add_subcommand("detokenize", "Decode JSON lines {\"ids\": [...]} from stdin to {\"text\": ...}");
+  auto* d = app.add_subcommand("detokenize",
+                               "Decode JSON lines {\"ids\": [...]} from stdin to {\"text\": ...}");
   d->add_option("--tokenizer", args->tokenizer, "tokenizer.json file")->required();
   d->add_flag("--skip-special", args->skip_special, "Drop special added tokens");
   d->callback([args, run] { *run = [args] { return run_detokenize(*args); }; });

@@ -8,9 +8,7 @@ void append_string(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
   size_t run = 0;
-  auto flush = [&](size_t i) {
-    out.append(s.data() + run, i - run);
-  };
+  auto flush = [&](size_t i) { out.append(s.data() + run, i - run); };
   for (size_t i = 0; i < s.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     const char* esc = nullptr;

@@ -4,15 +4,24 @@ namespace fathom {
 
 std::string_view status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kCorrupt: return "corrupt";
-    case StatusCode::kUnsupported: return "unsupported";
-    case StatusCode::kOutOfRange: return "out_of_range";
-    case StatusCode::kResourceExhausted: return "resource_exhausted";
-    case StatusCode::kIoError: return "io_error";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kCorrupt:
+      return "corrupt";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kOutOfRange:
+      return "out_of_range";
+    case StatusCode::kResourceExhausted:
+      return "resource_exhausted";
+    case StatusCode::kIoError:
+      return "io_error";
+    case StatusCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -61,7 +61,7 @@ inline Status internal_error(std::string m) { return Status(StatusCode::kInterna
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(implicit)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(implicit)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(implicit)
     assert(!status_.is_ok());
   }
@@ -86,17 +86,17 @@ class [[nodiscard]] Result {
 }  // namespace fathom
 
 // Propagates a non-OK Status from an expression returning Status.
-#define FATHOM_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::fathom::Status fathom_status_ = (expr); \
+#define FATHOM_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    ::fathom::Status fathom_status_ = (expr);           \
     if (!fathom_status_.is_ok()) return fathom_status_; \
   } while (0)
 
 #define FATHOM_CONCAT_INNER(a, b) a##b
 #define FATHOM_CONCAT(a, b) FATHOM_CONCAT_INNER(a, b)
 // Declares `lhs` from a Result-returning expression, or returns its Status.
-#define FATHOM_ASSIGN_OR_RETURN(lhs, expr)                                      \
-  auto FATHOM_CONCAT(fathom_result_, __LINE__) = (expr);                        \
-  if (!FATHOM_CONCAT(fathom_result_, __LINE__).is_ok())                         \
-    return FATHOM_CONCAT(fathom_result_, __LINE__).status();                    \
+#define FATHOM_ASSIGN_OR_RETURN(lhs, expr)                   \
+  auto FATHOM_CONCAT(fathom_result_, __LINE__) = (expr);     \
+  if (!FATHOM_CONCAT(fathom_result_, __LINE__).is_ok())      \
+    return FATHOM_CONCAT(fathom_result_, __LINE__).status(); \
   lhs = std::move(FATHOM_CONCAT(fathom_result_, __LINE__)).value()

@@ -35,8 +35,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;       // new work or stop
   std::condition_variable done_cv_;  // a job finished
-  std::vector<Job*> jobs_;  // guarded by mu_
-  bool stop_ = false;       // guarded by mu_
+  std::vector<Job*> jobs_;           // guarded by mu_
+  bool stop_ = false;                // guarded by mu_
 };
 
 }  // namespace fathom

@@ -40,8 +40,8 @@ inline uint32_t decode_at(std::string_view s, size_t i, size_t* len) {
     return (uint32_t(b & 0x0F) << 12) | (uint32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
   }
   *len = 4;
-  return (uint32_t(b & 0x07) << 18) | (uint32_t(p[1] & 0x3F) << 12) |
-         (uint32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+  return (uint32_t(b & 0x07) << 18) | (uint32_t(p[1] & 0x3F) << 12) | (uint32_t(p[2] & 0x3F) << 6) |
+         (p[3] & 0x3F);
 }
 
 // Appends the UTF-8 encoding of cp (REQUIRES: a scalar value) to out.

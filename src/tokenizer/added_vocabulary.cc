@@ -27,7 +27,11 @@ void SpellingMatcher::add(std::string_view spelling, int32_t index) {
   }
   // A later duplicate spelling replaces an earlier one.
   nodes_[size_t(node)].terminal = index;
-  first_[static_cast<unsigned char>(spelling[0])] = true;
+  unsigned char f = static_cast<unsigned char>(spelling[0]);
+  if (!first_[f]) {
+    first_[f] = true;
+    single_first_ = ++distinct_first_ == 1 ? f : -1;
+  }
 }
 
 bool SpellingMatcher::find(std::string_view s, size_t pos, size_t* start, size_t* end,
@@ -35,7 +39,13 @@ bool SpellingMatcher::find(std::string_view s, size_t pos, size_t* start, size_t
   if (empty()) return false;
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   for (size_t i = pos; i < s.size(); ++i) {
-    if (!first_[p[i]]) continue;
+    if (single_first_ >= 0) {
+      const void* hit = std::memchr(p + i, single_first_, s.size() - i);
+      if (hit == nullptr) return false;
+      i = static_cast<size_t>(static_cast<const unsigned char*>(hit) - p);
+    } else if (!first_[p[i]]) {
+      continue;
+    }
     int32_t node = 0, best = -1;
     size_t best_end = 0;
     for (size_t j = i; j < s.size(); ++j) {
@@ -69,8 +79,10 @@ Result<AddedVocabulary> AddedVocabulary::build(std::vector<AddedToken> tokens,
   v.tokens_ = std::move(tokens);
   for (size_t i = 0; i < v.tokens_.size(); ++i) {
     const AddedToken& t = v.tokens_[i];
-    if (t.id < 0) return corrupt("tokenizer.json: added token '" + t.content + "' has a negative id");
-    if (!utf8::is_valid(t.content)) return corrupt("tokenizer.json: added token content is not valid UTF-8");
+    if (t.id < 0)
+      return corrupt("tokenizer.json: added token '" + t.content + "' has a negative id");
+    if (!utf8::is_valid(t.content))
+      return corrupt("tokenizer.json: added token content is not valid UTF-8");
     v.by_id_[t.id] = i;
     v.by_content_[t.content] = t.id;
     if (t.content.empty()) continue;

@@ -46,6 +46,8 @@ class SpellingMatcher {
   };
   std::vector<Node> nodes_{Node{}};
   bool first_[256] = {};
+  int distinct_first_ = 0;
+  int single_first_ = -1;  // the only byte any spelling starts with, or -1
 };
 
 class AddedVocabulary {

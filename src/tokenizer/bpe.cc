@@ -31,25 +31,27 @@ void BpeWordCache::clear() {
 
 Result<std::unique_ptr<BpeModel>> BpeModel::build(
     const std::vector<std::pair<std::string_view, int32_t>>& vocab,
-    const std::vector<std::pair<std::string_view, std::string_view>>& merges,
-    BpeOptions options) {
+    const std::vector<std::pair<std::string_view, std::string_view>>& merges, BpeOptions options) {
   std::unique_ptr<BpeModel> m(new BpeModel());
   m->options_ = options;
   m->vocab_ = FlatStringMap(vocab.size());
   m->merges_ = FlatPairMap(merges.size());
   int32_t max_id = -1;
   for (const auto& [tok, id] : vocab) {
-    if (id < 0) return corrupt("tokenizer.json: negative vocabulary id for token '" + std::string(tok) + "'");
+    if (id < 0)
+      return corrupt("tokenizer.json: negative vocabulary id for token '" + std::string(tok) + "'");
     max_id = std::max(max_id, id);
   }
-  if (max_id >= (1 << 24)) return corrupt("tokenizer.json: vocabulary id " + std::to_string(max_id) + " is too large");
+  if (max_id >= (1 << 24))
+    return corrupt("tokenizer.json: vocabulary id " + std::to_string(max_id) + " is too large");
   m->id_bytes_.assign(size_t(max_id + 1), std::string());
   m->id_spelling_.assign(size_t(max_id + 1), std::string());
   m->is_byte_level_.assign(size_t(max_id + 1), false);
   std::vector<bool> seen(size_t(max_id + 1), false);
   std::string bytes;
   for (const auto& [tok, id] : vocab) {
-    if (seen[size_t(id)]) return corrupt("tokenizer.json: vocabulary id " + std::to_string(id) + " is used twice");
+    if (seen[size_t(id)])
+      return corrupt("tokenizer.json: vocabulary id " + std::to_string(id) + " is used twice");
     seen[size_t(id)] = true;
     m->id_spelling_[size_t(id)] = std::string(tok);
     if (byte_level::token_to_bytes(tok, &bytes)) {
@@ -74,8 +76,9 @@ Result<std::unique_ptr<BpeModel>> BpeModel::build(
     }
     int32_t li = m->id_of_bytes(lb), ri = m->id_of_bytes(rb);
     if (li < 0 || ri < 0) {
-      return corrupt("tokenizer.json: merge " + std::to_string(rank) + " uses a token missing from the vocabulary: '" +
-                     std::string(li < 0 ? l : r) + "'");
+      return corrupt("tokenizer.json: merge " + std::to_string(rank) +
+                     " uses a token missing from the vocabulary: '" + std::string(li < 0 ? l : r) +
+                     "'");
     }
     int32_t merged = m->id_of_bytes(lb + rb);
     if (merged < 0) {

@@ -44,8 +44,7 @@ class BpeModel {
   // in rank order. Every merge operand and result must be in the vocabulary.
   static Result<std::unique_ptr<BpeModel>> build(
       const std::vector<std::pair<std::string_view, int32_t>>& vocab,
-      const std::vector<std::pair<std::string_view, std::string_view>>& merges,
-      BpeOptions options);
+      const std::vector<std::pair<std::string_view, std::string_view>>& merges, BpeOptions options);
 
   // Appends the ids of one pre-token (raw bytes). Bytes that have no vocabulary entry are
   // dropped, as HF does without an unk token.
@@ -62,7 +61,9 @@ class BpeModel {
   // Raw bytes of every vocabulary id (empty string for unused ids); index = id.
   const std::vector<std::string>& id_bytes() const { return id_bytes_; }
   // Whether the id's token was written entirely in the byte-level alphabet.
-  bool id_is_byte_level(int32_t id) const { return id >= 0 && size_t(id) < is_byte_level_.size() && is_byte_level_[id]; }
+  bool id_is_byte_level(int32_t id) const {
+    return id >= 0 && size_t(id) < is_byte_level_.size() && is_byte_level_[id];
+  }
   const std::vector<std::string>& id_spelling() const { return id_spelling_; }
   size_t vocab_size() const { return vocab_.size(); }
   size_t merge_count() const { return merges_.size(); }

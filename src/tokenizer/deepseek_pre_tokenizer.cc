@@ -16,7 +16,8 @@ const char* const DeepSeekPreTokenizer::kDigitsPattern = "\\p{N}{1,3}";
 const char* const DeepSeekPreTokenizer::kCjkPattern =
     "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+";
 const char* const DeepSeekPreTokenizer::kMainPattern =
-    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    "[!\"#$%&'()*+,\\-./"
+    ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
     " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
 
 namespace {
@@ -24,7 +25,9 @@ namespace {
 constexpr uint8_t kLM = kLetter | kMark;
 constexpr uint8_t kPS = kPunct | kSymbol;
 
-inline bool is_ascii_alpha(unsigned char c) { return static_cast<unsigned>((c | 0x20) - 'a') < 26u; }
+inline bool is_ascii_alpha(unsigned char c) {
+  return static_cast<unsigned>((c | 0x20) - 'a') < 26u;
+}
 inline bool is_ascii_punct(uint32_t c) {
   return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
          (c >= 0x7B && c <= 0x7E);
@@ -84,7 +87,8 @@ struct Scanner {
     }
     // ' '?[\p{P}\p{S}]+[\r\n]*
     if (cp == ' ') {
-      if (i + 1 < m && (flags_at(s, i + 1) & kPS)) return crlf_run_end(s, run_end(s, i + 1, kPS)) - i;
+      if (i + 1 < m && (flags_at(s, i + 1) & kPS))
+        return crlf_run_end(s, run_end(s, i + 1, kPS)) - i;
     } else if (f & kPS) {
       return crlf_run_end(s, run_end(s, i, kPS)) - i;
     }

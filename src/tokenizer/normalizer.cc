@@ -13,18 +13,25 @@ Status UnicodeNormalizer::normalize(std::string& text, RegexScratch&) const {
   if (text.empty()) return Status::ok();
   int options = UTF8PROC_STABLE;
   switch (form_) {
-    case UnicodeForm::kNFC: options |= UTF8PROC_COMPOSE; break;
-    case UnicodeForm::kNFD: options |= UTF8PROC_DECOMPOSE; break;
-    case UnicodeForm::kNFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case UnicodeForm::kNFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case UnicodeForm::kNFC:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case UnicodeForm::kNFD:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case UnicodeForm::kNFKC:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case UnicodeForm::kNFKD:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* out = nullptr;
   utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
                                     static_cast<utf8proc_ssize_t>(text.size()), &out,
                                     static_cast<utf8proc_option_t>(options));
   if (n < 0) {
-    return invalid_argument(std::string("unicode normalization failed: ") +
-                            utf8proc_errmsg(n));
+    return invalid_argument(std::string("unicode normalization failed: ") + utf8proc_errmsg(n));
   }
   text.assign(reinterpret_cast<char*>(out), static_cast<size_t>(n));
   std::free(out);

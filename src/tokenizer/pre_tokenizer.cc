@@ -81,8 +81,8 @@ size_t PreTokenizer::safe_split_point(std::string_view, size_t) const {
 }
 
 Result<std::unique_ptr<SplitPreTokenizer>> SplitPreTokenizer::from_regex(std::string_view pattern,
-                                                                        SplitBehavior behavior,
-                                                                        bool invert) {
+                                                                         SplitBehavior behavior,
+                                                                         bool invert) {
   std::unique_ptr<SplitPreTokenizer> p(new SplitPreTokenizer());
   FATHOM_ASSIGN_OR_RETURN(p->regex_, Regex::compile(pattern));
   p->behavior_ = behavior;

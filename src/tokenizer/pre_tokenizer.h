@@ -46,7 +46,7 @@ enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWith
 class SplitPreTokenizer final : public PreTokenizer {
  public:
   static Result<std::unique_ptr<SplitPreTokenizer>> from_regex(std::string_view pattern,
-                                                              SplitBehavior behavior, bool invert);
+                                                               SplitBehavior behavior, bool invert);
   static std::unique_ptr<SplitPreTokenizer> from_literal(std::string literal,
                                                          SplitBehavior behavior, bool invert);
   void split(std::vector<std::string_view>& pieces, PreTokenizeScratch& scratch) const override;

@@ -3,14 +3,17 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstdio>
+
+#include "tokenizer/unicode_props.h"
+
 namespace fathom::tok {
 
 RegexScratch::RegexScratch() {
   match_data_ = pcre2_match_data_create(1, nullptr);
   match_context_ = pcre2_match_context_create(nullptr);
   jit_stack_ = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-  pcre2_jit_stack_assign(static_cast<pcre2_match_context*>(match_context_), nullptr,
-                         jit_stack_);
+  pcre2_jit_stack_assign(static_cast<pcre2_match_context*>(match_context_), nullptr, jit_stack_);
 }
 
 RegexScratch::~RegexScratch() {
@@ -19,7 +22,68 @@ RegexScratch::~RegexScratch() {
   pcre2_jit_stack_free(static_cast<pcre2_jit_stack*>(jit_stack_));
 }
 
+namespace {
+
+// The members of a Fathom character class as PCRE2 class ranges ("\\x{41}-\\x{5A}...").
+std::string class_ranges(uint8_t flag) {
+  std::string out;
+  char buf[40];
+  uint32_t cp = 0;
+  while (cp < 0x110000) {
+    if (!(char_flags(cp) & flag)) {
+      ++cp;
+      continue;
+    }
+    uint32_t end = cp;
+    while (end + 1 < 0x110000 && (char_flags(end + 1) & flag)) ++end;
+    if (end == cp) {
+      std::snprintf(buf, sizeof buf, "\\x{%X}", cp);
+    } else {
+      std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", cp, end);
+    }
+    out += buf;
+    cp = end + 1;
+  }
+  return out;
+}
+
+// \p{L}, \p{M}, \p{N}, \p{P}, \p{S} (and long names) -> the flag, or 0.
+uint8_t property_flag(std::string_view name) {
+  if (name == "L" || name == "Letter") return kLetter;
+  if (name == "M" || name == "Mark" || name == "Combining_Mark") return kMark;
+  if (name == "N" || name == "Number") return kNumber;
+  if (name == "P" || name == "Punctuation" || name == "punct") return kPunct;
+  if (name == "S" || name == "Symbol") return kSymbol;
+  return 0;
+}
+
+const std::string& cached_class_ranges(uint8_t flag) {
+  static const std::string l = class_ranges(kLetter), m = class_ranges(kMark),
+                           n = class_ranges(kNumber), p = class_ranges(kPunct),
+                           s = class_ranges(kSymbol);
+  switch (flag) {
+    case kLetter:
+      return l;
+    case kMark:
+      return m;
+    case kNumber:
+      return n;
+    case kPunct:
+      return p;
+    default:
+      return s;
+  }
+}
+
+}  // namespace
+
 std::string Regex::translate_oniguruma(std::string_view p) {
+  // Oniguruma's \s is Unicode White_Space. PCRE2's differs by version (U+0085 missing,
+  // U+180E present in 10.42), so \s and \S are spelled out as that exact set.
+  static constexpr std::string_view kSpaceSet =
+      "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{"
+      "202F}"
+      "\\x{205F}\\x{3000}";
   std::string out;
   out.reserve(p.size() + 16);
   bool in_class = false;
@@ -28,9 +92,34 @@ std::string Regex::translate_oniguruma(std::string_view p) {
     if (c == '\\' && i + 1 < p.size()) {
       char d = p[i + 1];
       if (d == 's') {
-        out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+        if (in_class) {
+          out += kSpaceSet;
+        } else {
+          out += "[";
+          out += kSpaceSet;
+          out += "]";
+        }
       } else if (d == 'S' && !in_class) {
-        out += "[^\\s\\x{85}]";
+        out += "[^";
+        out += kSpaceSet;
+        out += "]";
+      } else if ((d == 'p' || (d == 'P' && !in_class)) && i + 2 < p.size() && p[i + 2] == '{' &&
+                 p.find('}', i + 3) != std::string_view::npos) {
+        // General categories from Fathom's table (HF's Unicode version), not PCRE2's.
+        size_t close = p.find('}', i + 3);
+        std::string_view name = p.substr(i + 3, close - (i + 3));
+        uint8_t flag = property_flag(name);
+        if (flag == 0) {
+          out.append(p.substr(i, close + 1 - i));
+        } else if (in_class) {
+          out += cached_class_ranges(flag);
+        } else {
+          out += d == 'P' ? "[^" : "[";
+          out += cached_class_ranges(flag);
+          out += "]";
+        }
+        i = close;
+        continue;
       } else {
         out += c;
         out += d;
@@ -58,9 +147,9 @@ Result<std::unique_ptr<Regex>> Regex::compile(std::string_view pattern) {
   std::string translated = translate_oniguruma(pattern);
   int err = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),
-                                   translated.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK,
-                                   &err, &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(err, buf, sizeof buf);

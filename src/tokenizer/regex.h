@@ -1,7 +1,8 @@
 // Regex: a compiled PCRE2 (JIT) pattern with the semantics Hugging Face `tokenizers` gets
-// from Oniguruma: UTF-8, Unicode properties, and \s meaning Unicode White_Space (PCRE2's
-// \s lacks U+0085, so patterns are rewritten on compile). Immutable after compile() and
-// shareable across threads; each thread passes its own RegexScratch to find().
+// from Oniguruma: UTF-8, Unicode properties, and \s meaning exactly Unicode White_Space
+// (PCRE2's own \s differs, so patterns are rewritten on compile). Character properties
+// come from PCRE2's tables (Unicode 14 in Debian 12), older than HF's. Immutable after compile()
+// and shareable across threads; each thread passes its own RegexScratch to find().
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
 
@@ -10,7 +11,34 @@
 
 namespace fathom {
 
-Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+namespace {
+
+std::atomic<uint64_t> g_next_serial{1};
+
+struct ScratchSlot {
+  uint64_t serial;
+  std::unique_ptr<EncodeScratch> scratch;
+};
+
+}  // namespace
+
+EncodeScratch& Tokenizer::Impl::scratch() const {
+  constexpr size_t kSlots = 4;
+  thread_local std::vector<ScratchSlot> slots;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].serial == serial) {
+      if (i != 0) std::swap(slots[i], slots[0]);
+      return *slots[0].scratch;
+    }
+  }
+  if (slots.size() == kSlots) slots.pop_back();
+  slots.insert(slots.begin(), ScratchSlot{serial, std::make_unique<EncodeScratch>()});
+  return *slots[0].scratch;
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->serial = g_next_serial.fetch_add(1);
+}
 Tokenizer::~Tokenizer() = default;
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load_json(std::string_view json,
@@ -27,7 +55,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load_file(const std::string& path,
   in.seekg(0, std::ios::end);
   auto size = in.tellg();
   if (size < 0) return io_error("cannot read tokenizer file '" + path + "'");
-  if (size > (std::streamoff(1) << 31)) return invalid_argument("tokenizer file '" + path + "' is larger than 2 GiB");
+  if (size > (std::streamoff(1) << 31))
+    return invalid_argument("tokenizer file '" + path + "' is larger than 2 GiB");
   data.resize(static_cast<size_t>(size));
   in.seekg(0);
   in.read(data.data(), size);
@@ -96,7 +125,7 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, EncodeOpti
   bool parallel = pool != nullptr && pool->size() > 1 && text.size() >= 2 * kParallelChunkBytes;
 
   if (!parallel) {
-    auto s = impl_->acquire();
+    EncodeScratch* s = &im.scratch();
     ids.reserve(text.size() / 3 + 8);
     Status st;
     if (match) {
@@ -113,7 +142,6 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, EncodeOpti
     } else {
       st = im.encode_segment(text, false, ids, *s);
     }
-    impl_->release(std::move(s));
     if (!st.is_ok()) return st;
   } else {
     // Build the units: added tokens, then text cut at safe points when possible.
@@ -163,14 +191,17 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, EncodeOpti
         parts[i].push_back(u.token_id);
         return;
       }
-      auto s = impl_->acquire();
-      parts[i].reserve(u.text.size() / 3 + 8);
+      EncodeScratch& s = im.scratch();
+      // Encode into a vector owned by this thread's stack: pushing into parts[i] directly
+      // would bounce the cache line holding neighbouring parts[] headers between cores.
+      std::vector<int32_t> local;
+      local.reserve(u.text.size() / 3 + 8);
       if (u.whole_segment) {
-        errors[i] = im.encode_segment(u.text, match, parts[i], *s);
+        errors[i] = im.encode_segment(u.text, match, local, s);
       } else {
-        im.pre_tokenize_and_bpe(u.text, parts[i], *s);
+        im.pre_tokenize_and_bpe(u.text, local, s);
       }
-      impl_->release(std::move(s));
+      parts[i] = std::move(local);
     });
     size_t total = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -190,10 +221,7 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, EncodeOpti
 
 Status Tokenizer::encode_plain_into(std::string_view text, std::vector<int32_t>& out) const {
   FATHOM_RETURN_IF_ERROR(utf8::validate(text));
-  auto s = impl_->acquire();
-  Status st = impl_->encode_segment(text, false, out, *s);
-  impl_->release(std::move(s));
-  return st;
+  return impl_->encode_segment(text, false, out, impl_->scratch());
 }
 
 Result<std::vector<std::vector<int32_t>>> Tokenizer::encode_batch(
@@ -257,7 +285,8 @@ int32_t Tokenizer::id_of(std::string_view spelling) const {
   }
   // A vocabulary entry outside the byte-level alphabet: linear search (rare; not hot).
   for (size_t i = 0; i < sp.size(); ++i)
-    if (!impl_->bpe->id_is_byte_level(int32_t(i)) && !sp[i].empty() && sp[i] == spelling) return int32_t(i);
+    if (!impl_->bpe->id_is_byte_level(int32_t(i)) && !sp[i].empty() && sp[i] == spelling)
+      return int32_t(i);
   return -1;
 }
 

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,8 +31,8 @@ struct SpecialTemplate {
 struct Tokenizer::Impl {
   std::unique_ptr<tok::BpeModel> bpe;
   tok::AddedVocabulary added;
-  std::unique_ptr<tok::Normalizer> normalizer;  // null: none
-  std::unique_ptr<tok::PreTokenizer> pre;       // null: the whole text is one piece
+  std::unique_ptr<tok::Normalizer> normalizer;          // null: none
+  std::unique_ptr<tok::PreTokenizer> pre;               // null: the whole text is one piece
   const tok::DeepSeekPreTokenizer* fast_pre = nullptr;  // set when `pre` is the fast one
   SpecialTemplate special_template;
   bool byte_level_decoder = true;  // false: HF's no-decoder behaviour (join with spaces)
@@ -43,24 +42,12 @@ struct Tokenizer::Impl {
   std::vector<uint8_t> id_kind;  // 0 unknown, 1 vocabulary, 2 added, 3 added special
   size_t vocab_size = 0;
 
-  std::mutex scratch_mu;
-  std::vector<std::unique_ptr<EncodeScratch>> scratch_pool;  // guarded by scratch_mu
+  // Identifies this tokenizer among all ever loaded, for the per-thread scratch slots.
+  uint64_t serial = 0;
 
-  std::unique_ptr<EncodeScratch> acquire() {
-    {
-      std::lock_guard<std::mutex> lock(scratch_mu);
-      if (!scratch_pool.empty()) {
-        auto s = std::move(scratch_pool.back());
-        scratch_pool.pop_back();
-        return s;
-      }
-    }
-    return std::make_unique<EncodeScratch>();
-  }
-  void release(std::unique_ptr<EncodeScratch> s) {
-    std::lock_guard<std::mutex> lock(scratch_mu);
-    if (scratch_pool.size() < 64) scratch_pool.push_back(std::move(s));
-  }
+  // Working memory for the calling thread, reused across calls so its word cache stays hot
+  // and on this core. A thread keeps slots for its few most recently used tokenizers.
+  EncodeScratch& scratch() const;
 
   // Encoding stages (tokenizer.cc).
   Status encode_segment(std::string_view text, bool match_added, std::vector<int32_t>& out,

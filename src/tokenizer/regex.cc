@@ -4,6 +4,8 @@
 #include <pcre2.h>
 
 #include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "tokenizer/unicode_props.h"
 
@@ -24,18 +26,41 @@ RegexScratch::~RegexScratch() {
 
 namespace {
 
-// The members of a Fathom character class as PCRE2 class ranges ("\\x{41}-\\x{5A}...").
-std::string class_ranges(uint8_t flag) {
+// The code points whose general category `name` covers ("L", "Lu", "Letter", "LC", ...)
+// as PCRE2 class ranges ("\\x{41}-\\x{5A}..."), or "" if `name` is not a category (a
+// script, say, which is left to PCRE2).
+std::string category_class(std::string_view name) {
+  static const std::pair<std::string_view, std::string_view> kLong[] = {
+      {"Letter", "L"}, {"Mark", "M"}, {"Combining_Mark", "M"}, {"Number", "N"},
+      {"Punctuation", "P"}, {"punct", "P"}, {"Symbol", "S"}, {"Separator", "Z"},
+      {"Other", "C"}, {"L&", "LC"}, {"Cased_Letter", "LC"}};
+  for (const auto& [l, s] : kLong)
+    if (name == l) name = s;
+  bool member[32] = {};
+  bool any = false;
+  for (int c = 0; c < 30; ++c) {
+    std::string_view cat = general_category_name(c);
+    bool in = name.size() == 1 ? cat[0] == name[0]
+              : name == "LC"   ? (cat == "Lu" || cat == "Ll" || cat == "Lt")
+                               : cat == name;
+    member[c] = in;
+    any |= in;
+  }
+  if (!any) return "";
   std::string out;
   char buf[40];
   uint32_t cp = 0;
+  auto in_class = [&](uint32_t x) {
+    if (x >= 0xD800 && x <= 0xDFFF) return false;  // not representable in UTF-8
+    return member[general_category(x)];
+  };
   while (cp < 0x110000) {
-    if (!(char_flags(cp) & flag)) {
+    if (!in_class(cp)) {
       ++cp;
       continue;
     }
     uint32_t end = cp;
-    while (end + 1 < 0x110000 && (char_flags(end + 1) & flag)) ++end;
+    while (end + 1 < 0x110000 && in_class(end + 1)) ++end;
     if (end == cp) {
       std::snprintf(buf, sizeof buf, "\\x{%X}", cp);
     } else {
@@ -47,32 +72,13 @@ std::string class_ranges(uint8_t flag) {
   return out;
 }
 
-// \p{L}, \p{M}, \p{N}, \p{P}, \p{S} (and long names) -> the flag, or 0.
-uint8_t property_flag(std::string_view name) {
-  if (name == "L" || name == "Letter") return kLetter;
-  if (name == "M" || name == "Mark" || name == "Combining_Mark") return kMark;
-  if (name == "N" || name == "Number") return kNumber;
-  if (name == "P" || name == "Punctuation" || name == "punct") return kPunct;
-  if (name == "S" || name == "Symbol") return kSymbol;
-  return 0;
-}
-
-const std::string& cached_class_ranges(uint8_t flag) {
-  static const std::string l = class_ranges(kLetter), m = class_ranges(kMark),
-                           n = class_ranges(kNumber), p = class_ranges(kPunct),
-                           s = class_ranges(kSymbol);
-  switch (flag) {
-    case kLetter:
-      return l;
-    case kMark:
-      return m;
-    case kNumber:
-      return n;
-    case kPunct:
-      return p;
-    default:
-      return s;
-  }
+const std::string& cached_category_class(std::string_view name) {
+  static std::mutex mu;
+  static std::map<std::string, std::string, std::less<>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(std::string(name), category_class(name)).first;
+  return it->second;
 }
 
 }  // namespace
@@ -108,14 +114,14 @@ std::string Regex::translate_oniguruma(std::string_view p) {
         // General categories from Fathom's table (HF's Unicode version), not PCRE2's.
         size_t close = p.find('}', i + 3);
         std::string_view name = p.substr(i + 3, close - (i + 3));
-        uint8_t flag = property_flag(name);
-        if (flag == 0) {
+        const std::string& ranges = cached_category_class(name);
+        if (ranges.empty()) {
           out.append(p.substr(i, close + 1 - i));
         } else if (in_class) {
-          out += cached_class_ranges(flag);
+          out += ranges;
         } else {
           out += d == 'P' ? "[^" : "[";
-          out += cached_class_ranges(flag);
+          out += ranges;
           out += "]";
         }
         i = close;

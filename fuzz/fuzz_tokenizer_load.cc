@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)t.encode_plain(text);
   }
   std::vector<int32_t> ids;
-  for (size_t i = 0; i + 1 < size && ids.size() < 64; i += 2) ids.push_back(data[i] | (data[i + 1] << 8));
+  for (size_t i = 0; i + 1 < size && ids.size() < 64; i += 2)
+    ids.push_back(data[i] | (data[i + 1] << 8));
   (void)t.decode(ids);
   return 0;
 }

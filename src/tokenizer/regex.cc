@@ -31,9 +31,9 @@ namespace {
 // script, say, which is left to PCRE2).
 std::string category_class(std::string_view name) {
   static const std::pair<std::string_view, std::string_view> kLong[] = {
-      {"Letter", "L"}, {"Mark", "M"}, {"Combining_Mark", "M"}, {"Number", "N"},
-      {"Punctuation", "P"}, {"punct", "P"}, {"Symbol", "S"}, {"Separator", "Z"},
-      {"Other", "C"}, {"L&", "LC"}, {"Cased_Letter", "LC"}};
+      {"Letter", "L"},      {"Mark", "M"},  {"Combining_Mark", "M"}, {"Number", "N"},
+      {"Punctuation", "P"}, {"punct", "P"}, {"Symbol", "S"},         {"Separator", "Z"},
+      {"Other", "C"},       {"L&", "LC"},   {"Cased_Letter", "LC"}};
   for (const auto& [l, s] : kLong)
     if (name == l) name = s;
   bool member[32] = {};

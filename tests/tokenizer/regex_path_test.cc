@@ -61,7 +61,8 @@ TEST(RegexPath, TranslatesWhitespaceClassToOnigurumaSemantics) {
   EXPECT_EQ(tok::Regex::translate_oniguruma("[^\\s\\p{L}]"),
             "[^" + ws + letters.substr(1, letters.size() - 2) + "]");
   EXPECT_EQ(tok::Regex::translate_oniguruma("\\P{L}"), "[^" + letters.substr(1));
-  EXPECT_EQ(tok::Regex::translate_oniguruma("\\p{Lu}").substr(0, 33), "[\\x{41}-\\x{5A}\\x{C0}-\\x{D6}\\x{D8}");
+  EXPECT_EQ(tok::Regex::translate_oniguruma("\\p{Lu}").substr(0, 33),
+            "[\\x{41}-\\x{5A}\\x{C0}-\\x{D6}\\x{D8}");
   EXPECT_EQ(tok::Regex::translate_oniguruma("\\p{Han}"), "\\p{Han}");  // scripts are left to PCRE2
   EXPECT_EQ(tok::Regex::translate_oniguruma("[]\\s]"), "[]" + ws + "]");
   EXPECT_EQ(tok::Regex::translate_oniguruma("a\\\\s"), "a\\\\s");  // an escaped backslash, then 's'

@@ -11,6 +11,8 @@ using Runner = std::function<int()>;
 
 // Registers tokenize, detokenize; sets *run when one of them is chosen.
 void add_tokenizer_commands(CLI::App& app, Runner* run);
+// Registers `render`.
+void add_prompt_commands(CLI::App& app, Runner* run);
 // Registers `bench` and its subcommands.
 void add_bench_commands(CLI::App& app, Runner* run);
 

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   fathom::cli::Runner run;
   fathom::cli::add_tokenizer_commands(app, &run);
+  fathom::cli::add_prompt_commands(app, &run);
   fathom::cli::add_bench_commands(app, &run);
   try {
     app.parse(argc, argv);

@@ -13,6 +13,8 @@ using Runner = std::function<int()>;
 void add_tokenizer_commands(CLI::App& app, Runner* run);
 // Registers `render`.
 void add_prompt_commands(CLI::App& app, Runner* run);
+// Registers `inspect`.
+void add_model_commands(CLI::App& app, Runner* run);
 // Registers `bench` and its subcommands.
 void add_bench_commands(CLI::App& app, Runner* run);
 

@@ -1,0 +1,82 @@
+// `fathom inspect`: what a V4.1 checkpoint or config holds — parameters and bytes per part,
+// KV bytes per token and SWA state per sequence — and, with --model, a full check of the
+// checkpoint's tensors against the layout its config implies.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/safetensors.h"
+
+namespace fathom::cli {
+namespace {
+
+struct InspectArgs {
+  std::string model, config;
+};
+
+int run_inspect(const InspectArgs& a) {
+  if (a.model.empty() == a.config.empty()) {
+    std::fprintf(stderr, "fathom: give exactly one of --model DIR or --config FILE\n");
+    return 2;
+  }
+  auto cfg = a.model.empty() ? model::load_model_config_file(a.config)
+                             : model::load_model_config_dir(a.model);
+  if (!cfg.is_ok()) {
+    std::fprintf(stderr, "fathom: %s\n", cfg.status().to_string().c_str());
+    return 2;
+  }
+  auto layout = model::v41_layout(*cfg);
+  std::string checked = "null";
+  if (!a.model.empty()) {
+    auto ck = model::Checkpoint::open(a.model);
+    if (!ck.is_ok()) {
+      std::fprintf(stderr, "fathom: %s\n", ck.status().to_string().c_str());
+      return 2;
+    }
+    Status st = model::check_checkpoint(**ck, layout);
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "fathom: %s\n", st.to_string().c_str());
+      return 2;
+    }
+    checked = std::to_string((*ck)->tensors().size());
+  }
+  model::ModelSizes m = model::model_sizes(*cfg);
+  std::string parts;
+  for (int p = 0; p <= int(model::Part::kDSpark); ++p) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s\"%s\":{\"parameters\":%lld,\"bytes\":%lld}", p ? "," : "",
+                  model::part_name(model::Part(p)), (long long)m.params[p], (long long)m.bytes[p]);
+    parts += buf;
+  }
+  std::printf(
+      "{\"tensors\":%zu,\"checkpoint_tensors_checked\":%s,\"parts\":{%s},"
+      "\"backbone_parameters\":%lld,\"backbone_billions\":%.1f,\"engram_parameters\":%lld,"
+      "\"engram_table_parameters\":%lld,\"engram_billions\":%.1f,\"dspark_parameters\":%lld,"
+      "\"total_bytes\":%lld,\"global_kv_bytes_per_token\":%.1f,\"swa_entry_bytes\":%lld,"
+      "\"compressed_kv_entry_bytes\":%lld,\"indexer_k_entry_bytes\":%lld,"
+      "\"swa_bytes_per_sequence\":%lld,\"swa_window\":%lld,\"swa_rings\":%lld}\n",
+      layout.size(), checked.c_str(), parts.c_str(), (long long)m.backbone_params,
+      m.backbone_params / 1e9, (long long)m.engram_params, (long long)m.engram_table_params,
+      m.engram_table_params / 1e9, (long long)m.dspark_params, (long long)m.total_bytes,
+      m.global_kv_bytes_per_token, (long long)m.swa_entry_bytes,
+      (long long)m.compressed_entry_bytes, (long long)m.indexer_entry_bytes,
+      (long long)m.swa_bytes_per_sequence, (long long)cfg->window_size,
+      (long long)(cfg->n_layers + cfg->n_mtp_layers));
+  return 0;
+}
+
+}  // namespace
+
+void add_model_commands(CLI::App& app, Runner* run) {
+  auto args = std::make_shared<InspectArgs>();
+  auto* i = app.add_subcommand(
+      "inspect", "Sizes of a V4.1 checkpoint or config; checks a checkpoint's tensors");
+  i->add_option("--model", args->model, "Checkpoint directory (config.json + safetensors)");
+  i->add_option("--config", args->config, "A config.json (either layout)");
+  i->callback([args, run] { *run = [args] { return run_inspect(*args); }; });
+}
+
+}  // namespace fathom::cli

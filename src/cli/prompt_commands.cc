@@ -5,9 +5,15 @@
 #include <memory>
 #include <string>
 
+#include "api/chat_completions.h"
+#include "api/errors.h"
 #include "cli/commands.h"
+#include "core/json_write.h"
 #include "core/py_json.h"
+#include "prompt/encoder.h"
+#include "prompt/output_parser.h"
 #include "prompt/reference.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fathom::cli {
 namespace {
@@ -49,11 +55,123 @@ struct ParseArgs {
   std::string format = "v41";
   std::string mode = "reference";
   std::string tokenizer;
+  std::string protocol = "chat";
+  bool stream = false;
 };
 
+struct EncodeArgs {
+  std::string tokenizer;
+  std::string format = "v41";
+  std::string protocol = "chat";
+};
+
+std::string read_stdin() {
+  return std::string((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+}
+
+// Renders and encodes a chat request; the request error (if any) in `err`.
+struct Encoded {
+  api::ConversationRequest request;
+  prompt::Prompt prompt;
+  std::vector<int32_t> ids;
+};
+Result<Encoded> encode_chat(const Tokenizer& tok, const std::string& body,
+                            api::PromptFormat format) {
+  api::ChatOptions opt;
+  opt.format = format;
+  Encoded e;
+  FATHOM_ASSIGN_OR_RETURN(e.request, api::parse_chat_request(body, opt));
+  FATHOM_ASSIGN_OR_RETURN(e.prompt, api::render_api(e.request, format));
+  FATHOM_ASSIGN_OR_RETURN(auto enc, prompt::PromptEncoder::create(tok));
+  FATHOM_ASSIGN_OR_RETURN(e.ids, enc.encode(e.prompt));
+  return e;
+}
+
+int run_encode(const EncodeArgs& a) {
+  auto tok = Tokenizer::load_file(a.tokenizer);
+  if (!tok.is_ok()) {
+    std::fprintf(stderr, "fathom: %s\n", tok.status().to_string().c_str());
+    return 2;
+  }
+  if (a.protocol != "chat") {
+    std::printf("%s\n", api::openai_error_json(
+                            unsupported("--protocol " + a.protocol + " is not implemented yet"))
+                            .c_str());
+    return 2;
+  }
+  auto e = encode_chat(**tok, read_stdin(),
+                       a.format == "v41" ? api::PromptFormat::kV41 : api::PromptFormat::kV4);
+  if (!e.is_ok()) {
+    std::printf("%s\n", api::openai_error_json(e.status()).c_str());
+    return 2;
+  }
+  std::string out = "{\"token_ids\":";
+  json::append_int_array(out, e->ids);
+  out += ",\"prompt\":";
+  json::append_string(out, e->prompt.to_string());
+  out += "}\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int run_parse_protocol(const ParseArgs& a) {
+  auto tok = Tokenizer::load_file(a.tokenizer);
+  if (!tok.is_ok()) {
+    std::fprintf(stderr, "fathom: %s\n", tok.status().to_string().c_str());
+    return 2;
+  }
+  if (a.protocol != "chat") {
+    std::printf("%s\n", api::openai_error_json(
+                            unsupported("--protocol " + a.protocol + " is not implemented yet"))
+                            .c_str());
+    return 2;
+  }
+  auto in = pyjson::parse(read_stdin());
+  const pyjson::Value* req = in.is_ok() ? in->find("request") : nullptr;
+  const pyjson::Value* ids = in.is_ok() ? in->find("output_ids") : nullptr;
+  const pyjson::Value* fin = in.is_ok() ? in->find("finish") : nullptr;
+  if (req == nullptr || ids == nullptr || !ids->is_array()) {
+    std::fprintf(stderr,
+                 "fathom: stdin needs {\"request\": {...}, \"output_ids\": [...], \"finish\": "
+                 "\"stop\"|\"length\"}\n");
+    return 2;
+  }
+  auto e = encode_chat(**tok, pyjson::dumps(*req, false),
+                       a.format == "v41" ? api::PromptFormat::kV41 : api::PromptFormat::kV4);
+  if (!e.is_ok()) {
+    std::printf("%s\n", api::openai_error_json(e.status()).c_str());
+    return 2;
+  }
+  auto parser = prompt::OutputParser::create(**tok, e->request.parsing_options());
+  if (!parser.is_ok()) {
+    std::fprintf(stderr, "fathom: %s\n", parser.status().to_string().c_str());
+    return 2;
+  }
+  std::vector<prompt::ParserEvent> events;
+  for (const pyjson::Value& v : ids->items) {
+    int64_t id = 0;
+    if (!v.int_fits_int64(&id) || !parser->push(int32_t(id), events).is_ok()) {
+      std::fprintf(stderr, "fathom: bad output id\n");
+      return 2;
+    }
+  }
+  bool length = fin != nullptr && fin->is_string() && fin->text == "length";
+  parser->finish(length ? prompt::FinishReason::kLength : prompt::FinishReason::kStop, events);
+  api::Usage usage{int64_t(e->ids.size()), int64_t(ids->items.size()), 0};
+  api::ChatResponder responder(
+      "fathom-" + std::to_string(e->ids.size()) + "-" + std::to_string(ids->items.size()),
+      e->request.model.empty() ? "deepseek-v4.1" : e->request.model, 0, e->request.thinking,
+      e->request.include_usage);
+  std::string out = a.stream ? responder.stream(events, usage)
+                             : (responder.add(events), responder.complete(usage) + "\n");
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
 int run_parse(const ParseArgs& a) {
-  if (a.mode != "reference" || !a.tokenizer.empty()) {
-    std::fprintf(stderr, "fathom: only `parse --mode reference` is implemented so far\n");
+  if (!a.tokenizer.empty()) return run_parse_protocol(a);
+  if (a.mode != "reference") {
+    std::fprintf(stderr, "fathom: parse without --tokenizer needs --mode reference\n");
     return 2;
   }
   std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
@@ -97,9 +215,21 @@ void add_prompt_commands(CLI::App& app, Runner* run) {
   p->add_option("--format", pargs->format, "Prompt format")->check(CLI::IsMember({"v4", "v41"}));
   p->add_option("--mode", pargs->mode, "reference (official parser, quirks included)")
       ->check(CLI::IsMember({"reference", "api"}));
-  p->add_option("--tokenizer", pargs->tokenizer,
-                "tokenizer.json (protocol mode; not implemented yet)");
+  p->add_option(
+      "--tokenizer", pargs->tokenizer,
+      "tokenizer.json: parse output ids for a protocol (stdin {request, output_ids, finish})");
+  p->add_option("--protocol", pargs->protocol, "chat (responses, messages: not yet)")
+      ->check(CLI::IsMember({"chat", "responses", "messages"}));
+  p->add_flag("--stream", pargs->stream, "Print the SSE lines a client would receive");
   p->callback([pargs, run] { *run = [pargs] { return run_parse(*pargs); }; });
+
+  auto eargs = std::make_shared<EncodeArgs>();
+  auto* e = app.add_subcommand("encode", "Encode a protocol request body (stdin) to token ids");
+  e->add_option("--tokenizer", eargs->tokenizer, "tokenizer.json")->required();
+  e->add_option("--format", eargs->format, "Prompt format")->check(CLI::IsMember({"v4", "v41"}));
+  e->add_option("--protocol", eargs->protocol, "chat (responses, messages: not yet)")
+      ->check(CLI::IsMember({"chat", "responses", "messages"}));
+  e->callback([eargs, run] { *run = [eargs] { return run_encode(*eargs); }; });
 }
 
 }  // namespace fathom::cli

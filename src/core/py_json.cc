@@ -123,6 +123,8 @@ class Parser {
       out = Value::from_bool(false);
       return Status::ok();
     }
+    if (!opt_.allow_nan && (c == 'N' || c == 'I' || s_.substr(i_, 2) == "-I"))
+      return error("NaN and Infinity are not JSON");
     if (consume("NaN")) {
       out = Value::from_float(std::nan(""));
       return Status::ok();
@@ -452,7 +454,9 @@ std::string float_repr(double v) {
   return out;
 }
 
-void dump_to(std::string& out, const Value& v, bool ensure_ascii) {
+void dump_to(std::string& out, const Value& v, bool ensure_ascii, bool compact) {
+  const char* item_sep = compact ? "," : ", ";
+  const char* key_sep = compact ? ":" : ": ";
   switch (v.kind) {
     case Value::Kind::kNull:
       out += "null";
@@ -472,27 +476,27 @@ void dump_to(std::string& out, const Value& v, bool ensure_ascii) {
     case Value::Kind::kArray:
       out += '[';
       for (size_t i = 0; i < v.items.size(); ++i) {
-        if (i) out += ", ";
-        dump_to(out, v.items[i], ensure_ascii);
+        if (i) out += item_sep;
+        dump_to(out, v.items[i], ensure_ascii, compact);
       }
       out += ']';
       return;
     case Value::Kind::kObject:
       out += '{';
       for (size_t i = 0; i < v.items.size(); ++i) {
-        if (i) out += ", ";
+        if (i) out += item_sep;
         dump_string(out, v.keys[i], ensure_ascii);
-        out += ": ";
-        dump_to(out, v.items[i], ensure_ascii);
+        out += key_sep;
+        dump_to(out, v.items[i], ensure_ascii, compact);
       }
       out += '}';
       return;
   }
 }
 
-std::string dumps(const Value& v, bool ensure_ascii) {
+std::string dumps(const Value& v, bool ensure_ascii, bool compact) {
   std::string out;
-  dump_to(out, v, ensure_ascii);
+  dump_to(out, v, ensure_ascii, compact);
   return out;
 }
 

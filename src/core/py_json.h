@@ -44,15 +44,17 @@ struct Value {
 };
 
 struct ParseOptions {
-  int max_depth = 128;  // deeper nesting is rejected (as deepseek-recipe's bindings do)
+  int max_depth = 128;    // deeper nesting is rejected (as deepseek-recipe's bindings do)
+  bool allow_nan = true;  // NaN/Infinity literals (Python accepts them; strict JSON does not)
 };
 
 // json.loads. Errors are kInvalidArgument with the byte offset.
 Result<Value> parse(std::string_view text, ParseOptions options = {});
 
-// json.dumps(value, ensure_ascii=...) with the default separators.
-std::string dumps(const Value& v, bool ensure_ascii = true);
-void dump_to(std::string& out, const Value& v, bool ensure_ascii = true);
+// json.dumps(value, ensure_ascii=...) with the default separators, or (compact) with
+// separators=(",", ":").
+std::string dumps(const Value& v, bool ensure_ascii = true, bool compact = false);
+void dump_to(std::string& out, const Value& v, bool ensure_ascii = true, bool compact = false);
 
 // repr(float) for a Python float: shortest round-trip digits, scientific notation outside
 // 1e-4 <= |x| < 1e16, "inf"/"nan" spelled as json.dumps does ("Infinity", "NaN").

@@ -71,6 +71,10 @@ Result<OutputParser> OutputParser::create(const Tokenizer& tokenizer, OutputPars
     if (!s.empty()) stops.push_back(s);
   p.opt_.stop_sequences = std::move(stops);
   p.state_ = p.opt_.thinking ? State::kReasoning : State::kContent;
+  if (p.opt_.start_in_tool_block) {
+    p.state_ = State::kBetween;
+    p.in_block_ = true;
+  }
   return p;
 }
 

@@ -34,6 +34,8 @@ struct ParserEvent {
 struct OutputParserOptions {
   bool thinking = false;         // output starts inside reasoning
   bool parse_tool_calls = true;  // DSML markup becomes tool calls (else it is dropped)
+  bool start_in_tool_block =
+      false;  // the prompt ended inside an open DSML block (tool_choice required)
   std::vector<std::string> stop_sequences;
 };
 

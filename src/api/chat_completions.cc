@@ -1,0 +1,587 @@
+#include "api/chat_completions.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <set>
+
+#include "core/utf8.h"
+
+namespace fathom::api {
+
+using pyjson::Value;
+
+namespace {
+
+Status bad(std::string m) { return invalid_argument(std::move(m)); }
+
+const Value* field(const Value& o, std::string_view k) {
+  const Value* v = o.find(k);
+  return v == nullptr || v->is_null() ? nullptr : v;
+}
+
+Result<double> number(const Value& v, const char* name) {
+  int64_t i = 0;
+  if (v.kind == Value::Kind::kFloat) return v.number;
+  if (v.int_fits_int64(&i)) return double(i);
+  return bad(std::string("'") + name + "' must be a number");
+}
+
+Result<int64_t> integer(const Value& v, const char* name) {
+  int64_t i = 0;
+  if (v.kind == Value::Kind::kInt && v.int_fits_int64(&i)) return i;
+  if (v.kind == Value::Kind::kInt) return bad(std::string("'") + name + "' is out of range");
+  return bad(std::string("'") + name + "' must be an integer");
+}
+
+// Text of a string content or of a list of text parts (joined with "\n\n").
+Result<std::string> text_content(const Value* c, const std::string& where) {
+  if (c == nullptr) return std::string();
+  if (c->is_string()) return c->text;
+  if (!c->is_array()) return bad(where + ": 'content' must be a string or a list of parts");
+  std::string out;
+  for (size_t i = 0; i < c->items.size(); ++i) {
+    const Value& p = c->items[i];
+    const Value* type = p.is_object() ? field(p, "type") : nullptr;
+    const Value* text = p.is_object() ? field(p, "text") : nullptr;
+    if (type == nullptr || !type->is_string() || type->text != "text" || text == nullptr ||
+        !text->is_string()) {
+      return bad(where + ": only text parts are allowed here");
+    }
+    if (i) out += "\n\n";
+    out += text->text;
+  }
+  return out;
+}
+
+bool valid_tool_name(const std::string& n) {
+  if (n.empty() || n.size() > 128) return false;
+  for (unsigned char c : n)
+    if (!(std::isalnum(c) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+bool mentions_json(const Value& v) {
+  if (v.is_string()) {
+    std::string lower;
+    for (unsigned char c : v.text) lower.push_back(char(std::tolower(c)));
+    return lower.find("json") != std::string::npos;
+  }
+  for (const Value& i : v.items)
+    if (mentions_json(i)) return true;
+  return false;
+}
+
+// A literal image placeholder in client text would be taken for an image.
+Status check_no_placeholder(const Value& v) {
+  if (v.is_string()) {
+    for (std::string_view ph : {"<｜image｜>", "<｜deepseek_image｜>"}) {
+      if (v.text.find(ph) != std::string::npos) {
+        return bad("The sub-string \"" + std::string(ph) +
+                   "\" in your input is not allowed; images must be sent as image parts.");
+      }
+    }
+    return Status::ok();
+  }
+  for (const Value& i : v.items) FATHOM_RETURN_IF_ERROR(check_no_placeholder(i));
+  return Status::ok();
+}
+
+Result<Value> user_content(const Value* c, size_t index, PromptFormat format) {
+  std::string where = "messages[" + std::to_string(index) + "]";
+  if (c == nullptr) return bad(where + ": a user message needs 'content'");
+  if (c->is_string()) return *c;
+  if (!c->is_array()) return bad(where + ": 'content' must be a string or a list of parts");
+  Value blocks = Value::array();
+  bool has_image = false;
+  for (const Value& p : c->items) {
+    const Value* type = p.is_object() ? field(p, "type") : nullptr;
+    if (type == nullptr || !type->is_string())
+      return bad(where + ": each content part needs a 'type'");
+    if (type->text == "text") {
+      const Value* t = field(p, "text");
+      if (t == nullptr || !t->is_string())
+        return bad(where + ": a text part needs a string 'text'");
+      Value b = Value::object();
+      b.set("type", Value::from_string("text"));
+      b.set("text", *t);
+      blocks.items.push_back(std::move(b));
+    } else if (type->text == "image_url" || type->text == "file") {
+      std::string url;
+      if (type->text == "image_url") {
+        const Value* iu = field(p, "image_url");
+        const Value* u = iu && iu->is_object() ? field(*iu, "url") : iu;
+        if (u == nullptr || !u->is_string())
+          return bad(where + ": an image_url part needs a 'url'");
+        url = u->text;
+      } else {
+        const Value* f = field(p, "file");
+        if (f && field(*f, "file_id"))
+          return bad(where + ": 'file_id' is not supported; send file_data");
+        const Value* d = f ? field(*f, "file_data") : nullptr;
+        if (d == nullptr || !d->is_string()) return bad(where + ": a file part needs 'file_data'");
+        url = d->text;
+      }
+      bool data_url = url.rfind("data:", 0) == 0;
+      bool http = url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0;
+      if (!data_url && !http) return bad(where + ": an image must be a data URL or an http(s) URL");
+      if (http && url.size() > 8192) return bad(where + ": image URLs are limited to 8192 bytes");
+      if (format == PromptFormat::kV4) return bad(where + ": this model does not take images");
+      Value b = Value::object(), iu = Value::object();
+      b.set("type", Value::from_string("image_url"));
+      iu.set("url", Value::from_string(url));
+      b.set("image_url", iu);
+      blocks.items.push_back(std::move(b));
+      has_image = true;
+    } else {
+      return bad(where + ": unsupported content part type '" + type->text + "'");
+    }
+  }
+  if (!has_image) {
+    std::string joined;
+    for (size_t i = 0; i < blocks.items.size(); ++i)
+      joined += (i ? "\n\n" : "") + blocks.items[i].find("text")->text;
+    return Value::from_string(joined);
+  }
+  return blocks;
+}
+
+}  // namespace
+
+Result<ConversationRequest> parse_chat_request(std::string_view body, const ChatOptions& opt) {
+  if (body.size() > opt.max_body_bytes)
+    return bad("request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes");
+  auto parsed = pyjson::parse(body, {.max_depth = 128, .allow_nan = false});
+  if (!parsed.is_ok()) return bad("request body is not valid JSON: " + parsed.status().message());
+  const Value& r = *parsed;
+  if (!r.is_object()) return bad("request body must be a JSON object");
+  ConversationRequest req;
+  if (const Value* m = field(r, "model")) {
+    if (!m->is_string()) return bad("'model' must be a string");
+    req.model = m->text;
+  }
+  if (const Value* s = field(r, "stream")) {
+    if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
+    req.stream = s->boolean;
+  }
+  req.include_usage = !req.stream;
+  if (const Value* so = field(r, "stream_options")) {
+    if (!req.stream) return bad("'stream_options' is only allowed with stream=true");
+    if (!so->is_object()) return bad("'stream_options' must be an object");
+    if (const Value* iu = field(*so, "include_usage"))
+      req.include_usage = iu->kind == Value::Kind::kBool && iu->boolean;
+  }
+  if (const Value* n = field(r, "n")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t v, integer(*n, "n"));
+    if (v != 1) return bad("'n' must be 1");
+  }
+  SamplingParams& sp = req.sampling;
+  if (const Value* v = field(r, "temperature")) {
+    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "temperature"));
+    if (!(t >= 0 && t <= 2)) return bad("'temperature' must be in [0, 2]");
+    sp.temperature = t;
+  }
+  if (const Value* v = field(r, "top_p")) {
+    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "top_p"));
+    if (!(t > 0 && t <= 1)) return bad("'top_p' must be in (0, 1]");
+    sp.top_p = t;
+  }
+  for (const char* k : {"max_tokens", "max_completion_tokens"}) {
+    if (const Value* v = field(r, k)) {
+      FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, k));
+      if (t <= 0) return bad(std::string("'") + k + "' must be positive");
+      sp.max_tokens = t;
+    }
+  }
+  for (auto [k, dst] :
+       {std::pair<const char*, std::optional<double>*>{"presence_penalty", &sp.presence_penalty},
+        {"frequency_penalty", &sp.frequency_penalty}}) {
+    if (const Value* v = field(r, k)) {
+      FATHOM_ASSIGN_OR_RETURN(double t, number(*v, k));
+      if (!(t >= -2 && t <= 2)) return bad(std::string("'") + k + "' must be in [-2, 2]");
+      *dst = t;
+    }
+  }
+  if (const Value* v = field(r, "seed")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t s, integer(*v, "seed"));
+    sp.seed = s;
+  }
+  if (const Value* v = field(r, "top_k")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "top_k"));
+    if (k < 0) return bad("'top_k' must not be negative");
+    sp.top_k = k;
+  }
+  if (const Value* v = field(r, "stop")) {
+    std::vector<std::string> stops;
+    if (v->is_string()) {
+      stops.push_back(v->text);
+    } else if (v->is_array()) {
+      for (const Value& s : v->items) {
+        if (!s.is_string()) return bad("'stop' must be a string or a list of strings");
+        stops.push_back(s.text);
+      }
+    } else {
+      return bad("'stop' must be a string or a list of strings");
+    }
+    if (stops.size() > 16) return bad("'stop' allows at most 16 sequences");
+    for (auto& s : stops)
+      if (!s.empty()) sp.stop.push_back(s);
+  }
+  // Thinking and effort.
+  req.thinking = opt.default_thinking;
+  std::optional<std::string> effort_name;
+  if (const Value* e = field(r, "reasoning_effort")) {
+    if (!e->is_string()) return bad("'reasoning_effort' must be a string");
+    effort_name = e->text;
+    static const std::set<std::string> kEfforts = {"none", "minimal", "low", "medium",
+                                                   "high", "xhigh",   "max"};
+    if (!kEfforts.count(e->text))
+      return bad("'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh, max");
+    req.thinking = e->text != "none";
+    if (e->text == "minimal" || e->text == "low") req.effort = Effort::kLow;
+    if (e->text == "medium" || e->text == "high") req.effort = Effort::kHigh;
+    if (e->text == "xhigh") req.effort = Effort::kXhigh;
+    if (e->text == "max") req.effort = Effort::kMax;
+  }
+  if (const Value* t = field(r, "thinking")) {
+    const Value* type = t->is_object() ? field(*t, "type") : nullptr;
+    if (type == nullptr || !type->is_string() ||
+        (type->text != "enabled" && type->text != "disabled")) {
+      return bad("'thinking.type' must be \"enabled\" or \"disabled\"");
+    }
+    req.thinking = type->text == "enabled";
+  }
+  // Tools.
+  std::set<std::string> tool_names;
+  if (const Value* tools = field(r, "tools")) {
+    if (!tools->is_array()) return bad("'tools' must be a list");
+    for (size_t i = 0; i < tools->items.size(); ++i) {
+      const Value& t = tools->items[i];
+      std::string where = "tools[" + std::to_string(i) + "]";
+      const Value* type = t.is_object() ? field(t, "type") : nullptr;
+      const Value* fn = t.is_object() ? field(t, "function") : nullptr;
+      if (type == nullptr || !type->is_string() || type->text != "function" || fn == nullptr ||
+          !fn->is_object()) {
+        return bad(where +
+                   ": only {\"type\": \"function\", \"function\": {...}} tools are supported");
+      }
+      const Value* name = field(*fn, "name");
+      if (name == nullptr || !name->is_string() || !valid_tool_name(name->text)) {
+        return bad(where + ": the function name must be 1-128 characters of [A-Za-z0-9_-]");
+      }
+      if (!tool_names.insert(name->text).second)
+        return bad(where + ": duplicate tool name '" + name->text + "'");
+      if (const Value* params = field(*fn, "parameters")) {
+        const Value* pt = params->is_object() ? field(*params, "type") : nullptr;
+        if (pt == nullptr || !pt->is_string() || pt->text != "object") {
+          return bad(where + ": 'parameters' must be a JSON Schema with \"type\": \"object\"");
+        }
+        if (const Value* props = field(*params, "properties"); props && !props->is_object()) {
+          return bad(where + ": 'parameters.properties' must be an object");
+        }
+      }
+      if (const Value* d = field(*fn, "description"); d && !d->is_string())
+        return bad(where + ": 'description' must be a string");
+      // The renderer writes the function object as given, as the official encoder does.
+      Value tool = Value::object();
+      tool.set("type", Value::from_string("function"));
+      tool.set("function", *fn);
+      req.tools.items.push_back(std::move(tool));
+    }
+  }
+  if (const Value* tc = field(r, "tool_choice")) {
+    if (tc->is_string() && tc->text == "none") {
+      req.tool_choice = ToolChoice::kNone;
+    } else if (tc->is_string() && tc->text == "auto") {
+      req.tool_choice = ToolChoice::kAuto;
+    } else if (tc->is_string() && tc->text == "required") {
+      req.tool_choice = ToolChoice::kRequired;
+    } else if (tc->is_object()) {
+      const Value* fn = field(*tc, "function");
+      const Value* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+      if (name == nullptr || !name->is_string()) return bad("'tool_choice' names no function");
+      if (!tool_names.count(name->text))
+        return bad("'tool_choice' names an unknown tool '" + name->text + "'");
+      Value kept = Value::array();
+      for (const Value& t : req.tools.items)
+        if (t.find("function")->find("name")->text == name->text) kept.items.push_back(t);
+      req.tools = std::move(kept);
+      req.tool_choice = ToolChoice::kRequired;
+    } else {
+      return bad("'tool_choice' must be none, auto, required or {\"type\": \"function\", ...}");
+    }
+    if (req.tool_choice == ToolChoice::kRequired && req.tools.items.empty())
+      return bad("'tool_choice' requires 'tools'");
+  }
+  if (req.thinking && req.tool_choice == ToolChoice::kRequired)
+    return bad("Thinking mode does not support this tool_choice");
+  if (const Value* rf = field(r, "response_format")) {
+    const Value* type = rf->is_object() ? field(*rf, "type") : nullptr;
+    if (type == nullptr || !type->is_string()) return bad("'response_format.type' is required");
+    if (type->text == "json_object") {
+      req.json_object = true;
+    } else if (type->text != "text" && type->text != "json_schema") {
+      return bad("'response_format.type' must be text, json_object or json_schema");
+    }
+  }
+  // Messages.
+  const Value* msgs = field(r, "messages");
+  if (msgs == nullptr || !msgs->is_array() || msgs->items.empty())
+    return bad("'messages' must be a non-empty list");
+  FATHOM_RETURN_IF_ERROR(check_no_placeholder(*msgs));
+  std::vector<std::string> pending_calls;  // call ids still waiting for their tool message
+  std::set<std::string> answered;
+  for (size_t i = 0; i < msgs->items.size(); ++i) {
+    const Value& m = msgs->items[i];
+    std::string where = "messages[" + std::to_string(i) + "]";
+    const Value* role = m.is_object() ? field(m, "role") : nullptr;
+    if (role == nullptr || !role->is_string()) return bad(where + ": 'role' is required");
+    if (role->text != "tool" && !pending_calls.empty()) {
+      return bad(where + ": tool call '" + pending_calls.front() + "' has no tool message");
+    }
+    Value out = Value::object();
+    if (role->text == "system" || role->text == "developer") {
+      FATHOM_ASSIGN_OR_RETURN(std::string text, text_content(field(m, "content"), where));
+      if (text.empty()) continue;  // an empty system message is dropped
+      out.set("role", Value::from_string("system"));
+      out.set("content", Value::from_string(text));
+    } else if (role->text == "user") {
+      FATHOM_ASSIGN_OR_RETURN(Value content, user_content(field(m, "content"), i, opt.format));
+      out.set("role", Value::from_string("user"));
+      out.set("content", std::move(content));
+    } else if (role->text == "latest_reminder") {
+      FATHOM_ASSIGN_OR_RETURN(std::string text, text_content(field(m, "content"), where));
+      out.set("role", Value::from_string("latest_reminder"));
+      out.set("content", Value::from_string(text));
+    } else if (role->text == "assistant") {
+      if (field(m, "prefix")) return bad(where + ": 'prefix' continuation is not supported yet");
+      FATHOM_ASSIGN_OR_RETURN(std::string text, text_content(field(m, "content"), where));
+      const Value* calls = m.find("tool_calls");
+      out.set("role", Value::from_string("assistant"));
+      out.set("content", Value::from_string(text));
+      if (const Value* rc = field(m, "reasoning_content")) {
+        if (!rc->is_string()) return bad(where + ": 'reasoning_content' must be a string");
+        out.set("reasoning_content", *rc);
+      }
+      if (calls != nullptr && !calls->is_null()) {
+        if (!calls->is_array() || calls->items.empty())
+          return bad(where + ": 'tool_calls' must be a non-empty list");
+        Value out_calls = Value::array();
+        std::set<std::string> ids;
+        for (const Value& c : calls->items) {
+          const Value* id = c.is_object() ? field(c, "id") : nullptr;
+          const Value* fn = c.is_object() ? field(c, "function") : nullptr;
+          const Value* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+          const Value* args = fn && fn->is_object() ? field(*fn, "arguments") : nullptr;
+          if (id == nullptr || !id->is_string() || name == nullptr || !name->is_string() ||
+              args == nullptr || !args->is_string()) {
+            return bad(
+                where +
+                ": each tool call needs a string 'id', 'function.name' and 'function.arguments'");
+          }
+          if (!ids.insert(id->text).second)
+            return bad(where + ": duplicate tool call id '" + id->text + "'");
+          pending_calls.push_back(id->text);
+          Value oc = Value::object(), of = Value::object();
+          of.set("name", *name);
+          of.set("arguments", *args);
+          oc.set("id", *id);
+          oc.set("type", Value::from_string("function"));
+          oc.set("function", of);
+          out_calls.items.push_back(std::move(oc));
+        }
+        out.set("tool_calls", std::move(out_calls));
+      } else if (text.empty()) {
+        return bad(where + ": an assistant message needs 'content' or 'tool_calls'");
+      }
+    } else if (role->text == "tool") {
+      const Value* id = field(m, "tool_call_id");
+      if (id == nullptr || !id->is_string())
+        return bad(where + ": a tool message needs 'tool_call_id'");
+      auto it = std::find(pending_calls.begin(), pending_calls.end(), id->text);
+      if (it == pending_calls.end()) {
+        return bad(where +
+                   (answered.count(id->text) ? ": duplicate tool message for '"
+                                             : ": no assistant tool call has id '") +
+                   id->text + "'");
+      }
+      pending_calls.erase(it);
+      answered.insert(id->text);
+      FATHOM_ASSIGN_OR_RETURN(std::string text, text_content(field(m, "content"), where));
+      out.set("role", Value::from_string("tool"));
+      out.set("tool_call_id", *id);
+      out.set("content", Value::from_string(text));
+    } else {
+      return bad(where + ": unsupported role '" + role->text + "'");
+    }
+    req.messages.items.push_back(std::move(out));
+  }
+  if (!pending_calls.empty())
+    return bad("tool call '" + pending_calls.front() + "' has no tool message");
+  if (req.json_object && !mentions_json(*msgs)) {
+    return bad("response_format json_object requires the word \"json\" in the messages");
+  }
+  return req;
+}
+
+const char* chat_finish_reason(prompt::FinishReason r) {
+  switch (r) {
+    case prompt::FinishReason::kLength:
+      return "length";
+    case prompt::FinishReason::kToolCalls:
+      return "tool_calls";
+    default:
+      return "stop";
+  }
+}
+
+namespace {
+
+Value usage_json(const Usage& u) {
+  Value v = Value::object(), details = Value::object();
+  v.set("prompt_tokens", Value::from_int(u.prompt_tokens));
+  v.set("completion_tokens", Value::from_int(u.completion_tokens));
+  v.set("total_tokens", Value::from_int(u.prompt_tokens + u.completion_tokens));
+  details.set("cached_tokens", Value::from_int(u.cached_tokens));
+  v.set("prompt_tokens_details", details);
+  v.set("prompt_cache_hit_tokens", Value::from_int(u.cached_tokens));
+  v.set("prompt_cache_miss_tokens", Value::from_int(u.prompt_tokens - u.cached_tokens));
+  return v;
+}
+
+}  // namespace
+
+std::string ChatResponder::chunk(const std::string& delta_json, const char* finish_reason,
+                                 bool with_usage, const Usage& u) const {
+  Value c = Value::object();
+  c.set("id", Value::from_string(id_));
+  c.set("object", Value::from_string("chat.completion.chunk"));
+  c.set("created", Value::from_int(created_));
+  c.set("model", Value::from_string(model_));
+  Value choices = Value::array();
+  if (!delta_json.empty()) {
+    Value choice = Value::object();
+    choice.set("index", Value::from_int(0));
+    choice.set("delta", std::move(pyjson::parse(delta_json)).value());
+    choice.set("logprobs", Value());
+    choice.set("finish_reason", finish_reason ? Value::from_string(finish_reason) : Value());
+    choices.items.push_back(std::move(choice));
+  }
+  c.set("choices", std::move(choices));
+  if (include_usage_) c.set("usage", with_usage ? usage_json(u) : Value());
+  return "data: " + pyjson::dumps(c, false, true) + "\n\n";
+}
+
+std::string ChatResponder::stream(const std::vector<prompt::ParserEvent>& events,
+                                  const Usage& usage) {
+  std::string out;
+  if (!opened_) {
+    opened_ = true;
+    out += chunk(thinking_ ? R"({"role":"assistant","content":null,"reasoning_content":""})"
+                           : R"({"role":"assistant","content":""})",
+                 nullptr, false, usage);
+  }
+  for (const auto& e : events) {
+    Value d = Value::object();
+    switch (e.kind) {
+      case prompt::ParserEvent::Kind::kReasoning:
+        d.set("reasoning_content", Value::from_string(e.text));
+        break;
+      case prompt::ParserEvent::Kind::kContent:
+        d.set("content", Value::from_string(e.text));
+        break;
+      case prompt::ParserEvent::Kind::kToolCallBegin: {
+        Value calls = Value::array(), call = Value::object(), fn = Value::object();
+        call.set("index", Value::from_int(e.tool_index));
+        call.set("id", Value::from_string(tool_id(e.tool_index)));
+        call.set("type", Value::from_string("function"));
+        fn.set("name", Value::from_string(e.text));
+        fn.set("arguments", Value::from_string(""));
+        call.set("function", fn);
+        calls.items.push_back(call);
+        d.set("tool_calls", calls);
+        break;
+      }
+      case prompt::ParserEvent::Kind::kToolArguments: {
+        Value calls = Value::array(), call = Value::object(), fn = Value::object();
+        call.set("index", Value::from_int(e.tool_index));
+        fn.set("arguments", Value::from_string(e.text));
+        call.set("function", fn);
+        calls.items.push_back(call);
+        d.set("tool_calls", calls);
+        break;
+      }
+      case prompt::ParserEvent::Kind::kToolCallEnd:
+        continue;
+      case prompt::ParserEvent::Kind::kFinish:
+        out += chunk("{}", chat_finish_reason(e.finish), false, usage);
+        if (include_usage_) out += chunk("", nullptr, true, usage);
+        out += "data: [DONE]\n\n";
+        continue;
+    }
+    out += chunk(pyjson::dumps(d, false, true), nullptr, false, usage);
+  }
+  add(events);
+  return out;
+}
+
+void ChatResponder::add(const std::vector<prompt::ParserEvent>& events) {
+  for (const auto& e : events) {
+    switch (e.kind) {
+      case prompt::ParserEvent::Kind::kReasoning:
+        reasoning_ += e.text;
+        break;
+      case prompt::ParserEvent::Kind::kContent:
+        content_ += e.text;
+        break;
+      case prompt::ParserEvent::Kind::kToolCallBegin:
+        calls_.push_back({e.text, ""});
+        break;
+      case prompt::ParserEvent::Kind::kToolArguments:
+        if (!calls_.empty()) calls_.back().arguments += e.text;
+        break;
+      case prompt::ParserEvent::Kind::kToolCallEnd:
+        break;
+      case prompt::ParserEvent::Kind::kFinish:
+        finish_ = e.finish;
+        finished_ = true;
+        break;
+    }
+  }
+}
+
+std::string ChatResponder::complete(const Usage& usage) const {
+  Value r = Value::object(), choices = Value::array(), choice = Value::object(),
+        msg = Value::object();
+  r.set("id", Value::from_string(id_));
+  r.set("object", Value::from_string("chat.completion"));
+  r.set("created", Value::from_int(created_));
+  r.set("model", Value::from_string(model_));
+  msg.set("role", Value::from_string("assistant"));
+  msg.set("content", content_.empty() && !calls_.empty() ? Value() : Value::from_string(content_));
+  if (thinking_) msg.set("reasoning_content", Value::from_string(reasoning_));
+  if (!calls_.empty()) {
+    Value calls = Value::array();
+    for (size_t i = 0; i < calls_.size(); ++i) {
+      Value c = Value::object(), fn = Value::object();
+      c.set("id", Value::from_string(tool_id(int(i))));
+      c.set("type", Value::from_string("function"));
+      fn.set("name", Value::from_string(calls_[i].name));
+      fn.set("arguments", Value::from_string(calls_[i].arguments));
+      c.set("function", fn);
+      calls.items.push_back(std::move(c));
+    }
+    msg.set("tool_calls", std::move(calls));
+  }
+  choice.set("index", Value::from_int(0));
+  choice.set("message", std::move(msg));
+  choice.set("logprobs", Value());
+  choice.set("finish_reason", Value::from_string(chat_finish_reason(
+                                  finished_ ? finish_ : prompt::FinishReason::kEndOfStream)));
+  choices.items.push_back(std::move(choice));
+  r.set("choices", std::move(choices));
+  r.set("usage", usage_json(usage));
+  return pyjson::dumps(r, false, true);
+}
+
+}  // namespace fathom::api

@@ -1,0 +1,50 @@
+// ConversationRequest: what a protocol adapter produces from a client request — the
+// conversation in the official encoders' message shape, the prompt options, sampling
+// parameters and output-parsing options — and the API-mode renderer that turns it into a
+// Prompt the way deepseek-recipe does (thinking kept on every turn, tools and the response
+// format on the first system message, the assistant header always appended, tool_choice
+// required opening the DSML block). Plain data; render_api() is a pure function.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/py_json.h"
+#include "core/status.h"
+#include "prompt/output_parser.h"
+#include "prompt/prompt.h"
+
+namespace fathom::api {
+
+enum class PromptFormat { kV4, kV41 };
+enum class ToolChoice { kNone, kAuto, kRequired };
+enum class Effort { kLow, kHigh, kXhigh, kMax };
+
+struct SamplingParams {
+  std::optional<double> temperature, top_p, presence_penalty, frequency_penalty;
+  std::optional<int64_t> max_tokens, seed, top_k;
+  std::vector<std::string> stop;
+};
+
+struct ConversationRequest {
+  pyjson::Value messages = pyjson::Value::array();  // role/content/... as the encoders take them
+  pyjson::Value tools = pyjson::Value::array();     // OpenAI {"type":"function","function":{...}}
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  bool thinking = true;
+  std::optional<Effort> effort;   // none: the default for thinking (High)
+  std::optional<int64_t> budget;  // V4.1 integer effort 1..100 (overrides effort)
+  bool json_object = false;       // response_format {"type": "json_object"}
+  SamplingParams sampling;
+  std::string model;
+  bool stream = false;
+  bool include_usage = true;
+
+  prompt::OutputParserOptions parsing_options() const;
+};
+
+// The prompt for a request, recipe-compatible. Errors are kInvalidArgument.
+Result<prompt::Prompt> render_api(const ConversationRequest& req, PromptFormat format);
+
+}  // namespace fathom::api

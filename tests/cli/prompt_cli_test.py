@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""End-to-end checks of `fathom render`, `fathom parse` and `fathom encode` as their CLI
+contracts state, against the official goldens (tests/data/encoding) and with the V4.1
+tokenizer fixture built by scripts/setup.sh."""
+import json
+import os
+import subprocess
+import sys
+
+fathom, data = sys.argv[1], sys.argv[2]
+cache = os.environ.get("FATHOM_CACHE", os.path.expanduser("~/.cache/fathom"))
+tok = os.path.join(cache, "tokenizers/deepseek_v41_fixture/tokenizer.json")
+failures = []
+
+
+def run(args, stdin):
+    return subprocess.run([fathom] + args, input=stdin.encode() if isinstance(stdin, str) else stdin, capture_output=True)
+
+
+for fmt, files in (("v4", ["v4/cases_dev.jsonl", "v4/official/official_cases.jsonl"]),
+                   ("v41", ["v41/cases_dev.jsonl", "v41/official_inline/cases_official_inline.jsonl"])):
+    for f in files:
+        for line in open(os.path.join(data, "encoding", f), encoding="utf-8"):
+            c = json.loads(line)
+            inp = {k: v for k, v in c.items() if k not in ("prompt", "images", "error", "error_type", "id", "tags")}
+            p = run(["render", "--format", fmt], json.dumps(inp, ensure_ascii=False))
+            ok = p.returncode == 2 if "error" in c else (p.returncode == 0 and p.stdout.decode() == c["prompt"])
+            if not ok:
+                failures.append(f"render {c['id']}: rc={p.returncode} {p.stderr[:200]!r}")
+
+for fmt, files in (("v4", ["v4/parse_dev.jsonl", "v4/official/official_parse.jsonl"]),
+                   ("v41", ["v41/parse_dev.jsonl", "v41/official_inline/parse_official_inline.jsonl"])):
+    for f in files:
+        for line in open(os.path.join(data, "encoding", f), encoding="utf-8"):
+            c = json.loads(line)
+            p = run(["parse", "--format", fmt, "--mode", "reference"],
+                    json.dumps({"completion": c["completion"], "thinking_mode": c["thinking_mode"]}, ensure_ascii=False))
+            ok = p.returncode == 2 if "error" in c else (p.returncode == 0 and json.loads(p.stdout) == c["parsed"])
+            if not ok:
+                failures.append(f"parse {c['id']}: rc={p.returncode} {p.stderr[:200]!r}")
+
+# encode: a good request gives ids and the prompt; a bad one exits 2 with the OpenAI error body.
+body = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "<｜User｜>hi"}],
+        "thinking": {"type": "disabled"}}
+p = run(["encode", "--tokenizer", tok, "--format", "v41", "--protocol", "chat"], json.dumps(body))
+try:
+    r = json.loads(p.stdout)
+    user_ids = [i for i in r["token_ids"] if i == 128803]
+    if p.returncode != 0 or len(user_ids) != 1 or not r["prompt"].endswith("<｜Assistant｜></think>"):
+        failures.append(f"encode: {p.returncode} {r}")
+except Exception as e:  # noqa: BLE001
+    failures.append(f"encode: {e} {p.stdout!r} {p.stderr!r}")
+p = run(["encode", "--tokenizer", tok, "--format", "v41", "--protocol", "chat"], '{"messages": [], "model": "x"}')
+if p.returncode != 2 or "invalid_request_error" not in json.loads(p.stdout)["error"]["type"]:
+    failures.append(f"encode bad request: rc={p.returncode} {p.stdout!r}")
+
+# parse --protocol chat: model output ids (control tokens as ids) -> a tool call response.
+completion = ("Let me check.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n<｜DSML｜ parameter name=\"city\" "
+              "string=\"true\">Paris</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls><｜end▁of▁sentence｜>")
+ids = json.loads(run(["tokenize", "--tokenizer", tok], json.dumps({"text": completion})).stdout)["ids"]
+req = {"messages": [{"role": "user", "content": "weather in Paris?"}], "thinking": {"type": "disabled"},
+       "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]}
+p = run(["parse", "--tokenizer", tok, "--format", "v41", "--protocol", "chat"], json.dumps({"request": req, "output_ids": ids, "finish": "stop"}))
+try:
+    r = json.loads(p.stdout)
+    ch = r["choices"][0]
+    if (ch["finish_reason"] != "tool_calls" or ch["message"]["content"] != "Let me check." or
+            json.loads(ch["message"]["tool_calls"][0]["function"]["arguments"]) != {"city": "Paris"}):
+        failures.append(f"parse chat: {r}")
+except Exception as e:  # noqa: BLE001
+    failures.append(f"parse chat: {e} {p.stdout!r} {p.stderr!r}")
+p = run(["parse", "--tokenizer", tok, "--format", "v41", "--protocol", "chat", "--stream"],
+        json.dumps({"request": req, "output_ids": ids, "finish": "stop"}))
+lines = [l for l in p.stdout.decode().split("\n\n") if l]
+if p.returncode != 0 or lines[-1] != "data: [DONE]" or not all(l.startswith("data: ") for l in lines):
+    failures.append(f"parse chat --stream: {p.returncode} {lines[-3:]}")
+
+for f in failures[:30]:
+    print("FAIL:", f)
+print(f"{0 if failures else 1} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "api/anthropic_messages.h"
 #include "api/chat_completions.h"
 #include "api/errors.h"
 #include "cli/commands.h"
@@ -69,22 +70,34 @@ std::string read_stdin() {
   return std::string((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
 }
 
-// Renders and encodes a chat request; the request error (if any) in `err`.
+// Parses (per protocol), renders and encodes a request body.
 struct Encoded {
   api::ConversationRequest request;
   prompt::Prompt prompt;
   std::vector<int32_t> ids;
 };
-Result<Encoded> encode_chat(const Tokenizer& tok, const std::string& body,
-                            api::PromptFormat format) {
-  api::ChatOptions opt;
-  opt.format = format;
+Result<Encoded> encode_request(const Tokenizer& tok, const std::string& body,
+                               const std::string& protocol, api::PromptFormat format) {
   Encoded e;
-  FATHOM_ASSIGN_OR_RETURN(e.request, api::parse_chat_request(body, opt));
+  if (protocol == "chat") {
+    api::ChatOptions opt;
+    opt.format = format;
+    FATHOM_ASSIGN_OR_RETURN(e.request, api::parse_chat_request(body, opt));
+  } else if (protocol == "messages") {
+    api::MessagesOptions opt;
+    opt.format = format;
+    FATHOM_ASSIGN_OR_RETURN(e.request, api::parse_messages_request(body, opt));
+  } else {
+    return unsupported("--protocol " + protocol + " is not implemented yet");
+  }
   FATHOM_ASSIGN_OR_RETURN(e.prompt, api::render_api(e.request, format));
   FATHOM_ASSIGN_OR_RETURN(auto enc, prompt::PromptEncoder::create(tok));
   FATHOM_ASSIGN_OR_RETURN(e.ids, enc.encode(e.prompt));
   return e;
+}
+
+std::string error_json(const std::string& protocol, const Status& s) {
+  return protocol == "messages" ? api::anthropic_error_json(s) : api::openai_error_json(s);
 }
 
 int run_encode(const EncodeArgs& a) {
@@ -93,16 +106,10 @@ int run_encode(const EncodeArgs& a) {
     std::fprintf(stderr, "fathom: %s\n", tok.status().to_string().c_str());
     return 2;
   }
-  if (a.protocol != "chat") {
-    std::printf("%s\n", api::openai_error_json(
-                            unsupported("--protocol " + a.protocol + " is not implemented yet"))
-                            .c_str());
-    return 2;
-  }
-  auto e = encode_chat(**tok, read_stdin(),
-                       a.format == "v41" ? api::PromptFormat::kV41 : api::PromptFormat::kV4);
+  auto e = encode_request(**tok, read_stdin(), a.protocol,
+                          a.format == "v41" ? api::PromptFormat::kV41 : api::PromptFormat::kV4);
   if (!e.is_ok()) {
-    std::printf("%s\n", api::openai_error_json(e.status()).c_str());
+    std::printf("%s\n", error_json(a.protocol, e.status()).c_str());
     return 2;
   }
   std::string out = "{\"token_ids\":";
@@ -120,12 +127,6 @@ int run_parse_protocol(const ParseArgs& a) {
     std::fprintf(stderr, "fathom: %s\n", tok.status().to_string().c_str());
     return 2;
   }
-  if (a.protocol != "chat") {
-    std::printf("%s\n", api::openai_error_json(
-                            unsupported("--protocol " + a.protocol + " is not implemented yet"))
-                            .c_str());
-    return 2;
-  }
   auto in = pyjson::parse(read_stdin());
   const pyjson::Value* req = in.is_ok() ? in->find("request") : nullptr;
   const pyjson::Value* ids = in.is_ok() ? in->find("output_ids") : nullptr;
@@ -136,10 +137,10 @@ int run_parse_protocol(const ParseArgs& a) {
                  "\"stop\"|\"length\"}\n");
     return 2;
   }
-  auto e = encode_chat(**tok, pyjson::dumps(*req, false),
-                       a.format == "v41" ? api::PromptFormat::kV41 : api::PromptFormat::kV4);
+  auto e = encode_request(**tok, pyjson::dumps(*req, false), a.protocol,
+                          a.format == "v41" ? api::PromptFormat::kV41 : api::PromptFormat::kV4);
   if (!e.is_ok()) {
-    std::printf("%s\n", api::openai_error_json(e.status()).c_str());
+    std::printf("%s\n", error_json(a.protocol, e.status()).c_str());
     return 2;
   }
   auto parser = prompt::OutputParser::create(**tok, e->request.parsing_options());
@@ -158,12 +159,27 @@ int run_parse_protocol(const ParseArgs& a) {
   bool length = fin != nullptr && fin->is_string() && fin->text == "length";
   parser->finish(length ? prompt::FinishReason::kLength : prompt::FinishReason::kStop, events);
   api::Usage usage{int64_t(e->ids.size()), int64_t(ids->items.size()), 0};
-  api::ChatResponder responder(
-      "fathom-" + std::to_string(e->ids.size()) + "-" + std::to_string(ids->items.size()),
-      e->request.model.empty() ? "deepseek-v4.1" : e->request.model, 0, e->request.thinking,
-      e->request.include_usage);
-  std::string out = a.stream ? responder.stream(events, usage)
-                             : (responder.add(events), responder.complete(usage) + "\n");
+  std::string id =
+      "fathom-" + std::to_string(e->ids.size()) + "-" + std::to_string(ids->items.size());
+  std::string model = e->request.model.empty() ? "deepseek-v4.1" : e->request.model;
+  std::string out;
+  if (a.protocol == "messages") {
+    api::MessagesResponder responder(id, model, e->request.thinking);
+    if (a.stream) {
+      out = responder.stream(events, usage);
+    } else {
+      responder.add(events);
+      out = responder.complete(usage) + "\n";
+    }
+  } else {
+    api::ChatResponder responder(id, model, 0, e->request.thinking, e->request.include_usage);
+    if (a.stream) {
+      out = responder.stream(events, usage);
+    } else {
+      responder.add(events);
+      out = responder.complete(usage) + "\n";
+    }
+  }
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }
@@ -218,7 +234,7 @@ void add_prompt_commands(CLI::App& app, Runner* run) {
   p->add_option(
       "--tokenizer", pargs->tokenizer,
       "tokenizer.json: parse output ids for a protocol (stdin {request, output_ids, finish})");
-  p->add_option("--protocol", pargs->protocol, "chat (responses, messages: not yet)")
+  p->add_option("--protocol", pargs->protocol, "chat or messages (responses: not yet)")
       ->check(CLI::IsMember({"chat", "responses", "messages"}));
   p->add_flag("--stream", pargs->stream, "Print the SSE lines a client would receive");
   p->callback([pargs, run] { *run = [pargs] { return run_parse(*pargs); }; });
@@ -227,7 +243,7 @@ void add_prompt_commands(CLI::App& app, Runner* run) {
   auto* e = app.add_subcommand("encode", "Encode a protocol request body (stdin) to token ids");
   e->add_option("--tokenizer", eargs->tokenizer, "tokenizer.json")->required();
   e->add_option("--format", eargs->format, "Prompt format")->check(CLI::IsMember({"v4", "v41"}));
-  e->add_option("--protocol", eargs->protocol, "chat (responses, messages: not yet)")
+  e->add_option("--protocol", eargs->protocol, "chat or messages (responses: not yet)")
       ->check(CLI::IsMember({"chat", "responses", "messages"}));
   e->callback([eargs, run] { *run = [eargs] { return run_encode(*eargs); }; });
 }

@@ -75,6 +75,25 @@ lines = [l for l in p.stdout.decode().split("\n\n") if l]
 if p.returncode != 0 or lines[-1] != "data: [DONE]" or not all(l.startswith("data: ") for l in lines):
     failures.append(f"parse chat --stream: {p.returncode} {lines[-3:]}")
 
+# The Messages protocol: errors in Anthropic's shape, and the stream's event names.
+p = run(["encode", "--tokenizer", tok, "--format", "v41", "--protocol", "messages"], '{"model": "x", "messages": [{"role": "user", "content": "hi"}]}')
+if p.returncode != 2 or json.loads(p.stdout).get("type") != "error":
+    failures.append(f"messages bad request: rc={p.returncode} {p.stdout!r}")
+mreq = {"model": "x", "max_tokens": 50, "messages": [{"role": "user", "content": "weather in Paris?"}], "thinking": {"type": "disabled"},
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}]}
+p = run(["parse", "--tokenizer", tok, "--format", "v41", "--protocol", "messages", "--stream"],
+        json.dumps({"request": mreq, "output_ids": ids, "finish": "stop"}))
+names = [l[7:] for l in p.stdout.decode().splitlines() if l.startswith("event: ")]
+if p.returncode != 0 or names[0] != "message_start" or names[-1] != "message_stop" or "ping" not in names:
+    failures.append(f"messages stream: {p.returncode} {names}")
+p = run(["parse", "--tokenizer", tok, "--format", "v41", "--protocol", "messages"], json.dumps({"request": mreq, "output_ids": ids, "finish": "stop"}))
+try:
+    m = json.loads(p.stdout)
+    if m["stop_reason"] != "tool_use" or m["content"][-1]["input"] != {"city": "Paris"}:
+        failures.append(f"messages complete: {m}")
+except Exception as e:  # noqa: BLE001
+    failures.append(f"messages complete: {e} {p.stdout!r}")
+
 for f in failures[:30]:
     print("FAIL:", f)
 print(f"{0 if failures else 1} passed, {len(failures)} failed")

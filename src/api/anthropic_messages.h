@@ -1,0 +1,63 @@
+// Anthropic Messages: request JSON -> ConversationRequest with deepseek-recipe's validation
+// (kInvalidArgument, rendered by anthropic_error_json), and parser events -> the Messages
+// stream events (message_start, content_block_*, ping, message_delta, message_stop) and the
+// complete message. A MessagesResponder serves one response; not thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/chat_completions.h"
+#include "api/conversation.h"
+#include "prompt/output_parser.h"
+
+namespace fathom::api {
+
+struct MessagesOptions {
+  bool default_thinking = true;
+  PromptFormat format = PromptFormat::kV41;
+  size_t max_body_bytes = 32 << 20;
+};
+
+Result<ConversationRequest> parse_messages_request(std::string_view body,
+                                                   const MessagesOptions& options);
+
+class MessagesResponder {
+ public:
+  MessagesResponder(std::string id, std::string model, bool thinking)
+      : id_(std::move(id)), model_(std::move(model)), thinking_(thinking) {}
+
+  // The SSE events (`event: X\ndata: {...}\n\n`) for these parser events; the first call
+  // also sends message_start (and opens the thinking block in thinking mode).
+  std::string stream(const std::vector<prompt::ParserEvent>& events, const Usage& usage);
+  void add(const std::vector<prompt::ParserEvent>& events);
+  std::string complete(const Usage& usage) const;
+
+ private:
+  enum class Block { kNone, kThinking, kText, kToolUse };
+  std::string event(const char* name, const pyjson::Value& data) const;
+  std::string open_block(Block b, const std::string& tool_name);
+  std::string close_block();
+  std::string tool_id(int i) const { return "toolu_" + id_ + "_" + std::to_string(i); }
+
+  std::string id_, model_;
+  bool thinking_;
+  bool started_ = false, pinged_ = false;
+  Block open_ = Block::kNone;
+  int index_ = -1;
+  int tools_ = 0;
+  // Folded state for complete().
+  struct Part {
+    Block kind;
+    std::string text;  // thinking / text / tool arguments JSON
+    std::string name;
+  };
+  std::vector<Part> parts_;
+  prompt::FinishReason finish_ = prompt::FinishReason::kEndOfStream;
+  std::string stop_sequence_;
+};
+
+const char* messages_stop_reason(prompt::FinishReason r);
+
+}  // namespace fathom::api

@@ -8,6 +8,7 @@
 #include "api/anthropic_messages.h"
 #include "api/chat_completions.h"
 #include "api/errors.h"
+#include "api/openai_responses.h"
 #include "cli/commands.h"
 #include "core/json_write.h"
 #include "core/py_json.h"
@@ -88,7 +89,9 @@ Result<Encoded> encode_request(const Tokenizer& tok, const std::string& body,
     opt.format = format;
     FATHOM_ASSIGN_OR_RETURN(e.request, api::parse_messages_request(body, opt));
   } else {
-    return unsupported("--protocol " + protocol + " is not implemented yet");
+    api::ResponsesOptions opt;
+    opt.format = format;
+    FATHOM_ASSIGN_OR_RETURN(e.request, api::parse_responses_request(body, opt));
   }
   FATHOM_ASSIGN_OR_RETURN(e.prompt, api::render_api(e.request, format));
   FATHOM_ASSIGN_OR_RETURN(auto enc, prompt::PromptEncoder::create(tok));
@@ -171,6 +174,14 @@ int run_parse_protocol(const ParseArgs& a) {
       responder.add(events);
       out = responder.complete(usage) + "\n";
     }
+  } else if (a.protocol == "responses") {
+    api::ResponsesResponder responder(id, model, 0);
+    if (a.stream) {
+      out = responder.stream(events, usage);
+    } else {
+      responder.add(events);
+      out = responder.complete(usage) + "\n";
+    }
   } else {
     api::ChatResponder responder(id, model, 0, e->request.thinking, e->request.include_usage);
     if (a.stream) {
@@ -234,7 +245,7 @@ void add_prompt_commands(CLI::App& app, Runner* run) {
   p->add_option(
       "--tokenizer", pargs->tokenizer,
       "tokenizer.json: parse output ids for a protocol (stdin {request, output_ids, finish})");
-  p->add_option("--protocol", pargs->protocol, "chat or messages (responses: not yet)")
+  p->add_option("--protocol", pargs->protocol, "chat, responses or messages")
       ->check(CLI::IsMember({"chat", "responses", "messages"}));
   p->add_flag("--stream", pargs->stream, "Print the SSE lines a client would receive");
   p->callback([pargs, run] { *run = [pargs] { return run_parse(*pargs); }; });
@@ -243,7 +254,7 @@ void add_prompt_commands(CLI::App& app, Runner* run) {
   auto* e = app.add_subcommand("encode", "Encode a protocol request body (stdin) to token ids");
   e->add_option("--tokenizer", eargs->tokenizer, "tokenizer.json")->required();
   e->add_option("--format", eargs->format, "Prompt format")->check(CLI::IsMember({"v4", "v41"}));
-  e->add_option("--protocol", eargs->protocol, "chat or messages (responses: not yet)")
+  e->add_option("--protocol", eargs->protocol, "chat, responses or messages")
       ->check(CLI::IsMember({"chat", "responses", "messages"}));
   e->callback([eargs, run] { *run = [eargs] { return run_encode(*eargs); }; });
 }

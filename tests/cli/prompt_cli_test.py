@@ -94,6 +94,21 @@ try:
 except Exception as e:  # noqa: BLE001
     failures.append(f"messages complete: {e} {p.stdout!r}")
 
+# The Responses protocol.
+rreq = {"model": "x", "input": "weather in Paris?", "reasoning": {"effort": "none"},
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}]}
+p = run(["parse", "--tokenizer", tok, "--format", "v41", "--protocol", "responses"], json.dumps({"request": rreq, "output_ids": ids, "finish": "stop"}))
+try:
+    r = json.loads(p.stdout)
+    calls = [o for o in r["output"] if o["type"] == "function_call"]
+    if r["status"] != "completed" or len(calls) != 1 or json.loads(calls[0]["arguments"]) != {"city": "Paris"}:
+        failures.append(f"responses complete: {r}")
+except Exception as e:  # noqa: BLE001
+    failures.append(f"responses complete: {e} {p.stdout!r}")
+p = run(["encode", "--tokenizer", tok, "--format", "v41", "--protocol", "responses"], '{"input": "hi", "previous_response_id": "r"}')
+if p.returncode != 2 or "previous_response_id" not in json.loads(p.stdout)["error"]["message"]:
+    failures.append(f"responses bad request: {p.returncode} {p.stdout!r}")
+
 for f in failures[:30]:
     print("FAIL:", f)
 print(f"{0 if failures else 1} passed, {len(failures)} failed")

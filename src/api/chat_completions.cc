@@ -159,8 +159,16 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   // Thinking and effort.
   req.thinking = opt.default_thinking;
   std::optional<std::string> effort_name;
-  if (const Value* e = field(r, "reasoning_effort")) {
-    if (!e->is_string()) return bad("'reasoning_effort' must be a string");
+  const Value* effort_field = field(r, "reasoning_effort");
+  if (effort_field != nullptr && effort_field->kind == Value::Kind::kInt) {
+    // Fathom extension: a V4.1 integer budget 1..100.
+    int64_t b = 0;
+    if (!effort_field->int_fits_int64(&b) || b < 1 || b > 100)
+      return bad("an integer 'reasoning_effort' must be in [1, 100]");
+    req.budget = b;
+    req.thinking = true;
+  } else if (const Value* e = effort_field) {
+    if (!e->is_string()) return bad("'reasoning_effort' must be a string or an integer budget");
     effort_name = e->text;
     static const std::set<std::string> kEfforts = {"none", "minimal", "low", "medium",
                                                    "high", "xhigh",   "max"};

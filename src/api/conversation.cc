@@ -15,7 +15,60 @@ prompt::OutputParserOptions ConversationRequest::parsing_options() const {
   return o;
 }
 
-Result<prompt::Prompt> render_api(const ConversationRequest& req, PromptFormat format) {
+namespace {
+
+constexpr std::string_view kAbsoluteMaximum =
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
+    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
+    "edge cases, and adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, "
+    "considered alternative, and rejected hypothesis to ensure absolutely no assumption is left "
+    "unchecked.\n\n";
+constexpr std::string_view kBeyondMaximum =
+    "Reasoning Effort: Beyond maximum \xE2\x80\x94 exhaustive, relentless, and uncompromising.\n"
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: "
+    "exhaustively "
+    "decompose the problem into its most fundamental components, trace every causal chain to its "
+    "root, "
+    "and resolve the underlying cause rather than any surface symptom.\n"
+    "Do not stop reasoning until you have independently verified the solution from multiple angles "
+    "and "
+    "are certain that no assumption remains unchecked and no error remains undiscovered.\n\n";
+
+}  // namespace
+
+std::string v4_effort_prefix(Checkpoint c, std::optional<Effort> effort) {
+  if (c == Checkpoint::kV4_0731) {
+    // deepseek-recipe's dsv4.rs: Low -> "", no effort / High / Xhigh -> the high text, Max -> max.
+    if (effort == Effort::kLow) return "";
+    if (effort == Effort::kMax) return std::string(kBeyondMaximum);
+    return std::string(kAbsoluteMaximum);
+  }
+  // V4 preview: only max adds a prefix.
+  return effort == Effort::kMax ? std::string(kAbsoluteMaximum) : std::string();
+}
+
+int64_t v41_effort_budget(Checkpoint c, std::optional<Effort> effort) {
+  if (c == Checkpoint::kV41PreRelease) {
+    if (!effort) return 50;
+    switch (*effort) {
+      case Effort::kLow:
+        return 25;
+      case Effort::kHigh:
+        return 50;
+      case Effort::kXhigh:
+        return 75;
+      case Effort::kMax:
+        return 100;
+    }
+  }
+  if (!effort) return 75;
+  return *effort == Effort::kLow ? 50 : *effort == Effort::kMax ? 100 : 75;
+}
+
+Result<prompt::Prompt> render_api(const ConversationRequest& req, PromptFormat format,
+                                  Checkpoint checkpoint) {
   prompt::ReferenceRequest r;
   Value messages = Value::array();
   // Tools and the JSON response format ride on the first system message (inserted if none).
@@ -43,17 +96,12 @@ Result<prompt::Prompt> render_api(const ConversationRequest& req, PromptFormat f
   r.thinking_mode = Value::from_string(req.thinking ? "thinking" : "chat");
   r.drop_thinking = false;  // recipe: every historical turn keeps its reasoning
   if (format == PromptFormat::kV41) {
-    int64_t budget = 75;
-    if (req.budget) {
-      budget = *req.budget;
-    } else if (req.effort) {
-      budget = *req.effort == Effort::kLow ? 50 : *req.effort == Effort::kMax ? 100 : 75;
-    }
-    r.reasoning_effort = Value::from_int(budget);
-  } else {
-    // V4 (preview table): only max adds a prefix.
     r.reasoning_effort =
-        req.effort && *req.effort == Effort::kMax ? Value::from_string("max") : Value();
+        Value::from_int(req.budget ? *req.budget : v41_effort_budget(checkpoint, req.effort));
+  } else {
+    Value e = Value::object();
+    e.set("prefix", Value::from_string(v4_effort_prefix(checkpoint, req.effort)));
+    r.reasoning_effort = std::move(e);
   }
   auto out = format == PromptFormat::kV41 ? prompt::render_v41_reference(r)
                                           : prompt::render_v4_reference(r);

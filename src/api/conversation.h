@@ -19,6 +19,8 @@
 namespace fathom::api {
 
 enum class PromptFormat { kV4, kV41 };
+// The reasoning-effort table is a per-checkpoint property (prompt-format.md §4.2).
+enum class Checkpoint { kDefault, kV4Preview, kV4_0731, kV41PreRelease, kV41Release };
 enum class ToolChoice { kNone, kAuto, kRequired };
 enum class Effort { kLow, kHigh, kXhigh, kMax };
 
@@ -44,7 +46,13 @@ struct ConversationRequest {
   prompt::OutputParserOptions parsing_options() const;
 };
 
-// The prompt for a request, recipe-compatible. Errors are kInvalidArgument.
-Result<prompt::Prompt> render_api(const ConversationRequest& req, PromptFormat format);
+// The prompt for a request, recipe-compatible. Errors are kInvalidArgument. kDefault is the
+// V4 preview table for kV4 and the V4.1 release table for kV41.
+Result<prompt::Prompt> render_api(const ConversationRequest& req, PromptFormat format,
+                                  Checkpoint checkpoint = Checkpoint::kDefault);
+
+// The effort prefix text a V4 checkpoint renders (empty for none); the V4.1 budget.
+std::string v4_effort_prefix(Checkpoint c, std::optional<Effort> effort);
+int64_t v41_effort_budget(Checkpoint c, std::optional<Effort> effort);
 
 }  // namespace fathom::api

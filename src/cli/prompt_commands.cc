@@ -25,6 +25,45 @@ struct RenderArgs {
   std::string mode = "reference";
 };
 
+// API mode: the case's conversation rendered the way deepseek-recipe renders a request.
+int run_render_api(const RenderArgs& a, const pyjson::Value& c) {
+  api::ConversationRequest req;
+  const pyjson::Value* m = c.find("messages");
+  if (m == nullptr || !m->is_array()) {
+    std::fprintf(stderr, "fathom: \"messages\" must be a list\n");
+    return 2;
+  }
+  req.messages = *m;
+  const pyjson::Value* mode = c.find("thinking_mode");
+  req.thinking = mode != nullptr && mode->is_string() && mode->text == "thinking";
+  if (const pyjson::Value* e = c.find("reasoning_effort"); e != nullptr && !e->is_null()) {
+    int64_t b = 0;
+    if (e->int_fits_int64(&b)) {
+      req.budget = b;
+    } else if (e->is_string() && (e->text == "low" || e->text == "minimal")) {
+      req.effort = api::Effort::kLow;
+    } else if (e->is_string() && (e->text == "high" || e->text == "medium")) {
+      req.effort = api::Effort::kHigh;
+    } else if (e->is_string() && e->text == "xhigh") {
+      req.effort = api::Effort::kXhigh;
+    } else if (e->is_string() && e->text == "max") {
+      req.effort = api::Effort::kMax;
+    } else {
+      std::fprintf(stderr, "fathom: invalid reasoning_effort\n");
+      return 2;
+    }
+  }
+  auto p =
+      api::render_api(req, a.format == "v41" ? api::PromptFormat::kV41 : api::PromptFormat::kV4);
+  if (!p.is_ok()) {
+    std::fprintf(stderr, "fathom: %s\n", p.status().to_string().c_str());
+    return 2;
+  }
+  std::string s = p->to_string();
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  return 0;
+}
+
 int run_render(const RenderArgs& a) {
   std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   auto c = pyjson::parse(input);
@@ -32,11 +71,7 @@ int run_render(const RenderArgs& a) {
     std::fprintf(stderr, "fathom: %s\n", c.status().to_string().c_str());
     return 2;
   }
-  if (a.mode != "reference") {
-    std::fprintf(stderr, "fathom: --mode %s is not implemented yet (only reference)\n",
-                 a.mode.c_str());
-    return 2;
-  }
+  if (a.mode == "api") return run_render_api(a, *c);
   auto req = prompt::ReferenceRequest::from_case(*c);
   if (!req.is_ok()) {
     std::fprintf(stderr, "fathom: %s\n", req.status().to_string().c_str());

@@ -1,9 +1,11 @@
 #include "prompt/output_parser.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/py_json.h"
 #include "core/utf8.h"
+#include "prompt/prompt.h"
 
 namespace fathom::prompt {
 namespace {
@@ -119,6 +121,11 @@ Status OutputParser::push(int32_t id, std::vector<ParserEvent>& out) {
     on_text(text, out);
     if (state_ == State::kFinished) return Status::ok();
   }
+  on_control(id, out);
+  return Status::ok();
+}
+
+void OutputParser::on_control(int32_t id, std::vector<ParserEvent>& out) {
   if (id == eos_) {
     on_end(FinishReason::kStop, out);
   } else if (id == think_end_) {
@@ -132,11 +139,52 @@ Status OutputParser::push(int32_t id, std::vector<ParserEvent>& out) {
     on_dsml(out);
   }
   // Other control tokens (<think>, role markers, placeholders) are not text: dropped.
+}
+
+Status OutputParser::push_text(std::string_view text, std::vector<ParserEvent>& out) {
+  if (state_ == State::kFinished) return Status::ok();
+  FATHOM_RETURN_IF_ERROR(utf8::validate(text, "model output text"));
+  if (text_controls_.empty()) {
+    // The prompt format's control tokens, as the tokenizer spells them.
+    for (const std::string& sp : control_spellings()) {
+      int32_t id = tok_->id_of(sp);
+      if (id >= 0) text_controls_.emplace_back(sp, id);
+    }
+  }
+  text_hold_.append(text);
+  for (;;) {
+    size_t best = std::string::npos, len = 0;
+    int32_t which = -1;
+    for (const auto& [sp, id] : text_controls_) {
+      size_t p = text_hold_.find(sp);
+      if (p < best || (p == best && p != std::string::npos && sp.size() > len)) {
+        best = p;
+        len = sp.size();
+        which = id;
+      }
+    }
+    if (which < 0) break;
+    on_text(std::string_view(text_hold_).substr(0, best), out);
+    text_hold_.erase(0, best + len);
+    if (state_ == State::kFinished) return Status::ok();
+    on_control(which, out);
+    if (state_ == State::kFinished) return Status::ok();
+  }
+  size_t keep = 0;
+  for (const auto& [sp, id] : text_controls_) keep = std::max(keep, partial_suffix(text_hold_, sp));
+  on_text(std::string_view(text_hold_).substr(0, text_hold_.size() - keep), out);
+  text_hold_.erase(0, text_hold_.size() - keep);
   return Status::ok();
 }
 
 void OutputParser::finish(FinishReason reason, std::vector<ParserEvent>& out) {
   if (state_ == State::kFinished) return;
+  if (!text_hold_.empty()) {
+    std::string held = std::move(text_hold_);
+    text_hold_.clear();
+    on_text(held, out);
+    if (state_ == State::kFinished) return;
+  }
   if (!pending_bytes_.empty()) {
     std::string text;
     utf8::append_lossy(text, pending_bytes_, true);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -46,6 +47,12 @@ class OutputParser {
   // Feeds one generated id; appends the events it completes. kOutOfRange for an unknown id.
   // After the finish event, further ids are ignored.
   Status push(int32_t id, std::vector<ParserEvent>& out);
+  // Text-chunk input, for backends that return only text. Control-token spellings in the
+  // text are taken as those tokens, so this mode is SPOOFABLE: model text that spells
+  // `</think>` or `<｜end▁of▁sentence｜>` with ordinary tokens acts as the token. It is only
+  // used when a caller opts in; never mix it with push() on one parser. kInvalidArgument for
+  // text that is not UTF-8.
+  Status push_text(std::string_view text, std::vector<ParserEvent>& out);
   // The engine stopped (length limit, or the stream ended): flushes and finishes.
   void finish(FinishReason reason, std::vector<ParserEvent>& out);
   bool finished() const { return state_ == State::kFinished; }
@@ -69,6 +76,7 @@ class OutputParser {
   void on_text(std::string_view text, std::vector<ParserEvent>& out);
   void on_dsml(std::vector<ParserEvent>& out);
   void on_end(FinishReason reason, std::vector<ParserEvent>& out);
+  void on_control(int32_t id, std::vector<ParserEvent>& out);
   void emit_plain(std::vector<ParserEvent>& out, bool final);
   void close_value(std::vector<ParserEvent>& out);
   void close_invoke(std::vector<ParserEvent>& out);
@@ -80,9 +88,11 @@ class OutputParser {
   int32_t eos_ = -1, think_end_ = -1, think_start_ = -1, dsml_ = -1;
   State state_ = State::kContent;
   std::string pending_bytes_;  // undecoded bytes of an incomplete UTF-8 character
-  std::string hold_;           // reasoning/content text held back (possible markup/stop start)
-  std::string tag_;            // text of the tag being read
-  bool closing_ = false;       // the tag being read is a closing tag ("</" before the DSML id)
+  std::string text_hold_;      // text mode: a possible control spelling not yet complete
+  std::vector<std::pair<std::string, int32_t>> text_controls_;  // text mode: spellings -> ids
+  std::string hold_;      // reasoning/content text held back (possible markup/stop start)
+  std::string tag_;       // text of the tag being read
+  bool closing_ = false;  // the tag being read is a closing tag ("</" before the DSML id)
   bool in_block_ = false;
   bool in_invoke_ = false;
   int params_ = 0;  // parameters of the current invoke

@@ -38,11 +38,19 @@ Status render_message(size_t index, const std::vector<Value>& msgs, const std::s
   std::string role = is_str(role_v) ? role_v->text : "None";
   const Value* content = get(msg, "content");
 
-  bool effort_ok =
-      effort.is_null() || (effort.is_string() && (effort.text == "max" || effort.text == "high"));
+  // An object {"prefix": TEXT} is Fathom's own (API mode, other checkpoints' effort tables):
+  // TEXT replaces the preview table's prefix.
+  const Value* prefix = effort.is_object() ? get(effort, "prefix") : nullptr;
+  bool effort_ok = effort.is_null() || is_str(prefix) ||
+                   (effort.is_string() && (effort.text == "max" || effort.text == "high"));
   if (!effort_ok) return reject("Invalid reasoning effort");
-  if (index == 0 && mode == "thinking" && effort.is_string() && effort.text == "max")
-    out.append_template(kEffortMax);
+  if (index == 0 && mode == "thinking") {
+    if (is_str(prefix)) {
+      out.append_template(prefix->text);
+    } else if (effort.is_string() && effort.text == "max") {
+      out.append_template(kEffortMax);
+    }
+  }
 
   if (role == "system") {
     FATHOM_RETURN_IF_ERROR(append_str_or_empty(out, content));

@@ -257,3 +257,50 @@ TEST(ChatResponder, StreamAndCompleteResponses) {
 
 }  // namespace
 }  // namespace fathom::api
+
+namespace fathom::api {
+namespace {
+
+TEST(EffortTables, PerCheckpointAsPublished) {
+  // prompt-format.md §4.2 (and the recipe mappings for an unset effort).
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41Release, Effort::kLow), 50);
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41Release, Effort::kHigh), 75);
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41Release, Effort::kXhigh), 75);
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41Release, Effort::kMax), 100);
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41Release, std::nullopt), 75);
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41PreRelease, Effort::kLow), 25);
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41PreRelease, Effort::kHigh), 50);
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41PreRelease, Effort::kXhigh), 75);
+  EXPECT_EQ(v41_effort_budget(Checkpoint::kV41PreRelease, Effort::kMax), 100);
+  EXPECT_EQ(v4_effort_prefix(Checkpoint::kV4Preview, Effort::kHigh), "");
+  EXPECT_EQ(v4_effort_prefix(Checkpoint::kV4Preview, Effort::kMax)
+                .rfind("Reasoning Effort: Absolute maximum", 0),
+            0u);
+  EXPECT_EQ(v4_effort_prefix(Checkpoint::kV4_0731, Effort::kLow), "");
+  EXPECT_EQ(v4_effort_prefix(Checkpoint::kV4_0731, Effort::kHigh)
+                .rfind("Reasoning Effort: Absolute maximum", 0),
+            0u);
+  EXPECT_EQ(v4_effort_prefix(Checkpoint::kV4_0731, Effort::kMax)
+                .rfind("Reasoning Effort: Beyond maximum \u2014 exhaustive", 0),
+            0u);
+  std::string beyond = v4_effort_prefix(Checkpoint::kV4_0731, Effort::kMax);
+  EXPECT_EQ(beyond.substr(beyond.size() - 2), "\n\n");
+  // The prefix lands right after BOS, in thinking mode only.
+  auto req = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"q"}],"reasoning_effort":"max"})", {});
+  ASSERT_TRUE(req.is_ok());
+  std::string v4 = render_api(*req, PromptFormat::kV4, Checkpoint::kV4_0731)->to_string();
+  EXPECT_EQ(v4.rfind("<｜begin▁of▁sentence｜>Reasoning Effort: Beyond maximum", 0), 0u) << v4;
+  // An integer budget (Fathom extension) reaches the V4.1 prompt as is.
+  auto b = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"q"}],"reasoning_effort":33})", {});
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_NE(render_api(*b, PromptFormat::kV41)->to_string().find("Reasoning Effort: 33 (range"),
+            std::string::npos);
+  EXPECT_FALSE(parse_chat_request(
+                   R"({"messages":[{"role":"user","content":"q"}],"reasoning_effort":101})", {})
+                   .is_ok());
+}
+
+}  // namespace
+}  // namespace fathom::api

@@ -39,6 +39,17 @@ for fmt, files in (("v4", ["v4/parse_dev.jsonl", "v4/official/official_parse.jso
             if not ok:
                 failures.append(f"parse {c['id']}: rc={p.returncode} {p.stderr[:200]!r}")
 
+# render --mode api: the spec's recipe-compatible example (prompt-format.md §7.2).
+case = {"messages": [{"role": "user", "content": "first"}, {"role": "user", "content": "second"},
+                     {"role": "assistant", "content": "answer", "reasoning_content": "prior reasoning"},
+                     {"role": "system", "content": "new instruction"}], "thinking_mode": "thinking", "reasoning_effort": "minimal"}
+want = ("<｜begin▁of▁sentence｜><｜System｜>Reasoning Effort: 50 (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
+        "<｜User｜>first\n\nsecond<｜Assistant｜><think>prior reasoning</think>answer<｜end▁of▁sentence｜>"
+        "<｜System｜>new instruction<｜Assistant｜><think>")
+p = run(["render", "--format", "v41", "--mode", "api"], json.dumps(case))
+if p.returncode != 0 or p.stdout.decode() != want:
+    failures.append(f"render --mode api: {p.returncode} {p.stdout.decode()!r}")
+
 # encode: a good request gives ids and the prompt; a bad one exits 2 with the OpenAI error body.
 body = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "<｜User｜>hi"}],
         "thinking": {"type": "disabled"}}

@@ -72,6 +72,13 @@ Parsed run(const std::vector<int32_t>& ids, OutputParserOptions opt) {
   return r;
 }
 
+void PrintTo(const Parsed& p, std::ostream* os) {
+  *os << "{reasoning=" << ::testing::PrintToString(p.reasoning)
+      << " content=" << ::testing::PrintToString(p.content) << " calls=" << p.calls.size();
+  for (const auto& c : p.calls) *os << " [" << c.first << " " << c.second << "]";
+  *os << " finish=" << int(p.finish) << "}";
+}
+
 // The completion as a model emits it: control tokens as ids, text as BPE.
 std::vector<int32_t> model_ids(const std::string& completion) {
   return *fixture().encode(completion);
@@ -130,6 +137,68 @@ TEST(OutputParser, AgreesWithTheOfficialParser) {
     }
   }
   EXPECT_GT(compared, 70u);
+}
+
+Parsed run_text(const std::string& completion, OutputParserOptions opt, size_t chunk) {
+  auto p = OutputParser::create(fixture(), opt);
+  EXPECT_TRUE(p.is_ok());
+  std::vector<ParserEvent> ev;
+  // Chunks of `chunk` bytes, moved to character boundaries (text backends send whole characters).
+  for (size_t i = 0; i < completion.size();) {
+    size_t j = std::min(completion.size(), i + chunk);
+    while (j < completion.size() && (static_cast<unsigned char>(completion[j]) & 0xC0) == 0x80) ++j;
+    EXPECT_TRUE(p->push_text(std::string_view(completion).substr(i, j - i), ev).is_ok());
+    i = j;
+  }
+  p->finish(FinishReason::kEndOfStream, ev);
+  Parsed r;
+  for (const auto& e : ev) {
+    switch (e.kind) {
+      case ParserEvent::Kind::kReasoning:
+        r.reasoning += e.text;
+        break;
+      case ParserEvent::Kind::kContent:
+        r.content += e.text;
+        break;
+      case ParserEvent::Kind::kToolCallBegin:
+        r.calls.emplace_back(e.text, "");
+        break;
+      case ParserEvent::Kind::kToolArguments:
+        r.calls.back().second += e.text;
+        break;
+      case ParserEvent::Kind::kToolCallEnd:
+        break;
+      case ParserEvent::Kind::kFinish:
+        r.finish = e.finish;
+        r.stop = e.stop_sequence;
+        break;
+    }
+  }
+  return r;
+}
+
+TEST(OutputParser, TextChunkModeMatchesIdModeOnTheGoldens) {
+  size_t n = 0;
+  for (const char* file : {"v4/parse_dev.jsonl", "v41/parse_dev.jsonl"}) {
+    std::ifstream in(std::string(FATHOM_TEST_DATA) + "/encoding/" + file);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto c = pyjson::parse(line);
+      std::string completion = c->find("completion")->text;
+      OutputParserOptions opt;
+      opt.thinking = c->find("thinking_mode")->text == "thinking";
+      Parsed ids = run(model_ids(completion), opt);
+      for (size_t chunk : {size_t(1), size_t(3), size_t(64)}) {
+        EXPECT_EQ(run_text(completion, opt, chunk), ids)
+            << c->find("id")->text << " chunk " << chunk;
+      }
+      ++n;
+    }
+  }
+  EXPECT_EQ(n, 120u);
+  // The documented weakness: spelled markup is taken as markup in text mode.
+  Parsed spoofed = run_text("I wrote </think> here", {.thinking = true}, 4);
+  EXPECT_EQ(spoofed.reasoning, "I wrote ");
 }
 
 TEST(OutputParser, SpelledThinkEndStaysInReasoning) {

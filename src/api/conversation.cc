@@ -17,14 +17,6 @@ prompt::OutputParserOptions ConversationRequest::parsing_options() const {
 
 namespace {
 
-constexpr std::string_view kAbsoluteMaximum =
-    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
-    "You MUST be very thorough in your thinking and comprehensively decompose the problem to "
-    "resolve the root cause, rigorously stress-testing your logic against all potential paths, "
-    "edge cases, and adversarial scenarios.\n"
-    "Explicitly write out your entire deliberation process, documenting every intermediate step, "
-    "considered alternative, and rejected hypothesis to ensure absolutely no assumption is left "
-    "unchecked.\n\n";
 constexpr std::string_view kBeyondMaximum =
     "Reasoning Effort: Beyond maximum \xE2\x80\x94 exhaustive, relentless, and uncompromising.\n"
     "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: "
@@ -43,10 +35,10 @@ std::string v4_effort_prefix(Checkpoint c, std::optional<Effort> effort) {
     // deepseek-recipe's dsv4.rs: Low -> "", no effort / High / Xhigh -> the high text, Max -> max.
     if (effort == Effort::kLow) return "";
     if (effort == Effort::kMax) return std::string(kBeyondMaximum);
-    return std::string(kAbsoluteMaximum);
+    return std::string(prompt::v4_effort_absolute_maximum());
   }
   // V4 preview: only max adds a prefix.
-  return effort == Effort::kMax ? std::string(kAbsoluteMaximum) : std::string();
+  return effort == Effort::kMax ? std::string(prompt::v4_effort_absolute_maximum()) : std::string();
 }
 
 int64_t v41_effort_budget(Checkpoint c, std::optional<Effort> effort) {

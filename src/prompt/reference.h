@@ -36,6 +36,8 @@ struct ReferenceOutput {
 // A rejected conversation is kInvalidArgument (the official encoder raised).
 Result<ReferenceOutput> render_v41_reference(const ReferenceRequest& request);
 Result<ReferenceOutput> render_v4_reference(const ReferenceRequest& request);
+// V4 preview's `max` effort prefix (REASONING_EFFORT_MAX), which V4-0731 uses for `high`.
+std::string_view v4_effort_absolute_maximum();
 
 }  // namespace fathom::prompt
 

@@ -257,6 +257,65 @@ Status append_tool_calls(Prompt& out, const Value& msg, Dialect d) {
   return Status::ok();
 }
 
+Status append_common_role(Prompt& out, size_t index, const std::vector<Value>& msgs,
+                          const std::string& role, const std::string& mode, bool drop_thinking,
+                          int last_user, Dialect d, bool* handled) {
+  const Value& msg = msgs[index];
+  const Value* content = get(msg, "content");
+  *handled = true;
+  if (role == "user") {
+    out.append_special("<｜User｜>");
+    const Value* blocks = get(msg, "content_blocks");
+    if (truthy(blocks)) return append_content_blocks(out, *blocks);
+    return append_str_or_empty(out, content);
+  }
+  if (role == "latest_reminder") {
+    out.append_special("<｜latest_reminder｜>");
+    FATHOM_ASSIGN_OR_RETURN(std::string s, str(content));
+    out.append_text(s);
+    return Status::ok();
+  }
+  if (role == "assistant") {
+    bool prev_task = index >= 1 && !is_none(get(msgs[index - 1], "task"));
+    if (mode == "thinking" && !prev_task && (!drop_thinking || int(index) > last_user)) {
+      FATHOM_RETURN_IF_ERROR(append_str_or_empty(out, get(msg, "reasoning_content")));
+      out.append_special("</think>");
+    }
+    FATHOM_RETURN_IF_ERROR(append_str_or_empty(out, content));
+    FATHOM_RETURN_IF_ERROR(append_tool_calls(out, msg, d));
+    if (!truthy(get(msg, "wo_eos"))) out.append_special("<｜end▁of▁sentence｜>");
+    return Status::ok();
+  }
+  *handled = false;
+  return Status::ok();
+}
+
+Status append_transition(Prompt& out, size_t index, const std::vector<Value>& msgs,
+                         const std::string& mode, bool drop_thinking, int last_user,
+                         bool opens_turn) {
+  if (index + 1 < msgs.size()) {
+    const Value* next = get(msgs[index + 1], "role");
+    std::string nr = is_str(next) ? next->text : "";
+    if (nr != "assistant" && nr != "latest_reminder") return Status::ok();
+  }
+  const Value* task = get(msgs[index], "task");
+  if (!is_none(task)) {
+    FATHOM_ASSIGN_OR_RETURN(std::string tok, task_token(*task));
+    if (task->text != "action") {
+      out.append_special(tok);
+    } else {
+      out.append_special("<｜Assistant｜>");
+      out.append_special(mode != "thinking" ? "</think>" : "<think>");
+      out.append_special(tok);
+    }
+  } else if (opens_turn) {
+    out.append_special("<｜Assistant｜>");
+    bool open = mode == "thinking" && (!drop_thinking || int(index) >= last_user);
+    out.append_special(open ? "<think>" : "</think>");
+  }
+  return Status::ok();
+}
+
 Result<std::string> task_token(const Value& task) {
   static const char* const kTasks[] = {"action", "query", "authority",
                                        "domain", "title", "read_url"};

@@ -24,6 +24,15 @@ Status append_tools_and_format(Prompt& out, const pyjson::Value& msg, Dialect d)
 Status append_content_blocks(Prompt& out, const pyjson::Value& blocks);
 // "\n\n" + the DSML block for msg["tool_calls"], if any.
 Status append_tool_calls(Prompt& out, const pyjson::Value& msg, Dialect d);
+// The roles both versions render alike: user, latest_reminder, assistant. Sets *handled.
+Status append_common_role(Prompt& out, size_t index, const std::vector<pyjson::Value>& msgs,
+                          const std::string& role, const std::string& mode, bool drop_thinking,
+                          int last_user, Dialect d, bool* handled);
+// What follows a message: nothing before a non-assistant turn; else the task token, or (for
+// a role that opens a turn) `<｜Assistant｜>` + `<think>`/`</think>`.
+Status append_transition(Prompt& out, size_t index, const std::vector<pyjson::Value>& msgs,
+                         const std::string& mode, bool drop_thinking, int last_user,
+                         bool opens_turn);
 // The task's special token; rejects unknown tasks.
 Result<std::string> task_token(const pyjson::Value& task);
 

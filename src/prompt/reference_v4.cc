@@ -61,55 +61,19 @@ Status render_message(size_t index, const std::vector<Value>& msgs, const std::s
     out.append_special("<｜User｜>");
     out.append_text(content->text);
     FATHOM_RETURN_IF_ERROR(append_tools_and_format(out, msg, Dialect::kV4));
-  } else if (role == "user") {
-    out.append_special("<｜User｜>");
-    const Value* blocks = get(msg, "content_blocks");
-    if (truthy(blocks)) {
-      FATHOM_RETURN_IF_ERROR(append_content_blocks(out, *blocks));
-    } else {
-      FATHOM_RETURN_IF_ERROR(append_str_or_empty(out, content));
-    }
-  } else if (role == "latest_reminder") {
-    out.append_special("<｜latest_reminder｜>");
-    FATHOM_ASSIGN_OR_RETURN(std::string s, str(content));
-    out.append_text(s);
-  } else if (role == "assistant") {
-    bool prev_task = index >= 1 && !is_none(get(msgs[index - 1], "task"));
-    if (mode == "thinking" && !prev_task && (!drop_thinking || int(index) > last_user)) {
-      FATHOM_RETURN_IF_ERROR(append_str_or_empty(out, get(msg, "reasoning_content")));
-      out.append_special("</think>");
-    }
-    FATHOM_RETURN_IF_ERROR(append_str_or_empty(out, content));
-    FATHOM_RETURN_IF_ERROR(append_tool_calls(out, msg, Dialect::kV4));
-    if (!truthy(get(msg, "wo_eos"))) out.append_special("<｜end▁of▁sentence｜>");
   } else {
-    return reject("Unknown role: " + role);
+    bool handled = false;
+    FATHOM_RETURN_IF_ERROR(append_common_role(out, index, msgs, role, mode, drop_thinking,
+                                              last_user, Dialect::kV4, &handled));
+    if (!handled) return reject("Unknown role: " + role);
   }
-
-  if (index + 1 < msgs.size()) {
-    const Value* next = get(msgs[index + 1], "role");
-    std::string nr = is_str(next) ? next->text : "";
-    if (nr != "assistant" && nr != "latest_reminder") return Status::ok();
-  }
-  const Value* task = get(msg, "task");
-  if (!is_none(task)) {
-    FATHOM_ASSIGN_OR_RETURN(std::string tok, task_token(*task));
-    if (task->text != "action") {
-      out.append_special(tok);
-    } else {
-      out.append_special("<｜Assistant｜>");
-      out.append_special(mode != "thinking" ? "</think>" : "<think>");
-      out.append_special(tok);
-    }
-  } else if (role == "user" || role == "developer") {
-    out.append_special("<｜Assistant｜>");
-    bool open = mode == "thinking" && (!drop_thinking || int(index) >= last_user);
-    out.append_special(open ? "<think>" : "</think>");
-  }
-  return Status::ok();
+  return append_transition(out, index, msgs, mode, drop_thinking, last_user,
+                           role == "user" || role == "developer");
 }
 
 }  // namespace
+
+std::string_view v4_effort_absolute_maximum() { return kEffortMax; }
 
 Result<ReferenceOutput> render_v4_reference(const ReferenceRequest& req) {
   ReferenceOutput result;

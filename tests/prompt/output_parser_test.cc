@@ -40,12 +40,7 @@ struct Parsed {
   }
 };
 
-Parsed run(const std::vector<int32_t>& ids, OutputParserOptions opt) {
-  auto p = OutputParser::create(fixture(), opt);
-  EXPECT_TRUE(p.is_ok());
-  std::vector<ParserEvent> ev;
-  for (int32_t id : ids) EXPECT_TRUE(p->push(id, ev).is_ok());
-  p->finish(FinishReason::kEndOfStream, ev);
+Parsed fold(const std::vector<ParserEvent>& ev) {
   Parsed r;
   for (const auto& e : ev) {
     switch (e.kind) {
@@ -70,6 +65,15 @@ Parsed run(const std::vector<int32_t>& ids, OutputParserOptions opt) {
     }
   }
   return r;
+}
+
+Parsed run(const std::vector<int32_t>& ids, OutputParserOptions opt) {
+  auto p = OutputParser::create(fixture(), opt);
+  EXPECT_TRUE(p.is_ok());
+  std::vector<ParserEvent> ev;
+  for (int32_t id : ids) EXPECT_TRUE(p->push(id, ev).is_ok());
+  p->finish(FinishReason::kEndOfStream, ev);
+  return fold(ev);
 }
 
 void PrintTo(const Parsed& p, std::ostream* os) {
@@ -151,30 +155,7 @@ Parsed run_text(const std::string& completion, OutputParserOptions opt, size_t c
     i = j;
   }
   p->finish(FinishReason::kEndOfStream, ev);
-  Parsed r;
-  for (const auto& e : ev) {
-    switch (e.kind) {
-      case ParserEvent::Kind::kReasoning:
-        r.reasoning += e.text;
-        break;
-      case ParserEvent::Kind::kContent:
-        r.content += e.text;
-        break;
-      case ParserEvent::Kind::kToolCallBegin:
-        r.calls.emplace_back(e.text, "");
-        break;
-      case ParserEvent::Kind::kToolArguments:
-        r.calls.back().second += e.text;
-        break;
-      case ParserEvent::Kind::kToolCallEnd:
-        break;
-      case ParserEvent::Kind::kFinish:
-        r.finish = e.finish;
-        r.stop = e.stop_sequence;
-        break;
-    }
-  }
-  return r;
+  return fold(ev);
 }
 
 TEST(OutputParser, TextChunkModeMatchesIdModeOnTheGoldens) {

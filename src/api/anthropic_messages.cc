@@ -70,16 +70,7 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   FATHOM_ASSIGN_OR_RETURN(int64_t max_tokens, integer(*mt, "max_tokens"));
   if (max_tokens <= 0) return bad("max_tokens: must be positive");
   req.sampling.max_tokens = max_tokens;
-  if (const Value* v = field(r, "temperature")) {
-    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "temperature"));
-    if (!(t >= 0 && t <= 2)) return bad("temperature: must be in [0, 2]");
-    req.sampling.temperature = t;
-  }
-  if (const Value* v = field(r, "top_p")) {
-    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "top_p"));
-    if (!(t > 0 && t <= 1)) return bad("top_p: must be in (0, 1]");
-    req.sampling.top_p = t;
-  }
+  FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
   if (const Value* v = field(r, "top_k")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "top_k"));
     if (k < 0) return bad("top_k: must not be negative");
@@ -173,11 +164,7 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
       const Value* name = field(*tc, "name");
       if (name == nullptr || !name->is_string() || !names.count(name->text))
         return bad("tool_choice.name: names no defined tool");
-      Value kept = Value::array();
-      for (const Value& t : req.tools.items)
-        if (t.find("function")->find("name")->text == name->text) kept.items.push_back(t);
-      req.tools = std::move(kept);
-      req.tool_choice = ToolChoice::kRequired;
+      keep_only_tool(req, name->text);
     } else {
       return bad("tool_choice.type: must be auto, any, tool or none");
     }

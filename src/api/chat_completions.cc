@@ -66,13 +66,7 @@ Result<Value> user_content(const Value* c, size_t index, PromptFormat format) {
       return bad(where + ": unsupported content part type '" + type->text + "'");
     }
   }
-  if (!has_image) {
-    std::string joined;
-    for (size_t i = 0; i < blocks.items.size(); ++i)
-      joined += (i ? "\n\n" : "") + blocks.items[i].find("text")->text;
-    return Value::from_string(joined);
-  }
-  return blocks;
+  return joined_or_blocks(std::move(blocks), has_image);
 }
 
 }  // namespace
@@ -105,16 +99,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     if (v != 1) return bad("'n' must be 1");
   }
   SamplingParams& sp = req.sampling;
-  if (const Value* v = field(r, "temperature")) {
-    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "temperature"));
-    if (!(t >= 0 && t <= 2)) return bad("'temperature' must be in [0, 2]");
-    sp.temperature = t;
-  }
-  if (const Value* v = field(r, "top_p")) {
-    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "top_p"));
-    if (!(t > 0 && t <= 1)) return bad("'top_p' must be in (0, 1]");
-    sp.top_p = t;
-  }
+  FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
   for (const char* k : {"max_tokens", "max_completion_tokens"}) {
     if (const Value* v = field(r, k)) {
       FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, k));
@@ -239,11 +224,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
       if (name == nullptr || !name->is_string()) return bad("'tool_choice' names no function");
       if (!tool_names.count(name->text))
         return bad("'tool_choice' names an unknown tool '" + name->text + "'");
-      Value kept = Value::array();
-      for (const Value& t : req.tools.items)
-        if (t.find("function")->find("name")->text == name->text) kept.items.push_back(t);
-      req.tools = std::move(kept);
-      req.tool_choice = ToolChoice::kRequired;
+      keep_only_tool(req, name->text);
     } else {
       return bad("'tool_choice' must be none, auto, required or {\"type\": \"function\", ...}");
     }

@@ -53,13 +53,7 @@ Result<Value> message_content(const Value* c, const std::string& where, bool all
       return bad(where + ": unsupported content part type '" + type->text + "'");
     }
   }
-  if (!images) {
-    std::string joined;
-    for (size_t k = 0; k < blocks.items.size(); ++k)
-      joined += (k ? "\n\n" : "") + blocks.items[k].find("text")->text;
-    return Value::from_string(joined);
-  }
-  return blocks;
+  return joined_or_blocks(std::move(blocks), images);
 }
 
 constexpr std::string_view kApplyPatchDescription =
@@ -95,16 +89,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
     if (t <= 0) return bad("'max_output_tokens' must be positive");
     req.sampling.max_tokens = t;
   }
-  if (const Value* v = field(r, "temperature")) {
-    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "temperature"));
-    if (!(t >= 0 && t <= 2)) return bad("'temperature' must be in [0, 2]");
-    req.sampling.temperature = t;
-  }
-  if (const Value* v = field(r, "top_p")) {
-    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "top_p"));
-    if (!(t > 0 && t <= 1)) return bad("'top_p' must be in (0, 1]");
-    req.sampling.top_p = t;
-  }
+  FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
   req.thinking = opt.default_thinking;
   if (const Value* rs = field(r, "reasoning")) {
     if (const Value* e = rs->is_object() ? field(*rs, "effort") : nullptr) {
@@ -223,11 +208,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
     } else if (tc->is_object() && field(*tc, "name") && field(*tc, "name")->is_string()) {
       std::string n = field(*tc, "name")->text;
       if (!names.count(n)) return bad("'tool_choice' names an unknown tool '" + n + "'");
-      Value kept = Value::array();
-      for (const Value& t : req.tools.items)
-        if (t.find("function")->find("name")->text == n) kept.items.push_back(t);
-      req.tools = std::move(kept);
-      req.tool_choice = ToolChoice::kRequired;
+      keep_only_tool(req, n);
     } else {
       return bad(
           "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"name\": ...}");

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <string>
 
+#include "api/conversation.h"
 #include "core/py_json.h"
 #include "core/status.h"
 
@@ -85,6 +86,41 @@ inline Status check_no_placeholder(const Value& v) {
   }
   for (const Value& i : v.items) FATHOM_RETURN_IF_ERROR(check_no_placeholder(i));
   return Status::ok();
+}
+
+// temperature in [0, 2] and top_p in (0, 1], the rules all three protocols share.
+inline Status read_temperature_top_p(const Value& r, SamplingParams& sp) {
+  if (const Value* v = field(r, "temperature")) {
+    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "temperature"));
+    if (!(t >= 0 && t <= 2)) return bad("'temperature' must be in [0, 2]");
+    sp.temperature = t;
+  }
+  if (const Value* v = field(r, "top_p")) {
+    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "top_p"));
+    if (!(t > 0 && t <= 1)) return bad("'top_p' must be in (0, 1]");
+    sp.top_p = t;
+  }
+  return Status::ok();
+}
+
+// A named tool_choice: keep only that tool and require a call.
+inline void keep_only_tool(ConversationRequest& req, const std::string& name) {
+  Value kept = Value::array();
+  for (const Value& t : req.tools.items)
+    if (t.find("function")->find("name")->text == name) kept.items.push_back(t);
+  req.tools = std::move(kept);
+  req.tool_choice = ToolChoice::kRequired;
+}
+
+// Text blocks joined with "\n\n" (the encoders' own join) unless an image is among them.
+inline Value joined_or_blocks(Value blocks, bool has_image) {
+  if (has_image) return blocks;
+  std::string joined;
+  for (size_t i = 0; i < blocks.items.size(); ++i) {
+    if (i) joined += "\n\n";
+    joined += blocks.items[i].find("text")->text;
+  }
+  return Value::from_string(joined);
 }
 
 }  // namespace fathom::api::detail

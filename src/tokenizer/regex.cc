@@ -49,25 +49,13 @@ std::string category_class(std::string_view name) {
   if (!any) return "";
   std::string out;
   char buf[40];
-  uint32_t cp = 0;
-  auto in_class = [&](uint32_t x) {
-    if (x >= 0xD800 && x <= 0xDFFF) return false;  // not representable in UTF-8
-    return member[general_category(x)];
-  };
-  while (cp < 0x110000) {
-    if (!in_class(cp)) {
-      ++cp;
-      continue;
-    }
-    uint32_t end = cp;
-    while (end + 1 < 0x110000 && in_class(end + 1)) ++end;
-    if (end == cp) {
-      std::snprintf(buf, sizeof buf, "\\x{%X}", cp);
+  for (const auto& [first, last] : category_ranges(member)) {
+    if (first == last) {
+      std::snprintf(buf, sizeof buf, "\\x{%X}", first);
     } else {
-      std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", cp, end);
+      std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", first, last);
     }
     out += buf;
-    cp = end + 1;
   }
   return out;
 }

@@ -435,11 +435,14 @@ Result<std::unique_ptr<Tokenizer::Impl>> load_tokenizer_json(std::string_view js
   // Pre-tokenizer.
   PreTokenizerInfo info;
   if (root["pre_tokenizer"].get(e) == simdjson::SUCCESS && !e.is_null()) {
-    FATHOM_ASSIGN_OR_RETURN(impl->pre, parse_pre_tokenizer(e, info));
     if (options.fast_pre_tokenizer && is_deepseek_pre_tokenizer(e)) {
+      // Its regexes are not compiled at all: the scanner replaces them.
       auto fast = std::make_unique<tok::DeepSeekPreTokenizer>();
       impl->fast_pre = fast.get();
       impl->pre = std::move(fast);
+      info.has_byte_level = true;
+    } else {
+      FATHOM_ASSIGN_OR_RETURN(impl->pre, parse_pre_tokenizer(e, info));
     }
   }
   if (!info.has_byte_level) {

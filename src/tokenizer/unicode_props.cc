@@ -67,6 +67,28 @@ int general_category(uint32_t cp) {
   return static_cast<int>(kCategoryRuns[lo] & 0xFF);
 }
 
+std::vector<std::pair<uint32_t, uint32_t>> category_ranges(const bool member[32]) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  constexpr size_t kRuns = sizeof(kCategoryRuns) / sizeof(kCategoryRuns[0]);
+  for (size_t r = 0; r < kRuns; ++r) {
+    if (!member[kCategoryRuns[r] & 0xFF]) continue;
+    uint32_t first = kCategoryRuns[r] >> 8;
+    uint32_t last = (r + 1 < kRuns ? (kCategoryRuns[r + 1] >> 8) : 0x110000) - 1;
+    // Surrogates cannot appear in UTF-8 text or in a PCRE2 UTF class.
+    if (first <= 0xDFFF && last >= 0xD800) {
+      if (first < 0xD800) out.emplace_back(first, 0xD7FF);
+      if (last > 0xDFFF) out.emplace_back(0xE000, last);
+      continue;
+    }
+    if (!out.empty() && out.back().second + 1 == first) {
+      out.back().second = last;
+    } else {
+      out.emplace_back(first, last);
+    }
+  }
+  return out;
+}
+
 const char* general_category_name(int category) {
   constexpr int kCount = sizeof(kCategoryNames) / sizeof(kCategoryNames[0]);
   return category >= 0 && category < kCount ? kCategoryNames[category] : "Cn";

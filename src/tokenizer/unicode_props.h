@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace fathom::tok {
 
@@ -38,6 +40,9 @@ inline uint8_t char_flags(uint32_t cp) { return char_flags(char_table(), cp); }
 // A binary search: for building regex classes, not for hot loops.
 int general_category(uint32_t cp);
 const char* general_category_name(int category);
+// The maximal code-point ranges [first, last] whose category is in `member` (indexed by
+// general_category()), surrogates excluded. Walks the generated runs directly.
+std::vector<std::pair<uint32_t, uint32_t>> category_ranges(const bool member[32]);
 
 // \w as Rust's regex crate defines it (alphanumeric, marks, connector punctuation, joiners).
 inline bool is_word_char(uint32_t cp) {

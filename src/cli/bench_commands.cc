@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "core/json_write.h"
 #include "core/py_json.h"
 #include "core/thread_pool.h"
+#include "kernels/gemv.h"
 #include "prompt/encoder.h"
 #include "prompt/reference.h"
 #include "tokenizer/tokenizer.h"
@@ -153,6 +155,69 @@ int run_bench_encode(const BenchEncodeArgs& a) {
   return 0;
 }
 
+struct BenchMatmulArgs {
+  std::string weights = "fp4";
+  int64_t m = 4096, k = 14336, n = 1;
+  int threads = 2;
+  int repeat = 20;
+};
+
+// Times the fast kernel for an [M x K] weight matrix in checkpoint format times N rows.
+int run_bench_matmul(const BenchMatmulArgs& a) {
+  if (a.weights == "fp4" && a.k % 32 != 0) {
+    std::fprintf(stderr, "fathom: fp4 needs K divisible by 32\n");
+    return 2;
+  }
+  std::mt19937 rng(1);
+  std::vector<uint8_t> w, s;
+  std::vector<uint16_t> wb;
+  size_t weight_bytes = 0;
+  if (a.weights == "fp4") {
+    w.resize(size_t(a.m * a.k / 2));
+    s.resize(size_t(a.m * a.k / 32));
+    weight_bytes = w.size() + s.size();
+  } else if (a.weights == "fp8") {
+    w.resize(size_t(a.m * a.k));
+    s.resize(size_t(((a.m + 31) / 32) * ((a.k + 31) / 32)));
+    weight_bytes = w.size() + s.size();
+  } else {
+    wb.resize(size_t(a.m * a.k));
+    weight_bytes = wb.size() * 2;
+  }
+  for (auto& b : w) {
+    b = uint8_t(rng());
+    if (a.weights == "fp8" && (b & 0x7F) == 0x7F) b ^= 1;
+  }
+  for (auto& b : s) b = uint8_t(118 + rng() % 8);
+  for (auto& h : wb) h = uint16_t(0x3C00 + rng() % 0x800);
+  std::vector<float> x(size_t(a.n * a.k)), y(size_t(a.n * a.m));
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : x) v = u(rng);
+  ThreadPool pool(static_cast<size_t>(a.threads));
+  ThreadPool* p = a.threads > 1 ? &pool : nullptr;
+  double best = 1e300;
+  for (int r = 0; r < a.repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (a.weights == "fp4") {
+      kernels::cpu::matmul_fp4({w.data(), s.data(), a.m, a.k}, x.data(), a.n, y.data(), p);
+    } else if (a.weights == "fp8") {
+      kernels::cpu::matmul_fp8({w.data(), s.data(), a.m, a.k}, x.data(), a.n, y.data(), p);
+    } else {
+      kernels::cpu::matmul_bf16({wb.data(), a.m, a.k}, x.data(), a.n, y.data(), p);
+    }
+    best = std::min(best, seconds_since(t0));
+  }
+  double flops = 2.0 * double(a.m) * double(a.k) * double(a.n);
+  std::printf(
+      "{\"weights\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,\"repeat\":%d,"
+      "\"seconds\":%.6f,\"weight_bytes\":%zu,\"gb_per_s\":%.3f,\"gflops\":%.3f,\"checksum\":%.6g}"
+      "\n",
+      a.weights.c_str(), (long long)a.m, (long long)a.k, (long long)a.n, a.threads, a.repeat, best,
+      weight_bytes, double(weight_bytes) / best / 1e9, flops / best / 1e9,
+      double(y[0]) + double(y[y.size() - 1]));
+  return 0;
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app, Runner* run) {
@@ -178,6 +243,20 @@ void add_bench_commands(CLI::App& app, Runner* run) {
   e->add_option("--repeat", eargs->repeat, "Runs (best is reported)")->check(CLI::Range(1, 1000));
   e->add_option("--ids-out", eargs->ids_out, "Write the ids as a JSON array to this file");
   e->callback([eargs, run] { *run = [eargs] { return run_bench_encode(*eargs); }; });
+
+  auto margs = std::make_shared<BenchMatmulArgs>();
+  auto* m = bench->add_subcommand(
+      "matmul", "Time the fast kernel: [M x K] checkpoint-format weights times N rows");
+  m->add_option("--weights", margs->weights, "fp8, fp4 or bf16")
+      ->check(CLI::IsMember({"fp8", "fp4", "bf16"}));
+  m->add_option("--m", margs->m, "Rows (outputs)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  m->add_option("--k", margs->k, "Columns (inputs)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  m->add_option("--n", margs->n, "Activation rows (1 = the decode GEMV)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
+  m->add_option("--threads", margs->threads, "Threads")->check(CLI::Range(1, 256));
+  m->add_option("--repeat", margs->repeat, "Runs (best is reported)")->check(CLI::Range(1, 10000));
+  m->callback([margs, run] { *run = [margs] { return run_bench_matmul(*margs); }; });
 }
 
 }  // namespace fathom::cli

@@ -1,0 +1,220 @@
+// AVX2/FMA/F16C kernels. Decoding happens in registers: FP4 codes through a pshufb table
+// (values doubled to integers), FP8 E4M3 by re-biasing to FP16 and F16C, BF16 by a shift.
+// UE8M0 scales are powers of two, so folding them into the decoded weights is exact.
+// batch == 1 streams each weight once (the decode GEMV); larger batches decode a tile of
+// four rows into a thread-local buffer and reuse it for every activation row.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/gemv.h"
+#include "kernels/quant.h"
+
+namespace fathom::kernels::cpu {
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_hadd_ps(lo, lo);
+  lo = _mm_hadd_ps(lo, lo);
+  return _mm_cvtss_f32(lo);
+}
+
+// 32 FP4 codes (16 bytes) -> 32 int8 holding 2x the E2M1 value, in element order.
+inline __m256i fp4_codes_x2(const uint8_t* p) {
+  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+  __m128i v0 = _mm_shuffle_epi8(lut, _mm_unpacklo_epi8(lo, hi));  // elements 0..15
+  __m128i v1 = _mm_shuffle_epi8(lut, _mm_unpackhi_epi8(lo, hi));  // elements 16..31
+  return _mm256_set_m128i(v1, v0);
+}
+
+// 16 E4M3 bytes -> 16 floats (times 2^-8: the caller folds 256 into the scale). The byte is
+// sign-extended to 16 bits and shifted into FP16 position; the mask keeps the sign (bit
+// 15) and the exponent/mantissa (bits 7..13) and clears the sign copy in bit 14.
+inline void e4m3x16(const uint8_t* p, __m256* lo, __m256* hi) {
+  __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  v = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(short(0xBF80)));
+  *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+  *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+}
+
+inline __m256 bf16x8(const uint16_t* p) {
+  __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+// Decodes row m of each format into 32-float blocks, already scaled.
+inline void decode_fp4_block(const Fp4Matrix& w, int64_t m, int64_t kb, float* out) {
+  const float s = e8m0_to_float(w.scale[m * (w.cols / 32) + kb]) * 0.5f;
+  __m256i c = fp4_codes_x2(w.weight + m * (w.cols / 2) + kb * 16);
+  __m128i c0 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1);
+  __m256 vs = _mm256_set1_ps(s);
+  _mm256_storeu_ps(out + 0, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c0))));
+  _mm256_storeu_ps(
+      out + 8, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c0, 8)))));
+  _mm256_storeu_ps(out + 16, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c1))));
+  _mm256_storeu_ps(
+      out + 24, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c1, 8)))));
+}
+
+// Rows [r0, r1) of y = W x for one activation row (the streaming GEMV).
+void gemv_fp4_rows(const Fp4Matrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const int64_t kbs = w.cols / 32;
+  for (int64_t m = r0; m < r1; ++m) {
+    const uint8_t* wr = w.weight + m * (w.cols / 2);
+    const uint8_t* sr = w.scale + m * kbs;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < kbs; ++kb) {
+      __m256i c = fp4_codes_x2(wr + kb * 16);
+      __m128i c0 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1);
+      const float* xb = x + kb * 32;
+      __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c0)), _mm256_loadu_ps(xb));
+      t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c0, 8))),
+                          _mm256_loadu_ps(xb + 8), t);
+      __m256 u =
+          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c1)), _mm256_loadu_ps(xb + 16));
+      u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c1, 8))),
+                          _mm256_loadu_ps(xb + 24), u);
+      __m256 s = _mm256_set1_ps(e8m0_to_float(sr[kb]) * 0.5f);
+      acc0 = _mm256_fmadd_ps(t, s, acc0);
+      acc1 = _mm256_fmadd_ps(u, s, acc1);
+    }
+    y[m] = hsum(_mm256_add_ps(acc0, acc1));
+  }
+}
+
+void gemv_fp8_rows(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const int64_t kbs = (w.cols + 31) / 32;
+  const int64_t full = w.cols / 32;
+  for (int64_t m = r0; m < r1; ++m) {
+    const uint8_t* wr = w.weight + m * w.cols;
+    const uint8_t* sr = w.scale + (m / 32) * kbs;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < full; ++kb) {
+      const uint8_t* p = wr + kb * 32;
+      const float* xb = x + kb * 32;
+      __m256 w0, w1, w2, w3;
+      e4m3x16(p, &w0, &w1);
+      e4m3x16(p + 16, &w2, &w3);
+      __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
+      t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), t);
+      __m256 u = _mm256_mul_ps(w2, _mm256_loadu_ps(xb + 16));
+      u = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), u);
+      __m256 s = _mm256_set1_ps(e8m0_to_float(sr[kb]) * 256.0f);
+      acc0 = _mm256_fmadd_ps(t, s, acc0);
+      acc1 = _mm256_fmadd_ps(u, s, acc1);
+    }
+    float tail = 0;
+    for (int64_t k = full * 32; k < w.cols; ++k)
+      tail += e8m0_to_float(sr[k / 32]) * e4m3_to_float(wr[k]) * x[k];
+    y[m] = hsum(_mm256_add_ps(acc0, acc1)) + tail;
+  }
+}
+
+void gemv_bf16_rows(const Bf16Matrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const int64_t full = w.cols / 16;
+  for (int64_t m = r0; m < r1; ++m) {
+    const uint16_t* wr = w.weight + m * w.cols;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (int64_t k = 0; k < full * 16; k += 16) {
+      acc0 = _mm256_fmadd_ps(bf16x8(wr + k), _mm256_loadu_ps(x + k), acc0);
+      acc1 = _mm256_fmadd_ps(bf16x8(wr + k + 8), _mm256_loadu_ps(x + k + 8), acc1);
+    }
+    float tail = 0;
+    for (int64_t k = full * 16; k < w.cols; ++k) tail += bf16_to_float(wr[k]) * x[k];
+    y[m] = hsum(_mm256_add_ps(acc0, acc1)) + tail;
+  }
+}
+
+// Batched: decode 4 rows into `tile` (4 x K floats), then one pass per activation row.
+template <typename Decode>
+void matmul_tiled(int64_t rows, int64_t cols, const float* x, int64_t batch, float* y, int64_t r0,
+                  int64_t r1, Decode decode_row) {
+  thread_local std::vector<float> tile;
+  const int64_t kpad = (cols + 7) / 8 * 8;
+  tile.assign(size_t(4 * kpad), 0.0f);
+  for (int64_t m0 = r0; m0 < r1; m0 += 4) {
+    int64_t nr = std::min<int64_t>(4, r1 - m0);
+    for (int64_t r = 0; r < nr; ++r) decode_row(m0 + r, tile.data() + r * kpad);
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xn = x + n * cols;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
+             a3 = _mm256_setzero_ps();
+      int64_t k = 0;
+      for (; k + 8 <= cols; k += 8) {
+        __m256 xv = _mm256_loadu_ps(xn + k);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(tile.data() + k), xv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(tile.data() + kpad + k), xv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(tile.data() + 2 * kpad + k), xv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(tile.data() + 3 * kpad + k), xv, a3);
+      }
+      float out[4] = {hsum(a0), hsum(a1), hsum(a2), hsum(a3)};
+      for (; k < cols; ++k)
+        for (int64_t r = 0; r < 4; ++r) out[r] += tile[size_t(r * kpad + k)] * xn[k];
+      for (int64_t r = 0; r < nr; ++r) y[n * rows + m0 + r] = out[r];
+    }
+  }
+}
+
+template <typename RowFn>
+void over_rows(int64_t rows, ThreadPool* pool, RowFn fn) {
+  size_t threads = pool ? pool->size() : 1;
+  int64_t chunk = std::max<int64_t>(4, (rows / int64_t(threads * 8) + 3) / 4 * 4);
+  size_t tasks = size_t((rows + chunk - 1) / chunk);
+  auto run = [&](size_t t) { fn(int64_t(t) * chunk, std::min(rows, int64_t(t + 1) * chunk)); };
+  if (pool != nullptr && tasks > 1) {
+    pool->parallel_for(tasks, run);
+  } else {
+    for (size_t t = 0; t < tasks; ++t) run(t);
+  }
+}
+
+}  // namespace
+
+void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool) {
+  if (batch == 1) {
+    over_rows(w.rows, pool, [&](int64_t a, int64_t b) { gemv_fp4_rows(w, x, y, a, b); });
+    return;
+  }
+  over_rows(w.rows, pool, [&](int64_t a, int64_t b) {
+    matmul_tiled(w.rows, w.cols, x, batch, y, a, b, [&](int64_t m, float* out) {
+      for (int64_t kb = 0; kb < w.cols / 32; ++kb) decode_fp4_block(w, m, kb, out + kb * 32);
+    });
+  });
+}
+
+void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool) {
+  if (batch == 1) {
+    over_rows(w.rows, pool, [&](int64_t a, int64_t b) { gemv_fp8_rows(w, x, y, a, b); });
+    return;
+  }
+  const float* table = e4m3_table();
+  const int64_t kbs = (w.cols + 31) / 32;
+  over_rows(w.rows, pool, [&](int64_t a, int64_t b) {
+    matmul_tiled(w.rows, w.cols, x, batch, y, a, b, [&](int64_t m, float* out) {
+      const uint8_t* wr = w.weight + m * w.cols;
+      const uint8_t* sr = w.scale + (m / 32) * kbs;
+      for (int64_t k = 0; k < w.cols; ++k) out[k] = table[wr[k]] * e8m0_to_float(sr[k / 32]);
+    });
+  });
+}
+
+void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool) {
+  if (batch == 1) {
+    over_rows(w.rows, pool, [&](int64_t a, int64_t b) { gemv_bf16_rows(w, x, y, a, b); });
+    return;
+  }
+  over_rows(w.rows, pool, [&](int64_t a, int64_t b) {
+    matmul_tiled(w.rows, w.cols, x, batch, y, a, b, [&](int64_t m, float* out) {
+      for (int64_t k = 0; k < w.cols; ++k) out[k] = bf16_to_float(w.weight[m * w.cols + k]);
+    });
+  });
+}
+
+}  // namespace fathom::kernels::cpu

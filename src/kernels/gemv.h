@@ -1,0 +1,48 @@
+// Matrix-vector and matrix-matrix products with checkpoint-format weights: y = W x for N
+// activation rows. W is [M, K] row-major in the checkpoint's own encoding (never
+// dequantized in memory). Every fast kernel (kernels/cpu, AVX2/FMA, fp32 accumulation,
+// threaded over the pool) has a scalar twin in kernels/ref (double accumulation, rounded
+// once) that defines what it computes; tests compare the two. Thread-safe: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fathom {
+class ThreadPool;
+}
+
+namespace fathom::kernels {
+
+// FP8 E4M3 weights, UE8M0 scales per 32x32 block: scale [ceil(M/32), ceil(K/32)].
+struct Fp8Matrix {
+  const uint8_t* weight;
+  const uint8_t* scale;
+  int64_t rows, cols;
+};
+// FP4 E2M1 pairs (low nibble = even column), UE8M0 scales per 32 columns: scale [M, K/32].
+// REQUIRES: cols % 32 == 0.
+struct Fp4Matrix {
+  const uint8_t* weight;
+  const uint8_t* scale;
+  int64_t rows, cols;
+};
+struct Bf16Matrix {
+  const uint16_t* weight;
+  int64_t rows, cols;
+};
+
+// y[n, m] = sum_k W[m, k] x[n, k] for n < batch. x is [batch, K], y is [batch, M].
+namespace ref {
+void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y);
+void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y);
+void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y);
+}  // namespace ref
+
+namespace cpu {
+void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool);
+void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool);
+void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool);
+}  // namespace cpu
+
+}  // namespace fathom::kernels

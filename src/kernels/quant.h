@@ -1,0 +1,51 @@
+// The number formats of V4.1 checkpoints: FP8 E4M3 weights with UE8M0 (power-of-two) block
+// scales, FP4 E2M1 routed-expert weights (two per byte, the low nibble the even element)
+// with UE8M0 per 32, and BF16. Decoding is exact; pure inline functions.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace fathom::kernels {
+
+// E4M3 (bias 7, no infinities; 0x7F/0xFF are NaN).
+inline float e4m3_to_float(uint8_t b) {
+  int sign = b >> 7, exp = (b >> 3) & 0xF, man = b & 0x7;
+  float v;
+  if (exp == 0xF && man == 0x7) return std::nanf("");
+  if (exp == 0) {
+    v = std::ldexp(float(man), -9);  // subnormal: man/8 * 2^-6
+  } else {
+    v = std::ldexp(1.0f + float(man) / 8.0f, exp - 7);
+  }
+  return sign ? -v : v;
+}
+
+// UE8M0: 2^(b - 127), built from the exponent bits (no libm call on the hot path); 0xFF
+// is NaN.
+inline float e8m0_to_float(uint8_t b) {
+  uint32_t bits = b == 0 ? 0x00400000u : b == 0xFF ? 0x7FC00000u : uint32_t(b) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// E2M1 magnitudes for codes 0..7; bit 3 is the sign.
+inline float e2m1_to_float(uint8_t code) {
+  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  float v = kMag[code & 7];
+  return (code & 8) ? -v : v;
+}
+
+inline float bf16_to_float(uint16_t h) {
+  uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The 256-entry E4M3 table (built once).
+const float* e4m3_table();
+
+}  // namespace fathom::kernels

@@ -1,0 +1,123 @@
+// Fast kernels against their scalar twins on random inputs, and the number formats against
+// their definitions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/gemv.h"
+#include "kernels/quant.h"
+
+namespace fathom::kernels {
+namespace {
+
+TEST(Formats, E4M3E2M1E8M0Bf16) {
+  EXPECT_EQ(e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(e4m3_to_float(0x7E), 448.0f);                // largest finite
+  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(e4m3_to_float(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(e4m3_to_float(0xC0), -2.0f);
+  EXPECT_TRUE(std::isnan(e4m3_to_float(0x7F)));
+  EXPECT_EQ(e8m0_to_float(127), 1.0f);
+  EXPECT_EQ(e8m0_to_float(0), std::ldexp(1.0f, -127));
+  EXPECT_EQ(e8m0_to_float(130), 8.0f);
+  const float mags[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(e2m1_to_float(uint8_t(c)), (c & 8 ? -1 : 1) * mags[c & 7]);
+  EXPECT_EQ(bf16_to_float(0x3F80), 1.0f);
+  EXPECT_EQ(bf16_to_float(0xC040), -3.0f);
+}
+
+struct Case {
+  int64_t m, k, n;
+};
+
+// |fast - ref| <= 1e-5 * sum|w x| + 1e-30: fp32 accumulation of K products against one
+// rounding of an exact (double) sum.
+void expect_close(const std::vector<float>& fast, const std::vector<float>& ref,
+                  const std::vector<double>& mag) {
+  ASSERT_EQ(fast.size(), ref.size());
+  for (size_t i = 0; i < fast.size(); ++i) {
+    ASSERT_LE(std::fabs(double(fast[i]) - double(ref[i])), 1e-5 * mag[i] + 1e-30)
+        << "element " << i;
+  }
+}
+
+TEST(Kernels, FastEqualsReferenceWithinBound) {
+  std::mt19937 rng(3);
+  ThreadPool pool(2);
+  for (Case c :
+       {Case{1, 32, 1}, Case{37, 64, 1}, Case{64, 96, 3}, Case{96, 320, 17}, Case{5, 1024, 2}}) {
+    std::uniform_real_distribution<float> ux(-2, 2);
+    std::vector<float> x(size_t(c.n * c.k));
+    for (auto& v : x) v = ux(rng);
+    // FP4.
+    std::vector<uint8_t> w4(size_t(c.m * c.k / 2)), s4(size_t(c.m * c.k / 32));
+    for (auto& b : w4) b = uint8_t(rng());
+    for (auto& b : s4) b = uint8_t(120 + rng() % 12);
+    Fp4Matrix f4{w4.data(), s4.data(), c.m, c.k};
+    // FP8 (no NaN codes), K not always a multiple of 32.
+    int64_t k8 = c.k - (c.k > 40 ? 7 : 0);
+    std::vector<float> x8(size_t(c.n * k8));
+    for (auto& v : x8) v = ux(rng);
+    std::vector<uint8_t> w8(size_t(c.m * k8)), s8(size_t(((c.m + 31) / 32) * ((k8 + 31) / 32)));
+    for (auto& b : w8) {
+      b = uint8_t(rng());
+      if ((b & 0x7F) == 0x7F) b ^= 1;
+    }
+    for (auto& b : s8) b = uint8_t(115 + rng() % 20);
+    Fp8Matrix f8{w8.data(), s8.data(), c.m, k8};
+    // BF16.
+    std::vector<uint16_t> wb(size_t(c.m * k8));
+    for (auto& h : wb) h = uint16_t(0x3C00 + rng() % 0x0800) | uint16_t((rng() & 1) << 15);
+    Bf16Matrix fb{wb.data(), c.m, k8};
+
+    auto magnitude = [&](auto weight_at, const std::vector<float>& xs, int64_t k) {
+      std::vector<double> mag(size_t(c.n * c.m));
+      for (int64_t n = 0; n < c.n; ++n)
+        for (int64_t m = 0; m < c.m; ++m) {
+          double s = 0;
+          for (int64_t kk = 0; kk < k; ++kk)
+            s += std::fabs(weight_at(m, kk) * double(xs[size_t(n * k + kk)]));
+          mag[size_t(n * c.m + m)] = s;
+        }
+      return mag;
+    };
+    std::vector<float> r(size_t(c.n * c.m)), f(size_t(c.n * c.m));
+    ref::matmul_fp4(f4, x.data(), c.n, r.data());
+    auto mag4 = magnitude(
+        [&](int64_t m, int64_t k) {
+          uint8_t byte = w4[size_t(m * c.k / 2 + k / 2)];
+          return double(e2m1_to_float((k & 1) ? byte >> 4 : byte & 15)) *
+                 e8m0_to_float(s4[size_t(m * c.k / 32 + k / 32)]);
+        },
+        x, c.k);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      cpu::matmul_fp4(f4, x.data(), c.n, f.data(), p);
+      expect_close(f, r, mag4);
+    }
+    ref::matmul_fp8(f8, x8.data(), c.n, r.data());
+    auto mag8 = magnitude(
+        [&](int64_t m, int64_t k) {
+          return double(e4m3_to_float(w8[size_t(m * k8 + k)])) *
+                 e8m0_to_float(s8[size_t((m / 32) * ((k8 + 31) / 32) + k / 32)]);
+        },
+        x8, k8);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      cpu::matmul_fp8(f8, x8.data(), c.n, f.data(), p);
+      expect_close(f, r, mag8);
+    }
+    ref::matmul_bf16(fb, x8.data(), c.n, r.data());
+    auto magb = magnitude(
+        [&](int64_t m, int64_t k) { return double(bf16_to_float(wb[size_t(m * k8 + k)])); }, x8,
+        k8);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      cpu::matmul_bf16(fb, x8.data(), c.n, f.data(), p);
+      expect_close(f, r, magb);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fathom::kernels

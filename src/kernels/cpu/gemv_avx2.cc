@@ -63,57 +63,94 @@ inline void decode_fp4_block(const Fp4Matrix& w, int64_t m, int64_t kb, float* o
       out + 24, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c1, 8)))));
 }
 
-// Rows [r0, r1) of y = W x for one activation row (the streaming GEMV).
+// One 32-weight FP4 block of a row times x: two partial sums (elements 0..15, 16..31).
+inline void fp4_block_dot(const uint8_t* codes, const __m256 x[4], __m256* t, __m256* u) {
+  __m256i c = fp4_codes_x2(codes);
+  __m128i c0 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1);
+  *t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c0)), x[0]);
+  *t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c0, 8))), x[1], *t);
+  *u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c1)), x[2]);
+  *u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c1, 8))), x[3], *u);
+}
+
+// Rows [r0, r1) of y = W x for one activation row (the streaming GEMV); two rows at a time
+// share the loads of x.
 void gemv_fp4_rows(const Fp4Matrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
   const int64_t kbs = w.cols / 32;
-  for (int64_t m = r0; m < r1; ++m) {
-    const uint8_t* wr = w.weight + m * (w.cols / 2);
-    const uint8_t* sr = w.scale + m * kbs;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int64_t m = r0; m < r1; m += 2) {
+    const bool pair = m + 1 < r1;
+    const uint8_t* wa = w.weight + m * (w.cols / 2);
+    const uint8_t* wb = pair ? wa + w.cols / 2 : wa;
+    const uint8_t* sa = w.scale + m * kbs;
+    const uint8_t* sb = pair ? sa + kbs : sa;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(),
+           b1 = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < kbs; ++kb) {
-      __m256i c = fp4_codes_x2(wr + kb * 16);
-      __m128i c0 = _mm256_castsi256_si128(c), c1 = _mm256_extracti128_si256(c, 1);
+      if ((kb & 3) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(wa + kb * 16 + 1024), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wb + kb * 16 + 1024), _MM_HINT_T0);
+      }
       const float* xb = x + kb * 32;
-      __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c0)), _mm256_loadu_ps(xb));
-      t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c0, 8))),
-                          _mm256_loadu_ps(xb + 8), t);
-      __m256 u =
-          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c1)), _mm256_loadu_ps(xb + 16));
-      u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c1, 8))),
-                          _mm256_loadu_ps(xb + 24), u);
-      __m256 s = _mm256_set1_ps(e8m0_to_float(sr[kb]) * 0.5f);
-      acc0 = _mm256_fmadd_ps(t, s, acc0);
-      acc1 = _mm256_fmadd_ps(u, s, acc1);
+      const __m256 xv[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
+                            _mm256_loadu_ps(xb + 24)};
+      __m256 t, u;
+      fp4_block_dot(wa + kb * 16, xv, &t, &u);
+      __m256 s = _mm256_set1_ps(e8m0_to_float(sa[kb]) * 0.5f);
+      a0 = _mm256_fmadd_ps(t, s, a0);
+      a1 = _mm256_fmadd_ps(u, s, a1);
+      fp4_block_dot(wb + kb * 16, xv, &t, &u);
+      s = _mm256_set1_ps(e8m0_to_float(sb[kb]) * 0.5f);
+      b0 = _mm256_fmadd_ps(t, s, b0);
+      b1 = _mm256_fmadd_ps(u, s, b1);
     }
-    y[m] = hsum(_mm256_add_ps(acc0, acc1));
+    y[m] = hsum(_mm256_add_ps(a0, a1));
+    if (pair) y[m + 1] = hsum(_mm256_add_ps(b0, b1));
   }
 }
 
 void gemv_fp8_rows(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  // A scale covers 32 rows x 32 columns, so each 32-row band first folds its scales (and
+  // the 2^8 of the FP16 re-bias) into a scaled copy of x; the rows then need one FMA per
+  // 8 weights. Two rows share each load of the scaled x.
   const int64_t kbs = (w.cols + 31) / 32;
-  const int64_t full = w.cols / 32;
-  for (int64_t m = r0; m < r1; ++m) {
-    const uint8_t* wr = w.weight + m * w.cols;
-    const uint8_t* sr = w.scale + (m / 32) * kbs;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    for (int64_t kb = 0; kb < full; ++kb) {
-      const uint8_t* p = wr + kb * 32;
-      const float* xb = x + kb * 32;
-      __m256 w0, w1, w2, w3;
-      e4m3x16(p, &w0, &w1);
-      e4m3x16(p + 16, &w2, &w3);
-      __m256 t = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
-      t = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), t);
-      __m256 u = _mm256_mul_ps(w2, _mm256_loadu_ps(xb + 16));
-      u = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), u);
-      __m256 s = _mm256_set1_ps(e8m0_to_float(sr[kb]) * 256.0f);
-      acc0 = _mm256_fmadd_ps(t, s, acc0);
-      acc1 = _mm256_fmadd_ps(u, s, acc1);
+  const int64_t full16 = w.cols / 16;
+  thread_local std::vector<float> xs;
+  xs.resize(size_t(w.cols));
+  int64_t band = -1;
+  for (int64_t m = r0; m < r1;) {
+    if (m / 32 != band) {
+      band = m / 32;
+      const uint8_t* sr = w.scale + band * kbs;
+      for (int64_t k = 0; k < w.cols; ++k)
+        xs[size_t(k)] = x[k] * (e8m0_to_float(sr[k / 32]) * 256.0f);
     }
-    float tail = 0;
-    for (int64_t k = full * 32; k < w.cols; ++k)
-      tail += e8m0_to_float(sr[k / 32]) * e4m3_to_float(wr[k]) * x[k];
-    y[m] = hsum(_mm256_add_ps(acc0, acc1)) + tail;
+    const bool pair = m + 1 < r1 && (m + 1) / 32 == band;
+    const uint8_t* wa = w.weight + m * w.cols;
+    const uint8_t* wb = pair ? wa + w.cols : wa;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(),
+           b1 = _mm256_setzero_ps();
+    for (int64_t c = 0; c < full16; ++c) {
+      if ((c & 3) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(wa + c * 16 + 1024), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wb + c * 16 + 1024), _MM_HINT_T0);
+      }
+      __m256 x0 = _mm256_loadu_ps(xs.data() + c * 16), x1 = _mm256_loadu_ps(xs.data() + c * 16 + 8);
+      __m256 lo, hi;
+      e4m3x16(wa + c * 16, &lo, &hi);
+      a0 = _mm256_fmadd_ps(lo, x0, a0);
+      a1 = _mm256_fmadd_ps(hi, x1, a1);
+      e4m3x16(wb + c * 16, &lo, &hi);
+      b0 = _mm256_fmadd_ps(lo, x0, b0);
+      b1 = _mm256_fmadd_ps(hi, x1, b1);
+    }
+    float ta = 0, tb = 0;
+    for (int64_t k = full16 * 16; k < w.cols; ++k) {
+      ta += kernels::e4m3_to_float(wa[k]) * xs[size_t(k)] / 256.0f;
+      tb += kernels::e4m3_to_float(wb[k]) * xs[size_t(k)] / 256.0f;
+    }
+    y[m] = hsum(_mm256_add_ps(a0, a1)) + ta;
+    if (pair) y[m + 1] = hsum(_mm256_add_ps(b0, b1)) + tb;
+    m += pair ? 2 : 1;
   }
 }
 
@@ -123,6 +160,7 @@ void gemv_bf16_rows(const Bf16Matrix& w, const float* x, float* y, int64_t r0, i
     const uint16_t* wr = w.weight + m * w.cols;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (int64_t k = 0; k < full * 16; k += 16) {
+      if ((k & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(wr + k + 512), _MM_HINT_T0);
       acc0 = _mm256_fmadd_ps(bf16x8(wr + k), _mm256_loadu_ps(x + k), acc0);
       acc1 = _mm256_fmadd_ps(bf16x8(wr + k + 8), _mm256_loadu_ps(x + k + 8), acc1);
     }

@@ -238,7 +238,14 @@ void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, Thr
     matmul_tiled(w.rows, w.cols, x, batch, y, a, b, [&](int64_t m, float* out) {
       const uint8_t* wr = w.weight + m * w.cols;
       const uint8_t* sr = w.scale + (m / 32) * kbs;
-      for (int64_t k = 0; k < w.cols; ++k) out[k] = table[wr[k]] * e8m0_to_float(sr[k / 32]);
+      int64_t k = 0;
+      for (; k + 16 <= w.cols; k += 16) {
+        __m256 lo, hi, sv = _mm256_set1_ps(e8m0_to_float(sr[k / 32]) * 256.0f);
+        e4m3x16(wr + k, &lo, &hi);
+        _mm256_storeu_ps(out + k, _mm256_mul_ps(lo, sv));
+        _mm256_storeu_ps(out + k + 8, _mm256_mul_ps(hi, sv));
+      }
+      for (; k < w.cols; ++k) out[k] = table[wr[k]] * e8m0_to_float(sr[k / 32]);
     });
   });
 }

@@ -22,14 +22,17 @@ TEST(ThreadPool, RunsEveryIndexOnce) {
 }
 
 TEST(ThreadPool, UsesMoreThanOneThread) {
+  // Each task waits (bounded) for a second thread to be inside a task at the same time, so
+  // the check does not depend on scheduling luck on a loaded machine.
   ThreadPool pool(2);
   std::atomic<int> inside{0}, max_inside{0};
-  pool.parallel_for(64, [&](size_t) {
+  pool.parallel_for(8, [&](size_t) {
     int now = ++inside;
     int m = max_inside.load();
     while (now > m && !max_inside.compare_exchange_weak(m, now)) {
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    for (int i = 0; i < 5000 && max_inside.load() < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     --inside;
   });
   EXPECT_EQ(max_inside.load(), 2);

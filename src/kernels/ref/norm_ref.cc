@@ -1,0 +1,49 @@
+#include <cmath>
+#include <cstring>
+
+#include "kernels/norm.h"
+
+namespace fathom::kernels {
+
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu))
+    return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  uint32_t rounding = 0x7FFF + ((u >> 16) & 1);
+  return uint16_t((u + rounding) >> 16);
+}
+
+namespace ref {
+
+void rmsnorm_bf16(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                  float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    double sum = 0;
+    for (int64_t i = 0; i < dim; ++i) {
+      float sq = xr[i] * xr[i];  // fp32, one rounding
+      sum += double(sq);
+    }
+    float var = float(sum / double(dim));
+    float ve = var + eps;
+    float inv = float(1.0 / std::sqrt(double(ve)));
+    for (int64_t i = 0; i < dim; ++i) {
+      float n = xr[i] * inv;
+      y[r * dim + i] = round_to_bf16(weight[i] * n);
+    }
+  }
+}
+
+void linear_f32(const float* x, const float* w, int64_t rows, int64_t k, int64_t m, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < m; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < k; ++i) acc += double(x[r * k + i]) * double(w[j * k + i]);
+      y[r * m + j] = float(acc);
+    }
+  }
+}
+
+}  // namespace ref
+}  // namespace fathom::kernels

@@ -81,10 +81,12 @@ void hc_pre(const float* pre, const float* streams, int64_t hidden, float* x) {
 
 void hc_post(const HcMix& mix, const float* sublayer_out, const float* streams, int64_t hidden,
              float* out) {
+  // As the reference's broadcast ops: fp32 products comb[i][j] * X[i] and post[j] * y, the sum
+  // over i accumulated in double and rounded to fp32, an fp32 add, then bf16.
   for (int j = 0; j < kHcStreams; ++j) {
     for (int64_t k = 0; k < hidden; ++k) {
       double s = 0;
-      for (int i = 0; i < kHcStreams; ++i) s += double(mix.comb[i][j]) * streams[i * hidden + k];
+      for (int i = 0; i < kHcStreams; ++i) s += mix.comb[i][j] * streams[i * hidden + k];
       out[j * hidden + k] = kernels::round_to_bf16(mix.post[j] * sublayer_out[k] + float(s));
     }
   }

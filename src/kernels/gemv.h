@@ -32,10 +32,16 @@ struct Bf16Matrix {
   int64_t rows, cols;
 };
 
+// How a reference product is rounded: once to fp32, or once (straight from double) to bf16
+// as the reference's FP8/FP4 GEMMs do.
+enum class OutRounding { kF32, kBF16 };
+
 // y[n, m] = sum_k W[m, k] x[n, k] for n < batch. x is [batch, K], y is [batch, M].
 namespace ref {
-void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y);
-void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y);
+void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y,
+                OutRounding out = OutRounding::kF32);
+void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y,
+                OutRounding out = OutRounding::kF32);
 void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y);
 }  // namespace ref
 

@@ -11,6 +11,8 @@ namespace fathom::kernels {
 // Round-to-nearest-even float -> bf16 (as torch's .to(bfloat16)).
 uint16_t float_to_bf16(float f);
 inline float round_to_bf16(float f);
+// A double rounded once, to nearest even, to the nearest bf16 value (no fp32 step between).
+float round_double_to_bf16(double v);
 
 namespace ref {
 // y[r] = bf16(weight * (x[r] * rsqrt(mean(x[r]^2) + eps))) for `rows` rows of `dim`.

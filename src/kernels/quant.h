@@ -48,4 +48,14 @@ inline float bf16_to_float(uint16_t h) {
 // The 256-entry E4M3 table (built once).
 const float* e4m3_table();
 
+// v rounded to the nearest E4M3 value (ties to even), saturating at +-448.
+float round_to_e4m3(float v);
+
+namespace ref {
+// The reference's activation fake-quant before an FP8/FP4 GEMM (`act_quant`): per block of
+// 32, scale = 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))), y = e4m3(x / scale) * scale.
+// REQUIRES: n % 32 == 0. x and y may alias.
+void fake_quant_e4m3(const float* x, int64_t n, float* y);
+}  // namespace ref
+
 }  // namespace fathom::kernels

@@ -2,8 +2,8 @@
 // run on the tiny checkpoint (tests/data/model/v41-tiny/prefill_37{,_intermediates}, copied
 // from shared/golden/v41-tiny): every block's mHC bookkeeping — both HcMix sites and both
 // hc_post updates — from the block's input streams and the golden sublayer outputs, the final
-// hc_pre, every block's MoE routing from the FFN input that mHC yields, and the final norm
-// and head; all bit for bit.
+// hc_pre, every block's MoE routing and MoE output from the FFN input that mHC yields, and
+// the final norm and head; all bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,7 @@
 #include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "model/mhc.h"
+#include "model/moe.h"
 #include "model/moe_gate.h"
 #include "model/npy.h"
 #include "model/safetensors.h"
@@ -204,6 +205,54 @@ TEST(MoeGate, TiesGoToTheLowerExpert) {
   EXPECT_EQ(experts[0], 3);
   EXPECT_EQ(experts[1], 0);
   EXPECT_FLOAT_EQ(weights[0], 0.75f);
+}
+
+TEST(Moe, EveryBlocksFfnOutputIsBitExact) {
+  // Routing, the FP4 routed experts and the FP8 shared expert from the FFN input that mHC
+  // yields must reproduce the golden sublayer output layer{l}_ffn_out.
+  auto ck = Checkpoint::open(data(""));
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  constexpr int kExperts = 8, kTopK = 2, kInter = 128;
+  std::vector<float> mid(4 * kHidden), x(kHidden), normed(kHidden), y(kHidden);
+  for (int layer = 0; layer < 10; ++layer) {
+    SCOPED_TRACE("block " + std::to_string(layer));
+    const std::string l = std::to_string(layer), p = "layers." + l + ".";
+    NpyArray in = block_input(layer), attn = load("layer" + l + "_attn_out");
+    NpyArray want = load("layer" + l + "_ffn_out");
+    ASSERT_EQ(want.shape, (std::vector<int64_t>{kTokens, kHidden}));
+    HcMixParams attn_site = site(**ck, layer, "attn");
+    ASSERT_TRUE(attn_site.fn && attn_site.scale && attn_site.base);
+    std::vector<float> norm_w = bf16_tensor(**ck, p + "ffn_norm.weight");
+    std::vector<float> gate_w = bf16_tensor(**ck, p + "ffn.gate.weight");
+    ASSERT_EQ(gate_w.size(), size_t(kExperts * kHidden));
+    MoeGateParams gate{
+        gate_w.data(), f32(**ck, p + "ffn.gate.bias", kExperts), kHidden, kExperts, kTopK, 1.5f};
+    auto moe = moe_weights(**ck, p + "ffn.", kExperts, kHidden, kInter, 10.0f);
+    ASSERT_TRUE(moe.is_ok()) << moe.status().to_string();
+    size_t wrong = 0;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const float* streams = &in.f32[t * 4 * kHidden];
+      HcMix a = hc_mix(streams, attn_site);
+      hc_post(a, &attn.f32[t * kHidden], streams, kHidden, mid.data());
+      hc_pre(a.pre, mid.data(), kHidden, x.data());
+      kernels::ref::rmsnorm_bf16(x.data(), norm_w.data(), 1, kHidden, 1e-20f, normed.data());
+      int32_t experts[kTopK];
+      float weights[kTopK];
+      route_token(normed.data(), gate, experts, weights);
+      moe_forward(*moe, normed.data(), experts, weights, kTopK, y.data());
+      wrong += bit_differences(y.data(), &want.f32[t * kHidden], kHidden);
+    }
+    EXPECT_EQ(wrong, 0u);
+  }
+}
+
+TEST(Moe, RejectsMissingOrMisshapenExperts) {
+  auto ck = Checkpoint::open(data(""));
+  ASSERT_TRUE(ck.is_ok());
+  EXPECT_EQ(moe_weights(**ck, "layers.9.ffn.", 9, kHidden, 128, 10.0f).status().code(),
+            StatusCode::kNotFound);  // there is no expert 8
+  EXPECT_EQ(moe_weights(**ck, "layers.9.ffn.", 8, kHidden, 96, 10.0f).status().code(),
+            StatusCode::kCorrupt);  // inter 96 does not match the tensors
 }
 
 TEST(GoldenTail, FinalNormAndHeadAreBitExact) {

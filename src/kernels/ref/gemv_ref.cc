@@ -1,5 +1,6 @@
 // Scalar reference kernels: exact decode, double accumulation, one rounding at the end.
 #include "kernels/gemv.h"
+#include "kernels/norm.h"
 #include "kernels/quant.h"
 
 namespace fathom::kernels {
@@ -14,8 +15,13 @@ const float* e4m3_table() {
 }
 
 namespace ref {
+namespace {
+float round_once(double v, OutRounding out) {
+  return out == OutRounding::kBF16 ? round_double_to_bf16(v) : float(v);
+}
+}  // namespace
 
-void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y) {
+void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, OutRounding out) {
   const int64_t kb = (w.cols + 31) / 32;
   for (int64_t n = 0; n < batch; ++n) {
     for (int64_t m = 0; m < w.rows; ++m) {
@@ -24,12 +30,12 @@ void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y) {
         double s = e8m0_to_float(w.scale[(m / 32) * kb + k / 32]);
         acc += s * double(e4m3_to_float(w.weight[m * w.cols + k])) * double(x[n * w.cols + k]);
       }
-      y[n * w.rows + m] = float(acc);
+      y[n * w.rows + m] = round_once(acc, out);
     }
   }
 }
 
-void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y) {
+void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y, OutRounding out) {
   const int64_t kb = w.cols / 32;
   for (int64_t n = 0; n < batch; ++n) {
     for (int64_t m = 0; m < w.rows; ++m) {
@@ -40,7 +46,7 @@ void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y) {
         double s = e8m0_to_float(w.scale[m * kb + k / 32]);
         acc += s * double(e2m1_to_float(code)) * double(x[n * w.cols + k]);
       }
-      y[n * w.rows + m] = float(acc);
+      y[n * w.rows + m] = round_once(acc, out);
     }
   }
 }

@@ -1,0 +1,36 @@
+// E4M3 rounding and the activation fake-quant, in exact scalar arithmetic.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/quant.h"
+
+namespace fathom::kernels {
+
+float round_to_e4m3(float v) {
+  const float a = std::fabs(v);
+  if (!(a < 448.0f)) return std::isnan(v) ? v : std::copysign(448.0f, v);
+  if (a == 0.0f) return v;
+  int e;
+  std::frexp(a, &e);        // a = m * 2^e, m in [0.5, 1)
+  e = std::max(e - 1, -6);  // E4M3's smallest normal exponent; below, the subnormal grid
+  const double step = std::ldexp(1.0, e - 3);                // 3 mantissa bits
+  const double q = std::nearbyint(double(a) / step) * step;  // ties to even (default mode)
+  return std::copysign(float(std::min(q, 448.0)), v);
+}
+
+namespace ref {
+
+void fake_quant_e4m3(const float* x, int64_t n, float* y) {
+  for (int64_t b = 0; b < n; b += 32) {
+    float amax = 0.0f;
+    for (int64_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float v = std::max(amax, 1e-4f) * (1.0f / 448.0f);
+    int e;
+    const float m = std::frexp(v, &e);  // ceil(log2(v)) is e, or e - 1 for an exact power of 2
+    const float scale = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
+    for (int64_t i = b; i < b + 32; ++i) y[i] = round_to_e4m3(x[i] / scale) * scale;
+  }
+}
+
+}  // namespace ref
+}  // namespace fathom::kernels

@@ -1,0 +1,69 @@
+// E4M3 rounding, the activation fake-quant and double -> bf16 rounding against their
+// definitions: every E4M3 value is a fixed point, midpoints between neighbours go to the even
+// code, and a double is rounded once (no fp32 step).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/norm.h"
+#include "kernels/quant.h"
+
+namespace fathom::kernels {
+namespace {
+
+TEST(E4m3Rounding, GridPointsTiesAndSaturation) {
+  std::vector<float> grid;  // the finite non-negative E4M3 values, ascending
+  for (int b = 0; b < 0x7F; ++b) grid.push_back(e4m3_to_float(uint8_t(b)));
+  for (size_t i = 0; i < grid.size(); ++i) {
+    EXPECT_EQ(round_to_e4m3(grid[i]), grid[i]);
+    EXPECT_EQ(round_to_e4m3(-grid[i]), -grid[i]);
+    if (i + 1 == grid.size()) continue;
+    const float mid = (grid[i] + grid[i + 1]) / 2;            // exact in fp32
+    const float even = (i % 2 == 0) ? grid[i] : grid[i + 1];  // code i is even iff i is
+    EXPECT_EQ(round_to_e4m3(mid), even) << mid;
+    EXPECT_EQ(round_to_e4m3(std::nextafter(mid, 0.0f)), grid[i]) << mid;
+    EXPECT_EQ(round_to_e4m3(std::nextafter(mid, 1e9f)), grid[i + 1]) << mid;
+  }
+  EXPECT_EQ(grid.back(), 448.0f);
+  EXPECT_EQ(round_to_e4m3(1000.0f), 448.0f);
+  EXPECT_EQ(round_to_e4m3(-1e30f), -448.0f);
+}
+
+TEST(E4m3Rounding, FakeQuantUsesPowerOfTwoBlockScales) {
+  std::vector<float> x(64), y(64);
+  for (int i = 0; i < 32; ++i) x[i] = float(i) - 15.5f;   // amax 16: scale 2^ceil(log2(16/448))
+  for (int i = 32; i < 64; ++i) x[i] = 1e-6f * float(i);  // amax below 1e-4: clamped
+  ref::fake_quant_e4m3(x.data(), 64, y.data());
+  const float s0 = std::ldexp(1.0f, -4);  // 16/448 = 0.0357 -> 2^-4 = 0.0625
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], round_to_e4m3(x[i] / s0) * s0) << i;
+  const float s1 = std::ldexp(1.0f, -22);  // 1e-4/448 = 2.2e-7 -> 2^-22 = 2.4e-7
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(y[i], round_to_e4m3(x[i] / s1) * s1) << i;
+  // An amax whose scale is exactly a power of two keeps that power (56 / 448 = 2^-3, not
+  // 2^-2): 3 * 2^-12 is then 3 E4M3 subnormal steps, where 2^-2 would round it to 2 (even).
+  std::vector<float> z(32, 1.0f);
+  z[0] = 56.0f;
+  z[1] = 3 * std::ldexp(1.0f, -12);
+  ref::fake_quant_e4m3(z.data(), 32, z.data());
+  EXPECT_EQ(z[0], 56.0f);
+  EXPECT_EQ(z[1], 3 * std::ldexp(1.0f, -12));
+  EXPECT_EQ(z[2], 1.0f);
+}
+
+TEST(Bf16Rounding, DoubleRoundsOnce) {
+  // 1 + 2^-8 is the midpoint between bf16 1 and 1 + 2^-7; a hair above it (below fp32
+  // resolution) must round up, a hair below down, and the midpoint itself to even (1).
+  EXPECT_EQ(round_double_to_bf16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40)),
+            1.0f + std::ldexp(1.0f, -7));
+  EXPECT_EQ(round_double_to_bf16(1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -40)), 1.0f);
+  EXPECT_EQ(round_double_to_bf16(1.0 + std::ldexp(1.0, -8)), 1.0f);
+  EXPECT_EQ(round_double_to_bf16(-(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40))),
+            -(1.0f + std::ldexp(1.0f, -7)));
+  // Through fp32 the first case double-rounds to the even neighbour instead.
+  EXPECT_EQ(round_to_bf16(float(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40))), 1.0f);
+  EXPECT_EQ(round_double_to_bf16(0.3), round_to_bf16(0.3f));
+}
+
+}  // namespace
+}  // namespace fathom::kernels

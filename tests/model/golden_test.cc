@@ -85,6 +85,17 @@ NpyArray block_input(int layer) {
   return load("layer" + std::to_string(layer - 1) + "_out");
 }
 
+// Block l's normed FFN input for one token: RMSNorm_ffn(hc_pre(attention-site pre, the
+// streams after the attention hc_post)).
+void ffn_input(const HcMixParams& attn_site, const float* streams, const float* attn_out,
+               const std::vector<float>& norm_w, float* normed) {
+  float mid[4 * kHidden], x[kHidden];
+  HcMix a = hc_mix(streams, attn_site);
+  hc_post(a, attn_out, streams, kHidden, mid);
+  hc_pre(a.pre, mid, kHidden, x);
+  kernels::ref::rmsnorm_bf16(x, norm_w.data(), 1, kHidden, 1e-20f, normed);
+}
+
 TEST(Mhc, EveryBlocksResidualMixingIsBitExact) {
   auto ck = Checkpoint::open(data(""));
   ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
@@ -149,7 +160,7 @@ TEST(MoeGate, EveryBlockRoutesAsTheReference) {
   auto ck = Checkpoint::open(data(""));
   ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
   constexpr int kExperts = 8, kTopK = 2;
-  std::vector<float> mid(4 * kHidden), x(kHidden), normed(kHidden);
+  std::vector<float> normed(kHidden);
   for (int layer = 0; layer < 10; ++layer) {
     SCOPED_TRACE("block " + std::to_string(layer));
     const std::string l = std::to_string(layer), p = "layers." + l + ".";
@@ -169,11 +180,7 @@ TEST(MoeGate, EveryBlockRoutesAsTheReference) {
     ASSERT_NE(gate.bias, nullptr);
     size_t wrong_experts = 0, wrong_weights = 0;
     for (int64_t t = 0; t < kTokens; ++t) {
-      const float* streams = &in.f32[t * 4 * kHidden];
-      HcMix a = hc_mix(streams, attn_site);
-      hc_post(a, &attn.f32[t * kHidden], streams, kHidden, mid.data());
-      hc_pre(a.pre, mid.data(), kHidden, x.data());
-      kernels::ref::rmsnorm_bf16(x.data(), norm_w.data(), 1, kHidden, 1e-20f, normed.data());
+      ffn_input(attn_site, &in.f32[t * 4 * kHidden], &attn.f32[t * kHidden], norm_w, normed.data());
       int32_t experts[kTopK];
       float weights[kTopK];
       route_token(normed.data(), gate, experts, weights);
@@ -213,7 +220,7 @@ TEST(Moe, EveryBlocksFfnOutputIsBitExact) {
   auto ck = Checkpoint::open(data(""));
   ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
   constexpr int kExperts = 8, kTopK = 2, kInter = 128;
-  std::vector<float> mid(4 * kHidden), x(kHidden), normed(kHidden), y(kHidden);
+  std::vector<float> normed(kHidden), y(kHidden);
   for (int layer = 0; layer < 10; ++layer) {
     SCOPED_TRACE("block " + std::to_string(layer));
     const std::string l = std::to_string(layer), p = "layers." + l + ".";
@@ -231,11 +238,7 @@ TEST(Moe, EveryBlocksFfnOutputIsBitExact) {
     ASSERT_TRUE(moe.is_ok()) << moe.status().to_string();
     size_t wrong = 0;
     for (int64_t t = 0; t < kTokens; ++t) {
-      const float* streams = &in.f32[t * 4 * kHidden];
-      HcMix a = hc_mix(streams, attn_site);
-      hc_post(a, &attn.f32[t * kHidden], streams, kHidden, mid.data());
-      hc_pre(a.pre, mid.data(), kHidden, x.data());
-      kernels::ref::rmsnorm_bf16(x.data(), norm_w.data(), 1, kHidden, 1e-20f, normed.data());
+      ffn_input(attn_site, &in.f32[t * 4 * kHidden], &attn.f32[t * kHidden], norm_w, normed.data());
       int32_t experts[kTopK];
       float weights[kTopK];
       route_token(normed.data(), gate, experts, weights);

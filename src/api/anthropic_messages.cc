@@ -49,12 +49,7 @@ Value msg(const char* role, Value content) {
 
 Result<ConversationRequest> parse_messages_request(std::string_view body,
                                                    const MessagesOptions& opt) {
-  if (body.size() > opt.max_body_bytes)
-    return bad("request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes");
-  auto parsed = pyjson::parse(body, {.max_depth = 128, .allow_nan = false});
-  if (!parsed.is_ok()) return bad("request body is not valid JSON: " + parsed.status().message());
-  const Value& r = *parsed;
-  if (!r.is_object()) return bad("request body must be a JSON object");
+  FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
   ConversationRequest req;
   req.include_usage = true;
   if (const Value* m = field(r, "model")) {

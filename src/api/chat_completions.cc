@@ -72,21 +72,9 @@ Result<Value> user_content(const Value* c, size_t index, PromptFormat format) {
 }  // namespace
 
 Result<ConversationRequest> parse_chat_request(std::string_view body, const ChatOptions& opt) {
-  if (body.size() > opt.max_body_bytes)
-    return bad("request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes");
-  auto parsed = pyjson::parse(body, {.max_depth = 128, .allow_nan = false});
-  if (!parsed.is_ok()) return bad("request body is not valid JSON: " + parsed.status().message());
-  const Value& r = *parsed;
-  if (!r.is_object()) return bad("request body must be a JSON object");
+  FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
   ConversationRequest req;
-  if (const Value* m = field(r, "model")) {
-    if (!m->is_string()) return bad("'model' must be a string");
-    req.model = m->text;
-  }
-  if (const Value* s = field(r, "stream")) {
-    if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
-    req.stream = s->boolean;
-  }
+  FATHOM_RETURN_IF_ERROR(read_model_and_stream(r, req));
   req.include_usage = !req.stream;
   if (const Value* so = field(r, "stream_options")) {
     if (!req.stream) return bad("'stream_options' is only allowed with stream=true");

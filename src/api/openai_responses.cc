@@ -66,24 +66,12 @@ constexpr std::string_view kApplyPatchDescription =
 
 Result<ConversationRequest> parse_responses_request(std::string_view body,
                                                     const ResponsesOptions& opt) {
-  if (body.size() > opt.max_body_bytes)
-    return bad("request body is larger than " + std::to_string(opt.max_body_bytes) + " bytes");
-  auto parsed = pyjson::parse(body, {.max_depth = 128, .allow_nan = false});
-  if (!parsed.is_ok()) return bad("request body is not valid JSON: " + parsed.status().message());
-  const Value& r = *parsed;
-  if (!r.is_object()) return bad("request body must be a JSON object");
+  FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
   if (field(r, "previous_response_id"))
     return bad("'previous_response_id' is not supported; send the whole conversation");
   ConversationRequest req;
   req.include_usage = true;
-  if (const Value* m = field(r, "model")) {
-    if (!m->is_string()) return bad("'model' must be a string");
-    req.model = m->text;
-  }
-  if (const Value* s = field(r, "stream")) {
-    if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
-    req.stream = s->boolean;
-  }
+  FATHOM_RETURN_IF_ERROR(read_model_and_stream(r, req));
   if (const Value* v = field(r, "max_output_tokens")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, "max_output_tokens"));
     if (t <= 0) return bad("'max_output_tokens' must be positive");

@@ -21,6 +21,30 @@ inline const Value* field(const Value& o, std::string_view k) {
   return v == nullptr || v->is_null() ? nullptr : v;
 }
 
+// The request body as a JSON object: at most max_body_bytes, strict JSON (no NaN literals),
+// nesting at most 128 deep.
+inline Result<Value> parse_body_object(std::string_view body, size_t max_body_bytes) {
+  if (body.size() > max_body_bytes)
+    return bad("request body is larger than " + std::to_string(max_body_bytes) + " bytes");
+  auto parsed = pyjson::parse(body, {.max_depth = 128, .allow_nan = false});
+  if (!parsed.is_ok()) return bad("request body is not valid JSON: " + parsed.status().message());
+  if (!parsed->is_object()) return bad("request body must be a JSON object");
+  return std::move(*parsed);
+}
+
+// The OpenAI protocols' 'model' and 'stream' fields.
+inline Status read_model_and_stream(const Value& r, ConversationRequest& req) {
+  if (const Value* m = field(r, "model")) {
+    if (!m->is_string()) return bad("'model' must be a string");
+    req.model = m->text;
+  }
+  if (const Value* s = field(r, "stream")) {
+    if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
+    req.stream = s->boolean;
+  }
+  return Status::ok();
+}
+
 inline Result<double> number(const Value& v, const char* name) {
   int64_t i = 0;
   if (v.kind == Value::Kind::kFloat) return v.number;

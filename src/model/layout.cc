@@ -146,25 +146,31 @@ std::vector<TensorSpec> v41_layout(const ModelConfig& c) {
   return std::move(b.out);
 }
 
+Result<const TensorInfo*> find_tensor(const Checkpoint& ck, const std::string& name, DType dtype,
+                                      const std::vector<int64_t>& shape) {
+  const TensorInfo* t = ck.find(name);
+  if (t == nullptr) return not_found("checkpoint is missing tensor '" + name + "'");
+  if (t->dtype != dtype) {
+    return corrupt("tensor '" + name + "' has dtype " + dtype_name(t->dtype) + ", expected " +
+                   dtype_name(dtype));
+  }
+  if (t->shape != shape) {
+    auto fmt = [](const std::vector<int64_t>& v) {
+      std::string r = "[";
+      for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
+      return r + "]";
+    };
+    return corrupt("tensor '" + name + "' has shape " + fmt(t->shape) + ", expected " + fmt(shape) +
+                   " (does config.json match the weights?)");
+  }
+  return t;
+}
+
 Status check_checkpoint(const Checkpoint& ck, const std::vector<TensorSpec>& layout) {
   std::set<std::string> expected;
   for (const TensorSpec& s : layout) {
     expected.insert(s.name);
-    const TensorInfo* t = ck.find(s.name);
-    if (t == nullptr) return not_found("checkpoint is missing tensor '" + s.name + "'");
-    if (t->dtype != s.dtype) {
-      return corrupt("tensor '" + s.name + "' has dtype " + dtype_name(t->dtype) + ", expected " +
-                     dtype_name(s.dtype));
-    }
-    if (t->shape != s.shape) {
-      auto fmt = [](const std::vector<int64_t>& v) {
-        std::string r = "[";
-        for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
-        return r + "]";
-      };
-      return corrupt("tensor '" + s.name + "' has shape " + fmt(t->shape) + ", expected " +
-                     fmt(s.shape) + " (does config.json match the weights?)");
-    }
+    FATHOM_RETURN_IF_ERROR(find_tensor(ck, s.name, s.dtype, s.shape).status());
   }
   for (const auto& [name, t] : ck.tensors()) {
     if (!expected.count(name)) return corrupt("checkpoint has an unexpected tensor '" + name + "'");

@@ -40,6 +40,10 @@ struct TensorSpec {
 
 std::vector<TensorSpec> v41_layout(const ModelConfig& c);
 
+// The tensor `name`, present with this dtype and shape; else kNotFound / kCorrupt naming it.
+Result<const TensorInfo*> find_tensor(const Checkpoint& ck, const std::string& name, DType dtype,
+                                      const std::vector<int64_t>& shape);
+
 // Every tensor of the layout present with its dtype and shape, and nothing else. The error
 // names the first offending tensor.
 Status check_checkpoint(const Checkpoint& ck, const std::vector<TensorSpec>& layout);

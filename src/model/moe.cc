@@ -5,6 +5,7 @@
 
 #include "kernels/norm.h"
 #include "kernels/quant.h"
+#include "model/layout.h"
 #include "model/safetensors.h"
 
 namespace fathom::model {
@@ -12,30 +13,20 @@ namespace {
 
 constexpr int64_t kMaxDim = 8192;
 
-// The tensor `name` checked for dtype and shape.
-Result<const TensorInfo*> tensor(const Checkpoint& ck, const std::string& name, DType dtype,
-                                 std::vector<int64_t> shape) {
-  const TensorInfo* t = ck.find(name);
-  if (t == nullptr) return not_found("missing tensor " + name);
-  if (t->dtype != dtype || t->shape != shape)
-    return corrupt("tensor " + name + " has the wrong dtype or shape for the MoE");
-  return t;
-}
-
 // One projection [out, in] as FP4 (two codes per byte, scale [out, in/32]) or FP8 (32x32).
 Status projection(const Checkpoint& ck, const std::string& name, bool fp4, int64_t out, int64_t in,
                   kernels::Fp4Matrix* m4, kernels::Fp8Matrix* m8) {
   if (fp4) {
     FATHOM_ASSIGN_OR_RETURN(const TensorInfo* w,
-                            tensor(ck, name + ".weight", DType::kI8, {out, in / 2}));
+                            find_tensor(ck, name + ".weight", DType::kI8, {out, in / 2}));
     FATHOM_ASSIGN_OR_RETURN(const TensorInfo* s,
-                            tensor(ck, name + ".scale", DType::kF8E8M0, {out, in / 32}));
+                            find_tensor(ck, name + ".scale", DType::kF8E8M0, {out, in / 32}));
     *m4 = kernels::Fp4Matrix{w->data, s->data, out, in};
   } else {
     FATHOM_ASSIGN_OR_RETURN(const TensorInfo* w,
-                            tensor(ck, name + ".weight", DType::kF8E4M3, {out, in}));
-    FATHOM_ASSIGN_OR_RETURN(const TensorInfo* s, tensor(ck, name + ".scale", DType::kF8E8M0,
-                                                        {(out + 31) / 32, (in + 31) / 32}));
+                            find_tensor(ck, name + ".weight", DType::kF8E4M3, {out, in}));
+    FATHOM_ASSIGN_OR_RETURN(const TensorInfo* s, find_tensor(ck, name + ".scale", DType::kF8E8M0,
+                                                             {(out + 31) / 32, (in + 31) / 32}));
     *m8 = kernels::Fp8Matrix{w->data, s->data, out, in};
   }
   return Status::ok();

@@ -11,7 +11,10 @@ namespace fathom::kernels {
 // Round-to-nearest-even float -> bf16 (as torch's .to(bfloat16)).
 uint16_t float_to_bf16(float f);
 inline float round_to_bf16(float f);
-// A double rounded once, to nearest even, to the nearest bf16 value (no fp32 step between).
+// A double rounded to bf16 the way torch casts it: to fp32 first, then to bf16 (c10::BFloat16
+// is built from a float). The two roundings differ from one direct rounding when the fp32 step
+// lands exactly on a bf16 midpoint; the golden data follow torch (one attention row of the
+// tiny model's layer 2 depends on it).
 float round_double_to_bf16(double v);
 
 namespace ref {

@@ -51,11 +51,21 @@ const float* e4m3_table();
 // v rounded to the nearest E4M3 value (ties to even), saturating at +-448.
 float round_to_e4m3(float v);
 
+// v rounded to the nearest E2M1 value (ties to the even code), saturating at +-6.
+float round_to_e2m1(float v);
+
 namespace ref {
 // The reference's activation fake-quant before an FP8/FP4 GEMM (`act_quant`): per block of
 // 32, scale = 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))), y = e4m3(x / scale) * scale.
 // REQUIRES: n % 32 == 0. x and y may alias.
 void fake_quant_e4m3(const float* x, int64_t n, float* y);
+
+// The reference's FP4 fake-quant (`fp4_act_quant`, in place): per block of `block`,
+// y = e2m1(clamp(x / scale, -6, 6)) * scale with either an E8M0 scale
+// 2^ceil(log2(max(amax, 6*2^-126) * fp32(1/6))) (index keys and queries, blocks of 32) or
+// an E4M3 scale e4m3(max(amax, 6*2^-9) / 6) (compressed KV, blocks of 16).
+// REQUIRES: n % block == 0. x and y may alias.
+void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, float* y);
 }  // namespace ref
 
 }  // namespace fathom::kernels

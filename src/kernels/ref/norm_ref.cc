@@ -14,21 +14,7 @@ uint16_t float_to_bf16(float f) {
   return uint16_t((u + rounding) >> 16);
 }
 
-float round_double_to_bf16(double v) {
-  // fp32 rounding cannot cross a bf16 midpoint (midpoints are fp32 values), only land on one;
-  // when it lands on one from a value that was not the midpoint, the side decides.
-  const float f = float(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0xFFFFu) == 0x8000u && double(f) != v && std::isfinite(f)) {
-    const bool away = std::fabs(v) > std::fabs(double(f));
-    uint32_t r = (u & 0xFFFF0000u) + (away ? 0x10000u : 0u);
-    float out;
-    std::memcpy(&out, &r, 4);
-    return out;
-  }
-  return round_to_bf16(f);
-}
+float round_double_to_bf16(double v) { return round_to_bf16(float(v)); }
 
 namespace ref {
 

@@ -18,6 +18,20 @@ float round_to_e4m3(float v) {
   return std::copysign(float(std::min(q, 448.0)), v);
 }
 
+float round_to_e2m1(float v) {
+  const float a = std::fabs(v);
+  float q;
+  if (!(a <= 5.0f)) q = std::isnan(v) ? v : 6.0f;
+  else if (a >= 3.5f) q = 4.0f;
+  else if (a > 2.5f) q = 3.0f;
+  else if (a >= 1.75f) q = 2.0f;
+  else if (a > 1.25f) q = 1.5f;
+  else if (a >= 0.75f) q = 1.0f;
+  else if (a > 0.25f) q = 0.5f;
+  else q = 0.0f;
+  return std::copysign(q, v);
+}
+
 namespace ref {
 
 void fake_quant_e4m3(const float* x, int64_t n, float* y) {
@@ -29,6 +43,24 @@ void fake_quant_e4m3(const float* x, int64_t n, float* y) {
     const float m = std::frexp(v, &e);  // ceil(log2(v)) is e, or e - 1 for an exact power of 2
     const float scale = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
     for (int64_t i = b; i < b + 32; ++i) y[i] = round_to_e4m3(x[i] / scale) * scale;
+  }
+}
+
+void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, float* y) {
+  for (int64_t b = 0; b < n; b += block) {
+    float amax = 0.0f;
+    for (int64_t i = b; i < b + block; ++i) amax = std::max(amax, std::fabs(x[i]));
+    float scale;
+    if (e4m3_scale) {
+      scale = round_to_e4m3(std::max(amax, 6.0f * 0x1p-9f) / 6.0f);
+    } else {
+      const float v = std::max(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f);
+      int e;
+      const float m = std::frexp(v, &e);
+      scale = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
+    }
+    for (int64_t i = b; i < b + block; ++i)
+      y[i] = round_to_e2m1(std::clamp(x[i] / scale, -6.0f, 6.0f)) * scale;
   }
 }
 

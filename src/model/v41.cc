@@ -1,0 +1,717 @@
+#include "model/v41.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+#include "kernels/gemv.h"
+#include "kernels/norm.h"
+#include "kernels/quant.h"
+#include "model/attention.h"
+#include "model/engram.h"
+#include "model/layout.h"
+#include "model/mhc.h"
+#include "model/moe.h"
+#include "model/moe_gate.h"
+#include "model/rope.h"
+#include "model/safetensors.h"
+
+namespace fathom::model {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}
+
+// ---------------------------------------------------------------------------------------
+// Weights
+
+struct AttentionWeights {
+  kernels::Fp8Matrix wq_a{}, wq_b{}, wkv{}, wo_b{};
+  std::vector<float> wo_a;  // [groups * o_rank, heads * head_dim / groups], bf16 values
+  std::vector<float> q_norm, kv_norm;
+  const float* sink = nullptr;
+  // Compressor (kv sources): ratio 2 has a gate and runs in fp32, ratio 1 in bf16.
+  std::vector<float> c_wkv, c_wgate, c_norm;
+  // Indexer (index sources); wk and k_norm on kv sources only.
+  kernels::Fp8Matrix i_wq_b{};
+  std::vector<float> i_wproj, i_wk, i_knorm;
+};
+
+struct BlockWeights {
+  int id = 0;
+  int64_t ratio = 0;
+  bool kv_source = false, index_source = false, candidate_source = false,
+       uses_candidates = false;
+  int kv_source_layer = -1;  // whose compressed KV this layer reads
+  int engram = -1;           // index into ModelWeights::engram, or -1
+  std::vector<float> attn_norm, ffn_norm;
+  HcMixParams hc_attn, hc_ffn;
+  AttentionWeights attn;
+  std::vector<float> gate_w;
+  const float* gate_bias = nullptr;
+  int n_experts = 0, top_k = 0;
+  MoeWeights moe;
+};
+
+struct ModelWeights {
+  ModelConfig cfg;
+  std::unique_ptr<Checkpoint> ck;
+  const uint16_t* embed = nullptr;  // [vocab, dim] bf16
+  const uint16_t* head = nullptr;   // [vocab, dim] bf16
+  std::vector<float> norm;
+  std::vector<BlockWeights> blocks;  // n_layers, then the DSpark stages
+  std::unique_ptr<Rope> rope_window, rope_compressed;
+  std::vector<EngramLayer> engram;
+  EngramHasher hasher;
+  // DSpark
+  kernels::Fp8Matrix main_proj{};
+  std::vector<float> main_norm, mtp_norm, markov_embed, markov_head, confidence;
+};
+
+struct SequenceState {
+  struct Source {
+    std::vector<float> comp, keys;            // [n, head_dim], [n, index_head_dim]
+    std::vector<float> kv_part, score_part;   // [ratio, head_dim] fp32 partial group
+  };
+  int64_t pos = 0;
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> ring;  // per block (DSpark stages last): [window, head_dim]
+  std::vector<Source> src;               // per layer; used on kv sources
+  int published_keys = -1;               // the reference's shared index-key slot
+  std::vector<float> main_hidden;        // DSpark input of the last forward's last row
+};
+
+int64_t sequence_position(const SequenceState& s) { return s.pos; }
+void destroy_sequence(SequenceState* s) { delete s; }
+
+namespace {
+
+Result<std::vector<float>> bf16_values(const Checkpoint& ck, const std::string& name,
+                                       const std::vector<int64_t>& shape) {
+  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* t, find_tensor(ck, name, DType::kBF16, shape));
+  std::vector<float> v(t->elements());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, t->data + 2 * i, 2);
+    v[i] = kernels::bf16_to_float(h);
+  }
+  return v;
+}
+
+Result<const float*> f32_view(const Checkpoint& ck, const std::string& name,
+                              const std::vector<int64_t>& shape) {
+  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* t, find_tensor(ck, name, DType::kF32, shape));
+  return reinterpret_cast<const float*>(t->data);
+}
+
+Result<kernels::Fp8Matrix> fp8(const Checkpoint& ck, const std::string& name, int64_t out,
+                               int64_t in) {
+  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* w,
+                          find_tensor(ck, name + ".weight", DType::kF8E4M3, {out, in}));
+  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* s, find_tensor(ck, name + ".scale", DType::kF8E8M0,
+                                                           {(out + 31) / 32, (in + 31) / 32}));
+  return kernels::Fp8Matrix{w->data, s->data, out, in};
+}
+
+// An FP8 weight dequantised and rounded to bf16, as the reference's converter does for wo_a.
+std::vector<float> dequantize_bf16(const kernels::Fp8Matrix& m) {
+  std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
+  const int64_t kb = (m.cols + 31) / 32;
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = 0; c < m.cols; ++c)
+      v[size_t(r * m.cols + c)] = kernels::round_to_bf16(
+          kernels::e4m3_to_float(m.weight[r * m.cols + c]) *
+          kernels::e8m0_to_float(m.scale[(r / 32) * kb + c / 32]));
+  return v;
+}
+
+Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
+  const ModelConfig& c = W.cfg;
+  const Checkpoint& ck = *W.ck;
+  const std::string p = mtp ? "mtp." + std::to_string(id - c.n_layers) + "."
+                            : "layers." + std::to_string(id) + ".";
+  const int64_t D = c.dim, hd = c.head_dim, H = c.n_heads, q = c.q_lora_rank;
+  b->id = id;
+  b->ratio = c.compress_ratios[size_t(id)];
+  auto has = [](const std::vector<int64_t>& v, int64_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  if (!mtp) {
+    b->kv_source = has(c.kv_source_layers, id);
+    b->index_source = has(c.index_source_layers, id);
+    b->candidate_source = b->index_source && id == c.candidate_source_layer;
+    b->uses_candidates =
+        b->index_source && c.candidate_source_layer >= 0 && c.candidate_source_layer < id;
+    if (b->ratio > 0) {
+      for (int64_t l = id; l >= 0; --l)
+        if (has(c.kv_source_layers, l)) {
+          b->kv_source_layer = int(l);
+          break;
+        }
+      if (b->kv_source_layer < 0 || c.compress_ratios[size_t(b->kv_source_layer)] != b->ratio)
+        return invalid_argument("layer " + std::to_string(id) +
+                                " reads compressed KV but no kv source of its ratio precedes it");
+    }
+  }
+  FATHOM_ASSIGN_OR_RETURN(b->attn_norm, bf16_values(ck, p + "attn_norm.weight", {D}));
+  FATHOM_ASSIGN_OR_RETURN(b->ffn_norm, bf16_values(ck, p + "ffn_norm.weight", {D}));
+  const int64_t mix = (2 + c.hc_mult) * c.hc_mult;
+  for (int site = 0; site < 2; ++site) {
+    const std::string s = p + (site == 0 ? "hc_attn_" : "hc_ffn_");
+    HcMixParams hp;
+    FATHOM_ASSIGN_OR_RETURN(hp.fn, f32_view(ck, s + "fn", {mix, c.hc_mult * D}));
+    FATHOM_ASSIGN_OR_RETURN(hp.scale, f32_view(ck, s + "scale", {3}));
+    FATHOM_ASSIGN_OR_RETURN(hp.base, f32_view(ck, s + "base", {mix}));
+    hp.hidden = D;
+    hp.sinkhorn_iters = int(c.hc_sinkhorn_iters);
+    hp.norm_eps = float(c.norm_eps);
+    hp.sinkhorn_eps = float(c.hc_eps);
+    (site == 0 ? b->hc_attn : b->hc_ffn) = hp;
+  }
+  AttentionWeights& a = b->attn;
+  const std::string at = p + "attn.";
+  FATHOM_ASSIGN_OR_RETURN(a.wq_a, fp8(ck, at + "wq_a", q, D));
+  FATHOM_ASSIGN_OR_RETURN(a.wq_b, fp8(ck, at + "wq_b", H * hd, q));
+  FATHOM_ASSIGN_OR_RETURN(a.wkv, fp8(ck, at + "wkv", hd, D));
+  FATHOM_ASSIGN_OR_RETURN(auto wo_a,
+                          fp8(ck, at + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups));
+  a.wo_a = dequantize_bf16(wo_a);
+  FATHOM_ASSIGN_OR_RETURN(a.wo_b, fp8(ck, at + "wo_b", D, c.o_groups * c.o_lora_rank));
+  FATHOM_ASSIGN_OR_RETURN(a.q_norm, bf16_values(ck, at + "q_norm.weight", {q}));
+  FATHOM_ASSIGN_OR_RETURN(a.kv_norm, bf16_values(ck, at + "kv_norm.weight", {hd}));
+  FATHOM_ASSIGN_OR_RETURN(a.sink, f32_view(ck, at + "attn_sink", {H}));
+  if (b->kv_source) {
+    FATHOM_ASSIGN_OR_RETURN(a.c_wkv, bf16_values(ck, at + "compressor.wkv.weight", {hd, D}));
+    if (b->ratio > 1) {
+      FATHOM_ASSIGN_OR_RETURN(a.c_wgate, bf16_values(ck, at + "compressor.wgate.weight", {hd, D}));
+    }
+    FATHOM_ASSIGN_OR_RETURN(a.c_norm, bf16_values(ck, at + "compressor.norm.weight", {hd}));
+    FATHOM_ASSIGN_OR_RETURN(
+        a.i_wk, bf16_values(ck, at + "indexer.wk.weight", {c.index_head_dim, hd}));
+    FATHOM_ASSIGN_OR_RETURN(
+        a.i_knorm, bf16_values(ck, at + "indexer.k_norm.weight", {c.index_head_dim}));
+  }
+  if (b->index_source) {
+    FATHOM_ASSIGN_OR_RETURN(a.i_wq_b,
+                            fp8(ck, at + "indexer.wq_b", c.index_n_heads * c.index_head_dim, q));
+    FATHOM_ASSIGN_OR_RETURN(
+        a.i_wproj, bf16_values(ck, at + "indexer.weights_proj.weight", {c.index_n_heads, D}));
+  }
+  b->n_experts = int(mtp ? c.dspark_n_routed_experts : c.n_routed_experts);
+  b->top_k = int(mtp ? c.dspark_n_activated_experts : c.n_activated_experts);
+  FATHOM_ASSIGN_OR_RETURN(b->gate_w, bf16_values(ck, p + "ffn.gate.weight", {b->n_experts, D}));
+  FATHOM_ASSIGN_OR_RETURN(b->gate_bias, f32_view(ck, p + "ffn.gate.bias", {b->n_experts}));
+  FATHOM_ASSIGN_OR_RETURN(b->moe, moe_weights(ck, p + "ffn.", b->n_experts, D, c.moe_inter_dim,
+                                              float(c.swiglu_limit)));
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------
+// Strict building blocks (canonical arithmetic of the golden data)
+
+// y [rows, W.rows] = bf16(W · fake_quant(x)) for x [rows, W.cols].
+void fp8_linear(const kernels::Fp8Matrix& w, const float* x, int64_t rows, float* y) {
+  std::vector<float> xq(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::ref::fake_quant_e4m3(x + r * w.cols, w.cols, xq.data());
+    kernels::ref::matmul_fp8(w, xq.data(), 1, y + r * w.rows, kernels::OutRounding::kBF16);
+  }
+}
+
+// y [rows, m] = bf16(x · w^T), accumulated in double and rounded once (a bf16 linear).
+void bf16_linear(const float* x, const float* w, int64_t rows, int64_t k, int64_t m, float* y) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < m; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < k; ++i) acc += double(x[r * k + i]) * double(w[j * k + i]);
+      y[r * m + j] = kernels::round_double_to_bf16(acc);
+    }
+}
+
+void rmsnorm(const float* x, const std::vector<float>& w, int64_t rows, float eps, float* y) {
+  kernels::ref::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
+}
+
+// Top-k with the golden tie rule: larger value first, equal values by lower index.
+void top_k_indices(const float* v, int64_t n, int64_t k, std::vector<int32_t>* out) {
+  out->resize(size_t(n));
+  std::iota(out->begin(), out->end(), 0);
+  std::partial_sort(out->begin(), out->begin() + k, out->end(), [&](int32_t a, int32_t b) {
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  });
+  out->resize(size_t(k));
+}
+
+// Per-forward scratch shared between layers: the top-k of the latest index source and the
+// candidate mask of the candidate source.
+struct ForwardScratch {
+  int64_t start = 0, T = 0;
+  std::vector<int32_t> topk;  // [T, width], compressed positions or -1
+  int64_t topk_width = 0;
+  std::vector<uint8_t> candidates;  // [T, n] 1 = candidate
+  int64_t candidates_n = 0;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Attention
+
+namespace {
+
+// The compressor of kv source `b` over the chunk's normed inputs: appends completed
+// entries (RoPE-free latents) to `latents` with their entry index.
+void compress(const ModelWeights& W, const BlockWeights& b, SequenceState::Source& src,
+              const float* xn, int64_t start, int64_t T, std::vector<float>* latents,
+              std::vector<int64_t>* entry_ids) {
+  const int64_t D = W.cfg.dim, hd = W.cfg.head_dim, r = b.ratio;
+  const AttentionWeights& a = b.attn;
+  std::vector<float> kv(static_cast<size_t>(hd)), score(static_cast<size_t>(hd)), pooled(static_cast<size_t>(hd)), lat(static_cast<size_t>(hd));
+  if (src.kv_part.empty()) {
+    src.kv_part.assign(size_t(r * hd), 0.0f);
+    src.score_part.assign(size_t(r * hd), kNegInf);
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = start + t;
+    const float* x = xn + t * D;
+    if (r == 1) {
+      bf16_linear(x, a.c_wkv.data(), 1, D, hd, kv.data());
+      rmsnorm(kv.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
+      latents->insert(latents->end(), lat.begin(), lat.end());
+      entry_ids->push_back(p);
+      continue;
+    }
+    // Ratio > 1: fp32 linears (the weights are promoted to fp32), the group's softmax over
+    // its r tokens per channel in double, the weighted sum accumulated in double.
+    kernels::ref::linear_f32(x, a.c_wkv.data(), 1, D, hd, kv.data());
+    kernels::ref::linear_f32(x, a.c_wgate.data(), 1, D, hd, score.data());
+    const int64_t slot = p % r;
+    std::copy(kv.begin(), kv.end(), src.kv_part.begin() + slot * hd);
+    std::copy(score.begin(), score.end(), src.score_part.begin() + slot * hd);
+    if ((p + 1) % r != 0) continue;
+    for (int64_t ch = 0; ch < hd; ++ch) {
+      float m = kNegInf;
+      for (int64_t s = 0; s < r; ++s) m = std::max(m, src.score_part[s * hd + ch]);
+      float e[16];
+      double sum = 0;
+      for (int64_t s = 0; s < r; ++s)
+        sum += e[s] = float(std::exp(double(src.score_part[s * hd + ch] - m)));
+      double acc = 0;
+      for (int64_t s = 0; s < r; ++s) {
+        const float prob = e[s] / float(sum);
+        acc += double(src.kv_part[s * hd + ch] * prob);
+      }
+      pooled[size_t(ch)] = kernels::round_to_bf16(float(acc));
+    }
+    rmsnorm(pooled.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
+    latents->insert(latents->end(), lat.begin(), lat.end());
+    entry_ids->push_back(p / r);
+    std::fill(src.score_part.begin(), src.score_part.end(), kNegInf);
+  }
+}
+
+// Index scores of one query row against `n` keys: Σ_h bf16(relu(bf16(q_h·k)) · w_h),
+// accumulated in double and rounded to bf16.
+void index_scores(const float* q, const float* w, const float* keys, int64_t n, int64_t heads,
+                  int64_t dim, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    double total = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      double dot = 0;
+      for (int64_t i = 0; i < dim; ++i) dot += double(q[h * dim + i]) * double(keys[j * dim + i]);
+      const float s = std::max(kernels::round_double_to_bf16(dot), 0.0f);
+      total += double(kernels::round_to_bf16(s * w[h]));
+    }
+    out[j] = kernels::round_double_to_bf16(total);
+  }
+}
+
+Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
+               ForwardScratch& f, const float* xn, const float* qr, const Rope& rope,
+               bool own_keys, ForwardTrace* trace) {
+  const ModelConfig& c = W.cfg;
+  const int64_t T = f.T, start = f.start, r = b.ratio, nh = c.index_n_heads,
+                ihd = c.index_head_dim, D = c.dim, rd = c.rope_head_dim;
+  const int64_t end = start + T, compress_len = end / r;
+  const int64_t k = std::min(c.index_topk, compress_len);
+  f.topk_width = k;
+  f.topk.assign(size_t(T * k), -1);
+  if (compress_len == 0) return Status::ok();
+  const int key_layer = own_keys ? b.kv_source_layer : st.published_keys;
+  if (key_layer < 0) return internal_error("no index keys published before layer " + std::to_string(b.id));
+  const std::vector<float>& keys = st.src[size_t(key_layer)].keys;
+  if (int64_t(keys.size()) < compress_len * ihd)
+    return internal_error("index keys shorter than the visible compressed entries");
+  std::vector<float> q(static_cast<size_t>(nh * ihd)), w(static_cast<size_t>(nh)), scores(static_cast<size_t>(compress_len));
+  std::vector<int32_t> chosen;
+  const float wscale = float(std::pow(double(ihd), -0.5) * std::pow(double(nh), -0.5));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = start + t, visible = (p + 1) / r;
+    fp8_linear(b.attn.i_wq_b, qr + t * c.q_lora_rank, 1, q.data());
+    for (int64_t h = 0; h < nh; ++h) {
+      rope.rotate(q.data() + h * ihd + ihd - rd, p);
+    }
+    kernels::ref::fake_quant_e2m1(q.data(), nh * ihd, 32, false, q.data());
+    bf16_linear(xn + t * D, b.attn.i_wproj.data(), 1, D, nh, w.data());
+    for (auto& x : w) x = kernels::round_to_bf16(x * wscale);
+    index_scores(q.data(), w.data(), keys.data(), compress_len, nh, ihd, scores.data());
+    for (int64_t j = visible; j < compress_len; ++j) scores[size_t(j)] = kNegInf;
+    if (b.candidate_source) {
+      // Block scores: the max over each block; the block of the newest entry is pinned.
+      const int64_t bs = c.candidate_block_size, nb = (compress_len + bs - 1) / bs;
+      std::vector<float> block(size_t(nb), kNegInf);
+      for (int64_t j = 0; j < compress_len; ++j)
+        block[size_t(j / bs)] = std::max(block[size_t(j / bs)], scores[size_t(j)]);
+      if (visible > 0) block[size_t((visible - 1) / bs)] = std::numeric_limits<float>::infinity();
+      std::vector<int32_t> top;
+      top_k_indices(block.data(), nb, std::min(c.candidate_topk_blocks, nb), &top);
+      if (t == 0) {
+        f.candidates_n = compress_len;
+        f.candidates.assign(size_t(T * compress_len), 0);
+      }
+      for (int32_t blk : top) {
+        if (!(block[size_t(blk)] > kNegInf)) continue;
+        for (int64_t j = blk * bs; j < std::min(compress_len, (blk + 1) * bs); ++j)
+          f.candidates[size_t(t * compress_len + j)] = 1;
+      }
+    } else if (b.uses_candidates) {
+      if (f.candidates_n != compress_len)
+        return internal_error("candidate pool does not cover layer " + std::to_string(b.id));
+      for (int64_t j = 0; j < compress_len; ++j)
+        if (!f.candidates[size_t(t * compress_len + j)]) scores[size_t(j)] = kNegInf;
+    }
+    top_k_indices(scores.data(), compress_len, k, &chosen);
+    std::sort(chosen.begin(), chosen.end());
+    for (int64_t i = 0; i < k; ++i)
+      f.topk[size_t(t * k + i)] = chosen[size_t(i)] < visible ? chosen[size_t(i)] : -1;
+  }
+  if (trace) {
+    trace->topk[b.id] = f.topk;
+    trace->topk_width[b.id] = k;
+  }
+  return Status::ok();
+}
+
+// One attention sublayer over the chunk: xn [T, D] normed inputs -> out [T, D].
+Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
+                 ForwardScratch& f, const float* xn, bool own_keys, float* out,
+                 ForwardTrace* trace) {
+  const ModelConfig& c = W.cfg;
+  const AttentionWeights& a = b.attn;
+  const int64_t T = f.T, start = f.start, D = c.dim, H = c.n_heads, hd = c.head_dim,
+                rd = c.rope_head_dim, qd = c.q_lora_rank, win = c.window_size;
+  const Rope& rope = b.ratio > 0 ? *W.rope_compressed : *W.rope_window;
+  const float eps = float(c.norm_eps);
+
+  std::vector<float> qr(static_cast<size_t>(T * qd)), tmp(static_cast<size_t>(std::max(qd, hd) * T)),
+      q(size_t(T * H * hd)), kv(static_cast<size_t>(T * hd));
+  fp8_linear(a.wq_a, xn, T, tmp.data());
+  rmsnorm(tmp.data(), a.q_norm, T, eps, qr.data());
+  fp8_linear(a.wq_b, qr.data(), T, q.data());
+  fp8_linear(a.wkv, xn, T, tmp.data());
+  rmsnorm(tmp.data(), a.kv_norm, T, eps, kv.data());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) rope.rotate(&q[size_t((t * H + h) * hd + hd - rd)], start + t);
+    rope.rotate(&kv[size_t(t * hd + hd - rd)], start + t);
+    kernels::ref::fake_quant_e4m3(&kv[size_t(t * hd)], hd, &kv[size_t(t * hd)]);
+  }
+
+  // Compressed KV: the source compresses, the index source selects, then the new entries
+  // are rotated, FP4 fake-quantised and appended.
+  if (b.ratio > 0) {
+    std::vector<float> latents;
+    std::vector<int64_t> ids;
+    SequenceState::Source& src = st.src[size_t(b.id)];
+    if (b.kv_source) {
+      compress(W, b, src, xn, start, T, &latents, &ids);
+      const int64_t ihd = c.index_head_dim;
+      std::vector<float> key(static_cast<size_t>(ihd)), kn(static_cast<size_t>(ihd));
+      for (size_t e = 0; e < ids.size(); ++e) {
+        bf16_linear(&latents[e * size_t(hd)], a.i_wk.data(), 1, hd, ihd, key.data());
+        rmsnorm(key.data(), a.i_knorm, 1, eps, kn.data());
+        W.rope_compressed->rotate(kn.data() + ihd - rd, ids[e] * b.ratio);
+        kernels::ref::fake_quant_e2m1(kn.data(), ihd, 32, false, kn.data());
+        src.keys.insert(src.keys.end(), kn.begin(), kn.end());
+      }
+      if (!ids.empty()) st.published_keys = b.id;
+    }
+    if (b.index_source)
+      FATHOM_RETURN_IF_ERROR(indexer(W, b, st, f, xn, qr.data(), rope, own_keys, trace));
+    for (size_t e = 0; e < ids.size(); ++e) {
+      float* lat = &latents[e * size_t(hd)];
+      rope.rotate(lat + hd - rd, ids[e] * b.ratio);
+      kernels::ref::fake_quant_e2m1(lat, hd, 16, true, lat);
+      src.comp.insert(src.comp.end(), lat, lat + hd);
+    }
+  }
+
+  // Attention rows: the window (the chunk's own KV and the ring), then the selected
+  // compressed entries.
+  std::vector<float>& ring = st.ring[size_t(b.id)];
+  if (ring.empty()) ring.assign(size_t(win * hd), 0.0f);
+  const int64_t width = start == 0 ? std::min(T, win) : win;
+  const std::vector<float>* comp =
+      b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].comp : nullptr;
+  std::vector<const float*> entries;
+  std::vector<float> o(static_cast<size_t>(H * hd)), z(static_cast<size_t>(c.o_groups * c.o_lora_rank));
+  const float scale = float(std::pow(double(hd), -0.5));
+  const int64_t gin = H * hd / c.o_groups;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t p = start + t;
+    entries.assign(size_t(width), nullptr);
+    int64_t slot = 0;
+    for (int64_t pos = std::max<int64_t>(0, p - win + 1); pos <= p; ++pos, ++slot) {
+      entries[size_t(slot)] =
+          pos >= start ? &kv[size_t((pos - start) * hd)] : &ring[size_t((pos % win) * hd)];
+    }
+    if (b.ratio > 0) {
+      for (int64_t i = 0; i < f.topk_width; ++i) {
+        const int32_t j = f.topk[size_t(t * f.topk_width + i)];
+        entries.push_back(j < 0 ? nullptr : &(*comp)[size_t(j) * size_t(hd)]);
+      }
+    }
+    sparse_attention(&q[size_t(t * H * hd)], H, hd, entries.data(), int64_t(entries.size()),
+                     a.sink, scale, o.data());
+    for (int64_t h = 0; h < H; ++h) rope.rotate(&o[size_t(h * hd + hd - rd)], p, true);
+    for (int64_t g = 0; g < c.o_groups; ++g)
+      for (int64_t rr = 0; rr < c.o_lora_rank; ++rr) {
+        const float* wr = &a.wo_a[size_t((g * c.o_lora_rank + rr) * gin)];
+        double acc = 0;
+        for (int64_t i = 0; i < gin; ++i) acc += double(wr[i]) * double(o[size_t(g * gin + i)]);
+        z[size_t(g * c.o_lora_rank + rr)] = kernels::round_double_to_bf16(acc);
+      }
+    fp8_linear(a.wo_b, z.data(), 1, out + t * D);
+  }
+  for (int64_t t = std::max<int64_t>(0, T - win); t < T; ++t)
+    std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)],
+              &ring[size_t(((start + t) % win) * hd)]);
+  return Status::ok();
+}
+
+// One block (attention and MoE, each wrapped in mHC) over the chunk's streams X [T, 4, D];
+// pre [T, 4] is the input mix and becomes the block's FFN-site pre.
+Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
+                     ForwardScratch& f, float* X, float* pre, bool own_keys,
+                     ForwardTrace* trace) {
+  const int64_t T = f.T, D = W.cfg.dim;
+  const float eps = float(W.cfg.norm_eps);
+  std::vector<float> x(static_cast<size_t>(T * D)), xn(static_cast<size_t>(T * D)), y(static_cast<size_t>(T * D)), mid(static_cast<size_t>(4 * D));
+  std::vector<HcMix> mixes(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    mixes[size_t(t)] = hc_mix(X + t * 4 * D, b.hc_attn);
+    hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
+  }
+  rmsnorm(x.data(), b.attn_norm, T, eps, xn.data());
+  FATHOM_RETURN_IF_ERROR(attention(W, b, st, f, xn.data(), own_keys, y.data(), trace));
+  const std::string l = "layer" + std::to_string(b.id);
+  if (trace && trace->keep_tensors) trace->tensors[l + "_attn_out"] = y;
+  // The FFN site: its own mix from the updated streams, applied to the input chosen with
+  // the attention site's pre.
+  for (int64_t t = 0; t < T; ++t) {
+    float* xt = X + t * 4 * D;
+    hc_post(mixes[size_t(t)], &y[size_t(t * D)], xt, D, mid.data());
+    std::copy(mid.begin(), mid.end(), xt);
+    hc_pre(mixes[size_t(t)].pre, xt, D, &x[size_t(t * D)]);
+    mixes[size_t(t)] = hc_mix(xt, b.hc_ffn);
+  }
+  rmsnorm(x.data(), b.ffn_norm, T, eps, xn.data());
+  std::vector<int32_t> experts(static_cast<size_t>(b.top_k));
+  std::vector<float> weights(static_cast<size_t>(b.top_k));
+  MoeGateParams gp{b.gate_w.data(), b.gate_bias, D, b.n_experts, b.top_k,
+                   float(W.cfg.route_scale)};
+  std::vector<int32_t>* gi = nullptr;
+  std::vector<float>* gw = nullptr;
+  if (trace) {
+    gi = &trace->gate_idx[b.id];
+    gw = &trace->gate_w[b.id];
+    gi->clear();
+    gw->clear();
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    route_token(&xn[size_t(t * D)], gp, experts.data(), weights.data());
+    if (gi) {
+      gi->insert(gi->end(), experts.begin(), experts.end());
+      gw->insert(gw->end(), weights.begin(), weights.end());
+    }
+    moe_forward(b.moe, &xn[size_t(t * D)], experts.data(), weights.data(), b.top_k,
+                &y[size_t(t * D)]);
+  }
+  if (trace && trace->keep_tensors) trace->tensors[l + "_ffn_out"] = y;
+  for (int64_t t = 0; t < T; ++t) {
+    hc_post(mixes[size_t(t)], &y[size_t(t * D)], X + t * 4 * D, D, mid.data());
+    std::copy(mid.begin(), mid.end(), X + t * 4 * D);
+    std::copy(mixes[size_t(t)].pre, mixes[size_t(t)].pre + 4, pre + t * 4);
+  }
+  if (trace && trace->keep_tensors) {
+    trace->tensors[l + "_out"] = std::vector<float>(X, X + T * 4 * D);
+    trace->tensors[l + "_pre_mix"] = std::vector<float>(pre, pre + T * 4);
+  }
+  return Status::ok();
+}
+
+// The hc-mean of a token's streams, rounded to bf16 (DSpark's main input).
+void hc_mean(const float* X, int64_t D, float* out) {
+  for (int64_t i = 0; i < D; ++i) {
+    double s = 0;
+    for (int j = 0; j < 4; ++j) s += double(X[j * D + i]);
+    out[i] = kernels::round_double_to_bf16(s / 4.0);
+  }
+}
+
+std::string read_file(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  *ok = bool(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// V41Model
+
+V41Model::~V41Model() = default;
+
+const ModelConfig& V41Model::config() const { return w_->cfg; }
+
+Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
+                                                 const ModelOptions& options) {
+  auto m = std::unique_ptr<V41Model>(new V41Model());
+  m->options_ = options;
+  m->w_ = std::make_unique<ModelWeights>();
+  ModelWeights& W = *m->w_;
+  FATHOM_ASSIGN_OR_RETURN(W.cfg, load_model_config_dir(dir));
+  const ModelConfig& c = W.cfg;
+  if (c.hc_mult != kHcStreams) return unsupported("hc_mult must be 4");
+  if (c.head_dim > 1024 || c.rope_head_dim > c.head_dim || c.rope_head_dim > c.index_head_dim)
+    return unsupported("head sizes outside what the CPU attention supports");
+  FATHOM_ASSIGN_OR_RETURN(W.ck, Checkpoint::open(dir));
+  FATHOM_RETURN_IF_ERROR(check_checkpoint(*W.ck, v41_layout(c)));
+  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* embed,
+                          find_tensor(*W.ck, "embed.weight", DType::kBF16, {c.vocab_size, c.dim}));
+  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* head,
+                          find_tensor(*W.ck, "head.weight", DType::kBF16, {c.vocab_size, c.dim}));
+  W.embed = reinterpret_cast<const uint16_t*>(embed->data);
+  W.head = reinterpret_cast<const uint16_t*>(head->data);
+  FATHOM_ASSIGN_OR_RETURN(W.norm, bf16_values(*W.ck, "norm.weight", {c.dim}));
+  W.rope_window = std::make_unique<Rope>(RopeParams{c.rope_head_dim, c.rope_theta, 1, 0, 32, 1});
+  W.rope_compressed = std::make_unique<Rope>(RopeParams{
+      c.rope_head_dim, c.compress_rope_theta, c.rope_factor, c.original_seq_len, c.beta_fast,
+      c.beta_slow});
+  W.blocks.resize(size_t(c.n_layers + c.n_mtp_layers));
+  for (int64_t i = 0; i < int64_t(W.blocks.size()); ++i)
+    FATHOM_RETURN_IF_ERROR(bind_block(W, int(i), i >= c.n_layers, &W.blocks[size_t(i)]));
+  // Engram: the hasher from engram_tables.json when the folder has one.
+  if (!c.engram_layer_ids.empty()) {
+    bool ok = false;
+    std::string tables = read_file(dir + "/engram_tables.json", &ok);
+    if (!ok)
+      return not_found(dir + "/engram_tables.json: the Engram token map is required (building "
+                             "it from the tokenizer is not supported yet)");
+    FATHOM_ASSIGN_OR_RETURN(W.hasher, EngramHasher::from_tables_json(tables, c));
+    for (size_t e = 0; e < c.engram_layer_ids.size(); ++e) {
+      const int64_t l = c.engram_layer_ids[e];
+      FATHOM_ASSIGN_OR_RETURN(EngramLayer el, bind_engram(*W.ck, c, int(l), int64_t(e)));
+      W.engram.push_back(std::move(el));
+      W.blocks[size_t(l)].engram = int(e);
+    }
+  }
+  // DSpark stage tensors.
+  if (c.n_mtp_layers > 0) {
+    const int64_t D = c.dim, last = c.n_mtp_layers - 1;
+    FATHOM_ASSIGN_OR_RETURN(W.main_proj, fp8(*W.ck, "mtp.0.main_proj", D, 3 * D));
+    FATHOM_ASSIGN_OR_RETURN(W.main_norm, bf16_values(*W.ck, "mtp.0.main_norm.weight", {D}));
+    const std::string p = "mtp." + std::to_string(last) + ".";
+    FATHOM_ASSIGN_OR_RETURN(W.mtp_norm, bf16_values(*W.ck, p + "norm.weight", {D}));
+    FATHOM_ASSIGN_OR_RETURN(W.markov_embed, bf16_values(*W.ck, p + "markov_head.embed.weight",
+                                                        {c.vocab_size, c.dspark_markov_rank}));
+    FATHOM_ASSIGN_OR_RETURN(W.markov_head, bf16_values(*W.ck, p + "markov_head.head.weight",
+                                                       {c.vocab_size, c.dspark_markov_rank}));
+    FATHOM_ASSIGN_OR_RETURN(W.confidence, bf16_values(*W.ck, p + "confidence_head.proj.weight",
+                                                      {1, D + c.dspark_markov_rank}));
+  }
+  return m;
+}
+
+std::unique_ptr<SequenceState> V41Model::new_sequence() const {
+  auto s = std::unique_ptr<SequenceState>(new SequenceState());
+  s->ring.resize(w_->blocks.size());
+  s->src.resize(w_->blocks.size());
+  return s;
+}
+
+Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, float* logits,
+                         ForwardTrace* trace) const {
+  const ModelWeights& W = *w_;
+  const ModelConfig& c = W.cfg;
+  const int64_t T = int64_t(tokens.size()), D = c.dim;
+  if (T == 0) return invalid_argument("forward needs at least one token");
+  for (int32_t id : tokens)
+    if (id < 0 || id >= c.vocab_size)
+      return out_of_range("token id " + std::to_string(id) + " outside the vocabulary");
+  ForwardScratch f;
+  f.start = st.pos;
+  f.T = T;
+  st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
+
+  std::vector<float> X(static_cast<size_t>(T * 4 * D)), pre(size_t(T * 4), 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    const uint16_t* e = W.embed + size_t(tokens[size_t(t)]) * size_t(D);
+    for (int j = 0; j < 4; ++j)
+      for (int64_t i = 0; i < D; ++i) X[size_t((t * 4 + j) * D + i)] = kernels::bf16_to_float(e[i]);
+    pre[size_t(t * 4)] = 1.0f;
+  }
+  if (trace && trace->keep_tensors)
+    for (int64_t t = 0; t < T; ++t)
+      trace->tensors["embed_out"].insert(trace->tensors["embed_out"].end(), &X[size_t(t * 4 * D)],
+                                         &X[size_t(t * 4 * D + D)]);
+  std::vector<int64_t> hashes;
+  if (!W.engram.empty()) W.hasher.hash(st.tokens, f.start, T, &hashes);
+  const auto& targets = c.dspark_target_layer_ids;
+  std::vector<float> main_hidden(size_t(T * D * std::max<size_t>(1, targets.size())));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const BlockWeights& b = W.blocks[size_t(l)];
+    if (b.engram >= 0) {
+      engram_forward(W.engram[size_t(b.engram)], W.hasher, hashes.data(), T, X.data());
+      if (trace && trace->keep_tensors) trace->tensors["layer" + std::to_string(l) + "_engram_out"] = X;
+    }
+    auto it = std::find(targets.begin(), targets.end(), l);
+    if (it != targets.end()) {
+      const int64_t k = it - targets.begin();
+      for (int64_t t = 0; t < T; ++t)
+        hc_mean(&X[size_t(t * 4 * D)], D,
+                &main_hidden[size_t(t * D * int64_t(targets.size()) + k * D)]);
+    }
+    FATHOM_RETURN_IF_ERROR(
+        block_forward(W, b, st, f, X.data(), pre.data(), options_.own_index_keys, trace));
+  }
+  if (!targets.empty()) {
+    const size_t row = size_t(D) * targets.size();
+    st.main_hidden.assign(main_hidden.end() - row, main_hidden.end());
+    if (trace && trace->keep_tensors) trace->tensors["main_hidden"] = main_hidden;
+  }
+  std::vector<float> h(static_cast<size_t>(T * D)), hn(static_cast<size_t>(T * D));
+  for (int64_t t = 0; t < T; ++t) hc_pre(&pre[size_t(t * 4)], &X[size_t(t * 4 * D)], D, &h[size_t(t * D)]);
+  rmsnorm(h.data(), W.norm, T, float(c.norm_eps), hn.data());
+  if (trace && trace->keep_tensors) {
+    trace->tensors["final_hidden"] = h;
+    trace->tensors["final_norm_out"] = hn;
+  }
+  if (logits != nullptr) {
+    kernels::Bf16Matrix head{W.head, c.vocab_size, D};
+    kernels::ref::matmul_bf16(head, hn.data(), T, logits);
+  }
+  st.pos += T;
+  return Status::ok();
+}
+
+Status V41Model::draft(SequenceState&, int32_t, DraftResult*) const {
+  return unsupported("DSpark drafting is not implemented yet");
+}
+
+}  // namespace fathom::model

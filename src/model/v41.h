@@ -1,0 +1,101 @@
+// The DeepSeek-V4.1 forward pass on the CPU (shared/spec/model-v41.md §6): embeddings, the
+// mHC streams, every attention role (sliding window, CSA2 compressors of ratio 2 and 1,
+// indexers with top-k, the candidate-block pool and Reindex layers, Reuse layers), the MoE,
+// Engram, the final mix, norm and head, and the DSpark draft stages. Numerics `strict` is the
+// golden data's canonical arithmetic and reproduces DeepSeek's reference bit for bit.
+//
+// A V41Model is immutable after load and may serve many sequences from many threads; each
+// SequenceState belongs to one sequence and one thread at a time. forward() runs a chunk of
+// tokens at the sequence's next positions (a prefill of any length, or one decode token) and
+// updates the state: sliding-window rings, compressed KV, index keys, compressor partial
+// groups, Engram history.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace fathom::model {
+
+enum class Numerics { kStrict, kFast };
+
+struct ModelOptions {
+  Numerics numerics = Numerics::kStrict;
+  // Index keys: false = the reference's decode-time behaviour (a ratio-2 indexer that did
+  // not complete a group scores against the last published key cache); true = every
+  // indexer scores its own kv source's keys.
+  bool own_index_keys = false;
+};
+
+// What a forward can record for tests and tools. Rows are the chunk's tokens.
+struct ForwardTrace {
+  // Index-source layer -> [T, k] selected compressed positions (ascending, -1 = empty).
+  std::map<int, std::vector<int32_t>> topk;
+  std::map<int, int64_t> topk_width;
+  // Layer -> [T, top_k] routed experts and weights.
+  std::map<int, std::vector<int32_t>> gate_idx;
+  std::map<int, std::vector<float>> gate_w;
+  // Named intermediates as the golden data names them (embed_out, layer{i}_attn_out, ...).
+  bool keep_tensors = false;
+  std::map<std::string, std::vector<float>> tensors;
+};
+
+// DSpark's output for one step: output_ids = [main token, block-1 greedy draft tokens],
+// the draft logits [block-1... as returned, Markov bias included] and confidence logits.
+struct DraftResult {
+  std::vector<int32_t> ids;         // block_size + 1
+  std::vector<float> logits;        // [block_size, vocab]
+  std::vector<float> confidence;    // [block_size]
+};
+
+struct SequenceState;
+struct ModelWeights;
+
+class V41Model {
+ public:
+  // `dir` holds config.json and/or inference/config.json, the safetensors file(s), and
+  // optionally engram_tables.json (the compressed-token map).
+  static Result<std::unique_ptr<V41Model>> load(const std::string& dir,
+                                                const ModelOptions& options = {});
+  ~V41Model();
+  V41Model(const V41Model&) = delete;
+  V41Model& operator=(const V41Model&) = delete;
+
+  const ModelConfig& config() const;
+  const ModelOptions& options() const { return options_; }
+
+  std::unique_ptr<SequenceState> new_sequence() const;
+
+  // Runs `tokens` at positions state.position().. and writes logits [T, vocab] (every row)
+  // when `logits` is non-null.
+  Status forward(SequenceState& state, std::span<const int32_t> tokens, float* logits,
+                 ForwardTrace* trace = nullptr) const;
+
+  // DSpark after a forward: drafts block_size tokens following `main_token` (the token
+  // sampled from the last forward's last row), greedily.
+  Status draft(SequenceState& state, int32_t main_token, DraftResult* out) const;
+
+ private:
+  V41Model() = default;
+  ModelOptions options_;
+  std::unique_ptr<ModelWeights> w_;
+};
+
+// The position of the next token of a sequence.
+int64_t sequence_position(const SequenceState& s);
+void destroy_sequence(SequenceState* s);
+
+}  // namespace fathom::model
+
+namespace std {
+template <>
+struct default_delete<fathom::model::SequenceState> {
+  void operator()(fathom::model::SequenceState* s) const { fathom::model::destroy_sequence(s); }
+};
+}  // namespace std

@@ -78,22 +78,103 @@ TEST(Forward, Prefill37IntermediatesAreBitExact) {
 namespace fathom::model {
 namespace {
 
-TEST(Forward, Prefill37TopkDebug) {
-  const V41Model& m = model();
-  std::vector<int32_t> tokens = tokens_of("prefill_37_intermediates");
-  auto st = m.new_sequence();
-  ForwardTrace trace;
-  std::vector<float> logits(37 * 1024);
-  ASSERT_TRUE(m.forward(*st, tokens, logits.data(), &trace).is_ok());
+// Compares a forward's trace against a case's prefill_topk/gate files (rows [row0, row0 + T)).
+void expect_selections(const ForwardTrace& trace, const std::string& dir, const std::string& kind,
+                       int64_t row0, int64_t T) {
   for (int l : {2, 4, 6, 8}) {
-    NpyArray want = load("prefill_37/prefill_topk_L" + std::to_string(l) + ".npy");
-    const auto& got = trace.topk[l];
+    NpyArray want = load(dir + "/" + kind + "_topk_L" + std::to_string(l) + ".npy");
+    ASSERT_EQ(want.shape.size(), 2u);
+    const int64_t wk = want.shape[1];
+    const auto it = trace.topk.find(l);
+    ASSERT_NE(it, trace.topk.end()) << l;
+    const int64_t k = trace.topk_width.at(l);
     size_t d = 0;
-    for (size_t i = 0; i < got.size() && i < want.i64.size(); ++i) d += got[i] != want.i64[i];
-    EXPECT_EQ(got.size(), want.i64.size()) << l;
-    EXPECT_EQ(d, 0u) << "layer " << l;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < wk; ++i) {
+        const int64_t got = i < k ? it->second[size_t(t * k + i)] : -1;
+        d += got != want.i64[size_t((row0 + t) * wk + i)];
+      }
+    if (kind == "prefill") {
+      EXPECT_EQ(k, wk) << "layer " << l;
+    }
+    EXPECT_EQ(d, 0u) << dir << " " << kind << " top-k of layer " << l;
   }
 }
+
+void expect_gates(const ForwardTrace& trace, const std::string& dir) {
+  for (int l = 0; l < 10; ++l) {
+    NpyArray idx = load(dir + "/prefill_gate_idx_L" + std::to_string(l) + ".npy");
+    NpyArray w = load(dir + "/prefill_gate_w_L" + std::to_string(l) + ".npy");
+    const auto& gi = trace.gate_idx.at(l);
+    ASSERT_EQ(gi.size(), idx.i64.size()) << l;
+    size_t d = 0;
+    for (size_t i = 0; i < gi.size(); ++i) d += gi[i] != idx.i64[i];
+    EXPECT_EQ(d, 0u) << dir << " experts of layer " << l;
+    EXPECT_EQ(bit_differences(trace.gate_w.at(l), w.f32), 0u) << dir << " weights of layer " << l;
+  }
+}
+
+class PrefillCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PrefillCase, LogitsSelectionsAndExpertsAreBitExact) {
+  const std::string dir = GetParam();
+  const V41Model& m = model();
+  std::vector<int32_t> tokens = tokens_of(dir);
+  NpyArray want = load(dir + "/prefill_logits.npy");
+  const int64_t T = want.shape[0];
+  tokens.resize(size_t(T));  // decode cases prefill their first rows
+  auto st = m.new_sequence();
+  ForwardTrace trace;
+  std::vector<float> logits(size_t(T * 1024));
+  ASSERT_TRUE(m.forward(*st, tokens, logits.data(), &trace).is_ok());
+  EXPECT_EQ(bit_differences(logits, want.f32), 0u) << dir;
+  expect_selections(trace, dir, "prefill", 0, T);
+  expect_gates(trace, dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, PrefillCase,
+                         ::testing::Values("prefill_5", "prefill_37", "prefill_100", "prefill_260",
+                                           "decode_9_33", "decode_100_130"));
+
+struct DecodeParam {
+  std::string dir;
+  bool own_keys;
+};
+
+class DecodeCase : public ::testing::TestWithParam<DecodeParam> {};
+
+TEST_P(DecodeCase, StepLogitsAndSelectionsAreBitExact) {
+  const auto& [dir, own_keys] = GetParam();
+  const V41Model& m = model(own_keys);
+  const std::string want_dir = own_keys ? dir + "/ownkeys" : dir;
+  std::vector<int32_t> tokens = tokens_of(dir);
+  const int64_t P = load(dir + "/prefill_logits.npy").shape[0];
+  NpyArray want = load(want_dir + "/step_logits.npy");
+  const int64_t steps = want.shape[0];
+  ASSERT_EQ(P + steps, int64_t(tokens.size()));
+  auto st = m.new_sequence();
+  std::vector<float> logits(size_t(P * 1024));
+  ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), logits.data()).is_ok());
+  std::vector<float> step_logits;
+  for (int64_t s = 0; s < steps; ++s) {
+    ForwardTrace trace;
+    std::vector<float> row(1024);
+    ASSERT_TRUE(m.forward(*st, std::span(tokens).subspan(size_t(P + s), 1), row.data(), &trace).is_ok());
+    step_logits.insert(step_logits.end(), row.begin(), row.end());
+    SCOPED_TRACE("step " + std::to_string(s));
+    expect_selections(trace, want_dir, "step", s, 1);
+  }
+  EXPECT_EQ(bit_differences(step_logits, want.f32), 0u) << want_dir;
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, DecodeCase,
+                         ::testing::Values(DecodeParam{"decode_9_33", false},
+                                           DecodeParam{"decode_9_33", true},
+                                           DecodeParam{"decode_100_130", false},
+                                           DecodeParam{"decode_100_130", true}),
+                         [](const ::testing::TestParamInfo<DecodeParam>& p) {
+                           return p.param.dir + (p.param.own_keys ? "_ownkeys" : "");
+                         });
 
 }  // namespace
 }  // namespace fathom::model

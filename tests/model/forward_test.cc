@@ -176,6 +176,30 @@ INSTANTIATE_TEST_SUITE_P(Golden, DecodeCase,
                            return p.param.dir + (p.param.own_keys ? "_ownkeys" : "");
                          });
 
+// Prefilling in several chunks gives the logits of one prefill. With the own-keys reading
+// the reference's decode reproduces the full prefill exactly (golden README), so every
+// chunking must too; the chunks here cross window, compression-group and candidate-block
+// boundaries.
+TEST(Forward, ChunkedPrefillMatchesOnePrefill) {
+  const V41Model& m = model(true);
+  std::vector<int32_t> tokens = tokens_of("prefill_100");
+  NpyArray want = load("prefill_100/prefill_logits.npy");
+  for (const std::vector<size_t>& chunks :
+       {std::vector<size_t>{37, 63}, std::vector<size_t>{1, 16, 17, 33, 33}}) {
+    auto st = m.new_sequence();
+    std::vector<float> logits;
+    size_t at = 0;
+    for (size_t n : chunks) {
+      std::vector<float> part(n * 1024);
+      ASSERT_TRUE(m.forward(*st, std::span(tokens).subspan(at, n), part.data()).is_ok());
+      logits.insert(logits.end(), part.begin(), part.end());
+      at += n;
+    }
+    ASSERT_EQ(at, tokens.size());
+    EXPECT_EQ(bit_differences(logits, want.f32), 0u) << "chunks of " << chunks.size();
+  }
+}
+
 }  // namespace
 }  // namespace fathom::model
 

@@ -55,4 +55,50 @@ void sparse_attention(const float* q, int64_t heads, int64_t dim, const float* c
   }
 }
 
+void sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const float* const* entries,
+                           int64_t n_entries, const float* sink, float scale, float* out) {
+  constexpr int64_t kChunk = 64;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float acc[1024];
+  float s[kChunk];
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* qh = q + h * dim;
+    float running_max = -1e30f, denom = 0.0f;
+    std::fill(acc, acc + dim, 0.0f);
+    for (int64_t c0 = 0; c0 < n_entries; c0 += kChunk) {
+      const int64_t n = std::min(kChunk, n_entries - c0);
+      float chunk_max = neg_inf;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* kv = entries[c0 + j];
+        if (kv == nullptr) {
+          s[j] = neg_inf;
+          continue;
+        }
+        float dot = 0;
+        for (int64_t i = 0; i < dim; ++i) dot += qh[i] * kv[i];
+        s[j] = dot * scale;
+        chunk_max = std::max(chunk_max, s[j]);
+      }
+      const float prev = running_max;
+      running_max = std::max(prev, chunk_max);
+      const float rescale = std::exp(prev - running_max);
+      float sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        s[j] = std::exp(s[j] - running_max);
+        sum += s[j];
+      }
+      denom = denom * rescale + sum;
+      for (int64_t i = 0; i < dim; ++i) acc[i] *= rescale;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* kv = entries[c0 + j];
+        if (kv == nullptr) continue;
+        const float p = kernels::round_to_bf16(s[j]);
+        for (int64_t i = 0; i < dim; ++i) acc[i] += p * kv[i];
+      }
+    }
+    denom += std::exp(sink[h] - running_max);
+    for (int64_t i = 0; i < dim; ++i) out[h * dim + i] = kernels::round_to_bf16(acc[i] / denom);
+  }
+}
+
 }  // namespace fathom::model

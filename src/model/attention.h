@@ -16,4 +16,9 @@ namespace fathom::model {
 void sparse_attention(const float* q, int64_t heads, int64_t dim, const float* const* entries,
                       int64_t n_entries, const float* sink, float scale, float* out);
 
+// The `fast` numerics: the same chunks, rounding points (bf16 probabilities, bf16 output)
+// and sink, with fp32 accumulation and fp32 exp.
+void sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const float* const* entries,
+                           int64_t n_entries, const float* sink, float scale, float* out);
+
 }  // namespace fathom::model

@@ -69,7 +69,8 @@ Result<EngramHasher> EngramHasher::from_tables_json(std::string_view json, const
       return bad("multipliers or offsets have the wrong length");
     int64_t total = 0;
     for (int64_t i = 0; i < h.columns_; ++i) {
-      if (p[size_t(i)] <= 0 || o[size_t(i)] != total) return bad("offsets must be the prime prefix sums");
+      if (p[size_t(i)] <= 0 || o[size_t(i)] != total)
+        return bad("offsets must be the prime prefix sums");
       total += p[size_t(i)];
     }
     if (total != c.engram_num_embeddings[l])
@@ -118,8 +119,8 @@ Result<EngramLayer> bind_engram(const Checkpoint& ck, const ModelConfig& c, int 
   e.dim = c.dim;
   e.eps = float(c.norm_eps);
   const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
-  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* t,
-                          find_tensor(ck, p + "embed.weight", DType::kF8E4M3, {e.rows, e.head_dim}));
+  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* t, find_tensor(ck, p + "embed.weight", DType::kF8E4M3,
+                                                           {e.rows, e.head_dim}));
   FATHOM_ASSIGN_OR_RETURN(const TensorInfo* s, find_tensor(ck, p + "embed.scale", DType::kF8E8M0,
                                                            {e.rows, e.head_dim / 32}));
   e.table = t->data;
@@ -131,9 +132,9 @@ Result<EngramLayer> bind_engram(const Checkpoint& ck, const ModelConfig& c, int 
                                                             {(out + 31) / 32, (in + 31) / 32}));
   e.wkv = kernels::Fp8Matrix{w->data, ws->data, out, in};
   for (int which = 0; which < 2; ++which) {
-    FATHOM_ASSIGN_OR_RETURN(const TensorInfo* v,
-                            find_tensor(ck, p + (which ? "k_weight" : "q_weight"), DType::kBF16,
-                                        {c.hc_mult, c.dim}));
+    FATHOM_ASSIGN_OR_RETURN(
+        const TensorInfo* v,
+        find_tensor(ck, p + (which ? "k_weight" : "q_weight"), DType::kBF16, {c.hc_mult, c.dim}));
     std::vector<float>& dst = which ? e.k_weight : e.q_weight;
     dst.resize(v->elements());
     for (size_t i = 0; i < dst.size(); ++i) {
@@ -159,19 +160,25 @@ float rstd(const float* v, int64_t n, float eps) {
 }  // namespace
 
 void engram_forward(const EngramLayer& e, const EngramHasher& h, const int64_t* rows, int64_t T,
-                    float* X) {
+                    float* X, ThreadPool* pool, bool fast) {
   const int64_t cols = h.columns(), L = h.layers(), hd = e.head_dim, D = e.dim;
-  std::vector<float> emb(static_cast<size_t>(cols * hd)), xq(static_cast<size_t>(cols * hd)), kv(static_cast<size_t>(5 * D));
+  std::vector<float> emb(static_cast<size_t>(cols * hd)), xq(static_cast<size_t>(cols * hd)),
+      kv(static_cast<size_t>(5 * D));
   const float inv_sqrt_dim = float(std::pow(double(D), -0.5));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t* r = rows + (t * L + e.index) * cols;
     for (int64_t c = 0; c < cols; ++c)
       for (int64_t i = 0; i < hd; ++i)
-        emb[size_t(c * hd + i)] = kernels::round_to_bf16(
-            kernels::e4m3_to_float(e.table[r[c] * hd + i]) *
-            kernels::e8m0_to_float(e.scale[r[c] * (hd / 32) + i / 32]));
+        emb[size_t(c * hd + i)] =
+            kernels::round_to_bf16(kernels::e4m3_to_float(e.table[r[c] * hd + i]) *
+                                   kernels::e8m0_to_float(e.scale[r[c] * (hd / 32) + i / 32]));
     kernels::ref::fake_quant_e4m3(emb.data(), cols * hd, xq.data());
-    kernels::ref::matmul_fp8(e.wkv, xq.data(), 1, kv.data(), kernels::OutRounding::kBF16);
+    if (fast) {
+      kernels::cpu::matmul_fp8(e.wkv, xq.data(), 1, kv.data(), pool);
+      for (auto& v : kv) v = kernels::round_to_bf16(v);
+    } else {
+      kernels::ref::matmul_fp8(e.wkv, xq.data(), 1, kv.data(), kernels::OutRounding::kBF16);
+    }
     const float* value = &kv[size_t(4 * D)];
     for (int64_t j = 0; j < 4; ++j) {
       float* x = X + (t * 4 + j) * D;

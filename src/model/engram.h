@@ -13,6 +13,10 @@
 #include "kernels/gemv.h"
 #include "model/config.h"
 
+namespace fathom {
+class ThreadPool;
+}
+
 namespace fathom::model {
 
 class Checkpoint;
@@ -32,16 +36,16 @@ class EngramHasher {
  private:
   std::vector<int32_t> token_map_;
   int64_t pad_ = 0, columns_ = 0, max_ngram_ = 0, heads_ = 0;
-  std::vector<std::vector<int64_t>> multipliers_;  // [layer][max_ngram]
+  std::vector<std::vector<int64_t>> multipliers_;       // [layer][max_ngram]
   std::vector<std::vector<int64_t>> primes_, offsets_;  // [layer][columns]
 };
 
 struct EngramLayer {
-  int64_t index = 0;  // which Engram layer (0, 1, ...)
+  int64_t index = 0;               // which Engram layer (0, 1, ...)
   const uint8_t* table = nullptr;  // [rows, head_dim] E4M3
   const uint8_t* scale = nullptr;  // [rows, head_dim / 32] E8M0
   int64_t rows = 0, head_dim = 0, dim = 0;
-  kernels::Fp8Matrix wkv{};        // [(4 + 1) * dim, columns * head_dim]
+  kernels::Fp8Matrix wkv{};               // [(4 + 1) * dim, columns * head_dim]
   std::vector<float> q_weight, k_weight;  // [4, dim] bf16 values
   float eps = 1e-20f;
 };
@@ -51,7 +55,8 @@ Result<EngramLayer> bind_engram(const Checkpoint& ck, const ModelConfig& c, int 
 
 // Adds the Engram to the streams X [T, 4, dim] in place; `rows` is the hasher's output for
 // the same T tokens.
+// `fast`: the wkv GEMM accumulates in fp32 (AVX2, over `pool`).
 void engram_forward(const EngramLayer& e, const EngramHasher& h, const int64_t* rows, int64_t T,
-                    float* X);
+                    float* X, ThreadPool* pool = nullptr, bool fast = false);
 
 }  // namespace fathom::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/thread_pool.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "model/layout.h"
@@ -106,6 +107,82 @@ void moe_forward(const MoeWeights& w, const float* x, const int32_t* experts, co
   }
   run_expert(w.shared, xq, nullptr, w.swiglu_limit, out);
   for (int64_t i = 0; i < hidden; ++i) y[i] = kernels::round_to_bf16(acc[i] + out[i]);
+}
+
+namespace {
+
+void project_fast(const ExpertWeights& e, const kernels::Fp4Matrix& m4,
+                  const kernels::Fp8Matrix& m8, const float* x, int64_t rows, float* y,
+                  ThreadPool* pool) {
+  if (e.fp4)
+    kernels::cpu::matmul_fp4(m4, x, rows, y, pool);
+  else
+    kernels::cpu::matmul_fp8(m8, x, rows, y, pool);
+}
+
+// One expert over `rows` quantised inputs xq [rows, hidden]; weights[r] scales row r's
+// hidden (null for the shared expert). y [rows, hidden] in fp32 (bf16 values).
+void run_expert_fast(const ExpertWeights& e, const float* xq, int64_t rows, const float* weights,
+                     float limit, float* y, std::vector<float>& g, std::vector<float>& u,
+                     ThreadPool* pool) {
+  const int64_t inter = e.inter;
+  g.resize(size_t(rows * inter));
+  u.resize(size_t(rows * inter));
+  project_fast(e, e.w1_fp4, e.w1_fp8, xq, rows, g.data(), pool);
+  project_fast(e, e.w3_fp4, e.w3_fp8, xq, rows, u.data(), pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* gr = &g[size_t(r * inter)];
+    const float* ur = &u[size_t(r * inter)];
+    for (int64_t i = 0; i < inter; ++i) {
+      const float up = std::clamp(kernels::round_to_bf16(ur[i]), -limit, limit);
+      const float gate = std::min(kernels::round_to_bf16(gr[i]), limit);
+      float h = gate / (1.0f + std::exp(-gate)) * up;
+      if (weights != nullptr) h *= weights[r];
+      gr[i] = kernels::round_to_bf16(h);
+    }
+    kernels::ref::fake_quant_e4m3(gr, inter, gr);
+  }
+  project_fast(e, e.w2_fp4, e.w2_fp8, g.data(), rows, y, pool);
+  for (int64_t i = 0; i < rows * e.hidden; ++i) y[i] = kernels::round_to_bf16(y[i]);
+}
+
+}  // namespace
+
+void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int32_t* experts,
+                      const float* weights, int k, float* y, ThreadPool* pool) {
+  const int64_t hidden = w.shared.hidden;
+  std::vector<float> xq(size_t(T * hidden)), acc(size_t(T * hidden), 0.0f), g, u, out, gather;
+  for (int64_t t = 0; t < T; ++t)
+    kernels::ref::fake_quant_e4m3(x + t * hidden, hidden, &xq[size_t(t * hidden)]);
+  std::vector<int64_t> rows;
+  std::vector<float> rw;
+  for (int32_t e = 0; e < int32_t(w.routed.size()); ++e) {
+    rows.clear();
+    rw.clear();
+    for (int64_t t = 0; t < T; ++t)
+      for (int j = 0; j < k; ++j)
+        if (experts[t * k + j] == e) {
+          rows.push_back(t);
+          rw.push_back(weights[t * k + j]);
+        }
+    if (rows.empty()) continue;
+    const int64_t n = int64_t(rows.size());
+    gather.resize(size_t(n * hidden));
+    for (int64_t r = 0; r < n; ++r)
+      std::copy_n(&xq[size_t(rows[size_t(r)] * hidden)], hidden, &gather[size_t(r * hidden)]);
+    out.resize(size_t(n * hidden));
+    run_expert_fast(w.routed[size_t(e)], gather.data(), n, rw.data(), w.swiglu_limit, out.data(), g,
+                    u, pool);
+    for (int64_t r = 0; r < n; ++r) {
+      float* a = &acc[size_t(rows[size_t(r)] * hidden)];
+      const float* o = &out[size_t(r * hidden)];
+      for (int64_t i = 0; i < hidden; ++i) a[i] += o[i];
+    }
+  }
+  out.resize(size_t(T * hidden));
+  run_expert_fast(w.shared, xq.data(), T, nullptr, w.swiglu_limit, out.data(), g, u, pool);
+  for (int64_t i = 0; i < T * hidden; ++i)
+    y[i] = kernels::round_to_bf16(acc[size_t(i)] + out[size_t(i)]);
 }
 
 }  // namespace fathom::model

@@ -13,6 +13,10 @@
 #include "core/status.h"
 #include "kernels/gemv.h"
 
+namespace fathom {
+class ThreadPool;
+}
+
 namespace fathom::model {
 
 class Checkpoint;
@@ -41,5 +45,11 @@ Result<MoeWeights> moe_weights(const Checkpoint& ck, const std::string& prefix, 
 // `experts` with `weights` (k of each). Scratch is on the stack; hidden, inter <= 8192.
 void moe_forward(const MoeWeights& w, const float* x, const int32_t* experts, const float* weights,
                  int k, float* y);
+
+// The `fast` numerics for T tokens at once: the same rounding points and fake-quant, fp32
+// accumulation in the AVX2 kernels, each expert run once over the tokens routed to it,
+// threaded over `pool` (may be null). x, y [T, hidden]; experts, weights [T, k].
+void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int32_t* experts,
+                      const float* weights, int k, float* y, ThreadPool* pool);
 
 }  // namespace fathom::model

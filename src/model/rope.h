@@ -14,8 +14,8 @@ namespace fathom::model {
 struct RopeParams {
   int64_t dim = 0;  // rotated channels (even)
   double base = 10000;
-  double factor = 1;          // YaRN factor; used when original_len > 0
-  int64_t original_len = 0;   // 0 = no YaRN
+  double factor = 1;         // YaRN factor; used when original_len > 0
+  int64_t original_len = 0;  // 0 = no YaRN
   double beta_fast = 32, beta_slow = 1;
 };
 

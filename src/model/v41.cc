@@ -7,7 +7,9 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
+#include "core/thread_pool.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
@@ -44,8 +46,7 @@ struct AttentionWeights {
 struct BlockWeights {
   int id = 0;
   int64_t ratio = 0;
-  bool kv_source = false, index_source = false, candidate_source = false,
-       uses_candidates = false;
+  bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
   int kv_source_layer = -1;  // whose compressed KV this layer reads
   int engram = -1;           // index into ModelWeights::engram, or -1
   std::vector<float> attn_norm, ffn_norm;
@@ -74,8 +75,8 @@ struct ModelWeights {
 
 struct SequenceState {
   struct Source {
-    std::vector<float> comp, keys;            // [n, head_dim], [n, index_head_dim]
-    std::vector<float> kv_part, score_part;   // [ratio, head_dim] fp32 partial group
+    std::vector<float> comp, keys;           // [n, head_dim], [n, index_head_dim]
+    std::vector<float> kv_part, score_part;  // [ratio, head_dim] fp32 partial group
   };
   int64_t pos = 0;
   std::vector<int32_t> tokens;
@@ -123,17 +124,17 @@ std::vector<float> dequantize_bf16(const kernels::Fp8Matrix& m) {
   const int64_t kb = (m.cols + 31) / 32;
   for (int64_t r = 0; r < m.rows; ++r)
     for (int64_t c = 0; c < m.cols; ++c)
-      v[size_t(r * m.cols + c)] = kernels::round_to_bf16(
-          kernels::e4m3_to_float(m.weight[r * m.cols + c]) *
-          kernels::e8m0_to_float(m.scale[(r / 32) * kb + c / 32]));
+      v[size_t(r * m.cols + c)] =
+          kernels::round_to_bf16(kernels::e4m3_to_float(m.weight[r * m.cols + c]) *
+                                 kernels::e8m0_to_float(m.scale[(r / 32) * kb + c / 32]));
   return v;
 }
 
 Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
   const ModelConfig& c = W.cfg;
   const Checkpoint& ck = *W.ck;
-  const std::string p = mtp ? "mtp." + std::to_string(id - c.n_layers) + "."
-                            : "layers." + std::to_string(id) + ".";
+  const std::string p =
+      mtp ? "mtp." + std::to_string(id - c.n_layers) + "." : "layers." + std::to_string(id) + ".";
   const int64_t D = c.dim, hd = c.head_dim, H = c.n_heads, q = c.q_lora_rank;
   b->id = id;
   b->ratio = c.compress_ratios[size_t(id)];
@@ -190,10 +191,10 @@ Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
       FATHOM_ASSIGN_OR_RETURN(a.c_wgate, bf16_values(ck, at + "compressor.wgate.weight", {hd, D}));
     }
     FATHOM_ASSIGN_OR_RETURN(a.c_norm, bf16_values(ck, at + "compressor.norm.weight", {hd}));
-    FATHOM_ASSIGN_OR_RETURN(
-        a.i_wk, bf16_values(ck, at + "indexer.wk.weight", {c.index_head_dim, hd}));
-    FATHOM_ASSIGN_OR_RETURN(
-        a.i_knorm, bf16_values(ck, at + "indexer.k_norm.weight", {c.index_head_dim}));
+    FATHOM_ASSIGN_OR_RETURN(a.i_wk,
+                            bf16_values(ck, at + "indexer.wk.weight", {c.index_head_dim, hd}));
+    FATHOM_ASSIGN_OR_RETURN(a.i_knorm,
+                            bf16_values(ck, at + "indexer.k_norm.weight", {c.index_head_dim}));
   }
   if (b->index_source) {
     FATHOM_ASSIGN_OR_RETURN(a.i_wq_b,
@@ -205,50 +206,89 @@ Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
   b->top_k = int(mtp ? c.dspark_n_activated_experts : c.n_activated_experts);
   FATHOM_ASSIGN_OR_RETURN(b->gate_w, bf16_values(ck, p + "ffn.gate.weight", {b->n_experts, D}));
   FATHOM_ASSIGN_OR_RETURN(b->gate_bias, f32_view(ck, p + "ffn.gate.bias", {b->n_experts}));
-  FATHOM_ASSIGN_OR_RETURN(b->moe, moe_weights(ck, p + "ffn.", b->n_experts, D, c.moe_inter_dim,
-                                              float(c.swiglu_limit)));
+  FATHOM_ASSIGN_OR_RETURN(
+      b->moe, moe_weights(ck, p + "ffn.", b->n_experts, D, c.moe_inter_dim, float(c.swiglu_limit)));
   return Status::ok();
 }
 
 // ---------------------------------------------------------------------------------------
-// Strict building blocks (canonical arithmetic of the golden data)
+// Building blocks. `strict` is the canonical arithmetic of the golden data (double
+// accumulation rounded once, double-evaluated transcendentals); `fast` keeps every rounding
+// point and fake-quant but accumulates in fp32 in the AVX2 kernels, threaded.
+
+struct Exec {
+  bool fast = false;
+  ThreadPool* pool = nullptr;
+};
 
 // y [rows, W.rows] = bf16(W · fake_quant(x)) for x [rows, W.cols].
-void fp8_linear(const kernels::Fp8Matrix& w, const float* x, int64_t rows, float* y) {
-  std::vector<float> xq(static_cast<size_t>(w.cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    kernels::ref::fake_quant_e4m3(x + r * w.cols, w.cols, xq.data());
-    kernels::ref::matmul_fp8(w, xq.data(), 1, y + r * w.rows, kernels::OutRounding::kBF16);
+void fp8_linear(const Exec& ex, const kernels::Fp8Matrix& w, const float* x, int64_t rows,
+                float* y) {
+  std::vector<float> xq(static_cast<size_t>(rows * w.cols));
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::ref::fake_quant_e4m3(x + r * w.cols, w.cols, &xq[size_t(r * w.cols)]);
+  if (ex.fast) {
+    kernels::cpu::matmul_fp8(w, xq.data(), rows, y, ex.pool);
+    for (int64_t i = 0; i < rows * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
+    return;
   }
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::ref::matmul_fp8(w, &xq[size_t(r * w.cols)], 1, y + r * w.rows,
+                             kernels::OutRounding::kBF16);
 }
 
-// y [rows, m] = bf16(x · w^T), accumulated in double and rounded once (a bf16 linear).
-void bf16_linear(const float* x, const float* w, int64_t rows, int64_t k, int64_t m, float* y) {
+// y [rows, m] = x · w^T for x [rows, k], w [m, k]: rounded once to bf16 (a bf16 linear) or to
+// fp32 (an fp32 linear).
+void linear(const Exec& ex, const float* x, const float* w, int64_t rows, int64_t k, int64_t m,
+            bool to_bf16, float* y) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < m; ++j) {
-      double acc = 0;
-      for (int64_t i = 0; i < k; ++i) acc += double(x[r * k + i]) * double(w[j * k + i]);
-      y[r * m + j] = kernels::round_double_to_bf16(acc);
+      const float* xr = x + r * k;
+      const float* wr = w + j * k;
+      float v;
+      if (ex.fast) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= k; i += 8)
+          for (int l = 0; l < 8; ++l) acc[l] += xr[i + l] * wr[i + l];
+        for (; i < k; ++i) acc[0] += xr[i] * wr[i];
+        v = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        if (to_bf16) v = kernels::round_to_bf16(v);
+      } else {
+        double acc = 0;
+        for (int64_t i = 0; i < k; ++i) acc += double(xr[i]) * double(wr[i]);
+        v = to_bf16 ? kernels::round_double_to_bf16(acc) : float(acc);
+      }
+      y[r * m + j] = v;
     }
 }
 
-void rmsnorm(const float* x, const std::vector<float>& w, int64_t rows, float eps, float* y) {
-  kernels::ref::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
+void bf16_linear(const Exec& ex, const float* x, const float* w, int64_t rows, int64_t k, int64_t m,
+                 float* y) {
+  linear(ex, x, w, rows, k, m, true, y);
+}
+
+void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_t rows, float eps,
+             float* y) {
+  if (ex.fast)
+    kernels::cpu::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
+  else
+    kernels::ref::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
 }
 
 // Top-k with the golden tie rule: larger value first, equal values by lower index.
 void top_k_indices(const float* v, int64_t n, int64_t k, std::vector<int32_t>* out) {
   out->resize(size_t(n));
   std::iota(out->begin(), out->end(), 0);
-  std::partial_sort(out->begin(), out->begin() + k, out->end(), [&](int32_t a, int32_t b) {
-    return v[a] > v[b] || (v[a] == v[b] && a < b);
-  });
+  std::partial_sort(out->begin(), out->begin() + k, out->end(),
+                    [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   out->resize(size_t(k));
 }
 
 // Per-forward scratch shared between layers: the top-k of the latest index source and the
 // candidate mask of the candidate source.
 struct ForwardScratch {
+  Exec ex;
   int64_t start = 0, T = 0;
   std::vector<int32_t> topk;  // [T, width], compressed positions or -1
   int64_t topk_width = 0;
@@ -265,12 +305,13 @@ namespace {
 
 // The compressor of kv source `b` over the chunk's normed inputs: appends completed
 // entries (RoPE-free latents) to `latents` with their entry index.
-void compress(const ModelWeights& W, const BlockWeights& b, SequenceState::Source& src,
-              const float* xn, int64_t start, int64_t T, std::vector<float>* latents,
-              std::vector<int64_t>* entry_ids) {
+void compress(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
+              SequenceState::Source& src, const float* xn, int64_t start, int64_t T,
+              std::vector<float>* latents, std::vector<int64_t>* entry_ids) {
   const int64_t D = W.cfg.dim, hd = W.cfg.head_dim, r = b.ratio;
   const AttentionWeights& a = b.attn;
-  std::vector<float> kv(static_cast<size_t>(hd)), score(static_cast<size_t>(hd)), pooled(static_cast<size_t>(hd)), lat(static_cast<size_t>(hd));
+  std::vector<float> kv(static_cast<size_t>(hd)), score(static_cast<size_t>(hd)),
+      pooled(static_cast<size_t>(hd)), lat(static_cast<size_t>(hd));
   if (src.kv_part.empty()) {
     src.kv_part.assign(size_t(r * hd), 0.0f);
     src.score_part.assign(size_t(r * hd), kNegInf);
@@ -279,16 +320,16 @@ void compress(const ModelWeights& W, const BlockWeights& b, SequenceState::Sourc
     const int64_t p = start + t;
     const float* x = xn + t * D;
     if (r == 1) {
-      bf16_linear(x, a.c_wkv.data(), 1, D, hd, kv.data());
-      rmsnorm(kv.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
+      bf16_linear(ex, x, a.c_wkv.data(), 1, D, hd, kv.data());
+      rmsnorm(ex, kv.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
       latents->insert(latents->end(), lat.begin(), lat.end());
       entry_ids->push_back(p);
       continue;
     }
     // Ratio > 1: fp32 linears (the weights are promoted to fp32), the group's softmax over
     // its r tokens per channel in double, the weighted sum accumulated in double.
-    kernels::ref::linear_f32(x, a.c_wkv.data(), 1, D, hd, kv.data());
-    kernels::ref::linear_f32(x, a.c_wgate.data(), 1, D, hd, score.data());
+    linear(ex, x, a.c_wkv.data(), 1, D, hd, false, kv.data());
+    linear(ex, x, a.c_wgate.data(), 1, D, hd, false, score.data());
     const int64_t slot = p % r;
     std::copy(kv.begin(), kv.end(), src.kv_part.begin() + slot * hd);
     std::copy(score.begin(), score.end(), src.score_part.begin() + slot * hd);
@@ -307,7 +348,7 @@ void compress(const ModelWeights& W, const BlockWeights& b, SequenceState::Sourc
       }
       pooled[size_t(ch)] = kernels::round_to_bf16(float(acc));
     }
-    rmsnorm(pooled.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
+    rmsnorm(ex, pooled.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
     latents->insert(latents->end(), lat.begin(), lat.end());
     entry_ids->push_back(p / r);
     std::fill(src.score_part.begin(), src.score_part.end(), kNegInf);
@@ -316,8 +357,20 @@ void compress(const ModelWeights& W, const BlockWeights& b, SequenceState::Sourc
 
 // Index scores of one query row against `n` keys: Σ_h bf16(relu(bf16(q_h·k)) · w_h),
 // accumulated in double and rounded to bf16.
-void index_scores(const float* q, const float* w, const float* keys, int64_t n, int64_t heads,
-                  int64_t dim, float* out) {
+void index_scores(const Exec& ex, const float* q, const float* w, const float* keys, int64_t n,
+                  int64_t heads, int64_t dim, float* out) {
+  if (ex.fast) {
+    for (int64_t j = 0; j < n; ++j) {
+      float total = 0;
+      for (int64_t h = 0; h < heads; ++h) {
+        float dot = 0;
+        for (int64_t i = 0; i < dim; ++i) dot += q[h * dim + i] * keys[j * dim + i];
+        total += kernels::round_to_bf16(std::max(kernels::round_to_bf16(dot), 0.0f) * w[h]);
+      }
+      out[j] = kernels::round_to_bf16(total);
+    }
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) {
     double total = 0;
     for (int64_t h = 0; h < heads; ++h) {
@@ -330,35 +383,37 @@ void index_scores(const float* q, const float* w, const float* keys, int64_t n, 
   }
 }
 
-Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
-               ForwardScratch& f, const float* xn, const float* qr, const Rope& rope,
-               bool own_keys, ForwardTrace* trace) {
+Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, ForwardScratch& f,
+               const float* xn, const float* qr, const Rope& rope, bool own_keys,
+               ForwardTrace* trace) {
   const ModelConfig& c = W.cfg;
-  const int64_t T = f.T, start = f.start, r = b.ratio, nh = c.index_n_heads,
-                ihd = c.index_head_dim, D = c.dim, rd = c.rope_head_dim;
+  const int64_t T = f.T, start = f.start, r = b.ratio, nh = c.index_n_heads, ihd = c.index_head_dim,
+                D = c.dim, rd = c.rope_head_dim;
   const int64_t end = start + T, compress_len = end / r;
   const int64_t k = std::min(c.index_topk, compress_len);
   f.topk_width = k;
   f.topk.assign(size_t(T * k), -1);
   if (compress_len == 0) return Status::ok();
   const int key_layer = own_keys ? b.kv_source_layer : st.published_keys;
-  if (key_layer < 0) return internal_error("no index keys published before layer " + std::to_string(b.id));
+  if (key_layer < 0)
+    return internal_error("no index keys published before layer " + std::to_string(b.id));
   const std::vector<float>& keys = st.src[size_t(key_layer)].keys;
   if (int64_t(keys.size()) < compress_len * ihd)
     return internal_error("index keys shorter than the visible compressed entries");
-  std::vector<float> q(static_cast<size_t>(nh * ihd)), w(static_cast<size_t>(nh)), scores(static_cast<size_t>(compress_len));
+  std::vector<float> q(static_cast<size_t>(nh * ihd)), w(static_cast<size_t>(nh)),
+      scores(static_cast<size_t>(compress_len));
   std::vector<int32_t> chosen;
   const float wscale = float(std::pow(double(ihd), -0.5) * std::pow(double(nh), -0.5));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = start + t, visible = (p + 1) / r;
-    fp8_linear(b.attn.i_wq_b, qr + t * c.q_lora_rank, 1, q.data());
+    fp8_linear(f.ex, b.attn.i_wq_b, qr + t * c.q_lora_rank, 1, q.data());
     for (int64_t h = 0; h < nh; ++h) {
       rope.rotate(q.data() + h * ihd + ihd - rd, p);
     }
     kernels::ref::fake_quant_e2m1(q.data(), nh * ihd, 32, false, q.data());
-    bf16_linear(xn + t * D, b.attn.i_wproj.data(), 1, D, nh, w.data());
+    bf16_linear(f.ex, xn + t * D, b.attn.i_wproj.data(), 1, D, nh, w.data());
     for (auto& x : w) x = kernels::round_to_bf16(x * wscale);
-    index_scores(q.data(), w.data(), keys.data(), compress_len, nh, ihd, scores.data());
+    index_scores(f.ex, q.data(), w.data(), keys.data(), compress_len, nh, ihd, scores.data());
     for (int64_t j = visible; j < compress_len; ++j) scores[size_t(j)] = kNegInf;
     if (b.candidate_source) {
       // Block scores: the max over each block; the block of the newest entry is pinned.
@@ -397,9 +452,8 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
 }
 
 // One attention sublayer over the chunk: xn [T, D] normed inputs -> out [T, D].
-Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
-                 ForwardScratch& f, const float* xn, bool own_keys, float* out,
-                 ForwardTrace* trace) {
+Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st, ForwardScratch& f,
+                 const float* xn, bool own_keys, float* out, ForwardTrace* trace) {
   const ModelConfig& c = W.cfg;
   const AttentionWeights& a = b.attn;
   const int64_t T = f.T, start = f.start, D = c.dim, H = c.n_heads, hd = c.head_dim,
@@ -407,13 +461,15 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   const Rope& rope = b.ratio > 0 ? *W.rope_compressed : *W.rope_window;
   const float eps = float(c.norm_eps);
 
-  std::vector<float> qr(static_cast<size_t>(T * qd)), tmp(static_cast<size_t>(std::max(qd, hd) * T)),
-      q(size_t(T * H * hd)), kv(static_cast<size_t>(T * hd));
-  fp8_linear(a.wq_a, xn, T, tmp.data());
-  rmsnorm(tmp.data(), a.q_norm, T, eps, qr.data());
-  fp8_linear(a.wq_b, qr.data(), T, q.data());
-  fp8_linear(a.wkv, xn, T, tmp.data());
-  rmsnorm(tmp.data(), a.kv_norm, T, eps, kv.data());
+  std::vector<float> qr(static_cast<size_t>(T * qd)),
+      tmp(static_cast<size_t>(std::max(qd, hd) * T)), q(size_t(T * H * hd)),
+      kv(static_cast<size_t>(T * hd));
+  const Exec& ex = f.ex;
+  fp8_linear(ex, a.wq_a, xn, T, tmp.data());
+  rmsnorm(ex, tmp.data(), a.q_norm, T, eps, qr.data());
+  fp8_linear(ex, a.wq_b, qr.data(), T, q.data());
+  fp8_linear(ex, a.wkv, xn, T, tmp.data());
+  rmsnorm(ex, tmp.data(), a.kv_norm, T, eps, kv.data());
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < H; ++h) rope.rotate(&q[size_t((t * H + h) * hd + hd - rd)], start + t);
     rope.rotate(&kv[size_t(t * hd + hd - rd)], start + t);
@@ -427,12 +483,12 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
     std::vector<int64_t> ids;
     SequenceState::Source& src = st.src[size_t(b.id)];
     if (b.kv_source) {
-      compress(W, b, src, xn, start, T, &latents, &ids);
+      compress(ex, W, b, src, xn, start, T, &latents, &ids);
       const int64_t ihd = c.index_head_dim;
       std::vector<float> key(static_cast<size_t>(ihd)), kn(static_cast<size_t>(ihd));
       for (size_t e = 0; e < ids.size(); ++e) {
-        bf16_linear(&latents[e * size_t(hd)], a.i_wk.data(), 1, hd, ihd, key.data());
-        rmsnorm(key.data(), a.i_knorm, 1, eps, kn.data());
+        bf16_linear(ex, &latents[e * size_t(hd)], a.i_wk.data(), 1, hd, ihd, key.data());
+        rmsnorm(ex, key.data(), a.i_knorm, 1, eps, kn.data());
         W.rope_compressed->rotate(kn.data() + ihd - rd, ids[e] * b.ratio);
         kernels::ref::fake_quant_e2m1(kn.data(), ihd, 32, false, kn.data());
         src.keys.insert(src.keys.end(), kn.begin(), kn.end());
@@ -454,10 +510,10 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   std::vector<float>& ring = st.ring[size_t(b.id)];
   if (ring.empty()) ring.assign(size_t(win * hd), 0.0f);
   const int64_t width = start == 0 ? std::min(T, win) : win;
-  const std::vector<float>* comp =
-      b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].comp : nullptr;
+  const std::vector<float>* comp = b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].comp : nullptr;
   std::vector<const float*> entries;
-  std::vector<float> o(static_cast<size_t>(H * hd)), z(static_cast<size_t>(c.o_groups * c.o_lora_rank));
+  std::vector<float> o(static_cast<size_t>(H * hd)),
+      z(static_cast<size_t>(c.o_groups * c.o_lora_rank));
   const float scale = float(std::pow(double(hd), -0.5));
   const int64_t gin = H * hd / c.o_groups;
   for (int64_t t = 0; t < T; ++t) {
@@ -474,17 +530,16 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
         entries.push_back(j < 0 ? nullptr : &(*comp)[size_t(j) * size_t(hd)]);
       }
     }
-    sparse_attention(&q[size_t(t * H * hd)], H, hd, entries.data(), int64_t(entries.size()),
-                     a.sink, scale, o.data());
+    (ex.fast ? sparse_attention_fast : sparse_attention)(&q[size_t(t * H * hd)], H, hd,
+                                                         entries.data(), int64_t(entries.size()),
+                                                         a.sink, scale, o.data());
     for (int64_t h = 0; h < H; ++h) rope.rotate(&o[size_t(h * hd + hd - rd)], p, true);
     for (int64_t g = 0; g < c.o_groups; ++g)
       for (int64_t rr = 0; rr < c.o_lora_rank; ++rr) {
         const float* wr = &a.wo_a[size_t((g * c.o_lora_rank + rr) * gin)];
-        double acc = 0;
-        for (int64_t i = 0; i < gin; ++i) acc += double(wr[i]) * double(o[size_t(g * gin + i)]);
-        z[size_t(g * c.o_lora_rank + rr)] = kernels::round_double_to_bf16(acc);
+        linear(ex, &o[size_t(g * gin)], wr, 1, gin, 1, true, &z[size_t(g * c.o_lora_rank + rr)]);
       }
-    fp8_linear(a.wo_b, z.data(), 1, out + t * D);
+    fp8_linear(ex, a.wo_b, z.data(), 1, out + t * D);
   }
   for (int64_t t = std::max<int64_t>(0, T - win); t < T; ++t)
     std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)],
@@ -495,17 +550,17 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
 // One block (attention and MoE, each wrapped in mHC) over the chunk's streams X [T, 4, D];
 // pre [T, 4] is the input mix and becomes the block's FFN-site pre.
 Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
-                     ForwardScratch& f, float* X, float* pre, bool own_keys,
-                     ForwardTrace* trace) {
+                     ForwardScratch& f, float* X, float* pre, bool own_keys, ForwardTrace* trace) {
   const int64_t T = f.T, D = W.cfg.dim;
   const float eps = float(W.cfg.norm_eps);
-  std::vector<float> x(static_cast<size_t>(T * D)), xn(static_cast<size_t>(T * D)), y(static_cast<size_t>(T * D)), mid(static_cast<size_t>(4 * D));
+  std::vector<float> x(static_cast<size_t>(T * D)), xn(static_cast<size_t>(T * D)),
+      y(static_cast<size_t>(T * D)), mid(static_cast<size_t>(4 * D));
   std::vector<HcMix> mixes(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
     mixes[size_t(t)] = hc_mix(X + t * 4 * D, b.hc_attn);
     hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
   }
-  rmsnorm(x.data(), b.attn_norm, T, eps, xn.data());
+  rmsnorm(f.ex, x.data(), b.attn_norm, T, eps, xn.data());
   FATHOM_RETURN_IF_ERROR(attention(W, b, st, f, xn.data(), own_keys, y.data(), trace));
   const std::string l = "layer" + std::to_string(b.id);
   if (trace && trace->keep_tensors) trace->tensors[l + "_attn_out"] = y;
@@ -518,11 +573,10 @@ Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState
     hc_pre(mixes[size_t(t)].pre, xt, D, &x[size_t(t * D)]);
     mixes[size_t(t)] = hc_mix(xt, b.hc_ffn);
   }
-  rmsnorm(x.data(), b.ffn_norm, T, eps, xn.data());
+  rmsnorm(f.ex, x.data(), b.ffn_norm, T, eps, xn.data());
   std::vector<int32_t> experts(static_cast<size_t>(b.top_k));
   std::vector<float> weights(static_cast<size_t>(b.top_k));
-  MoeGateParams gp{b.gate_w.data(), b.gate_bias, D, b.n_experts, b.top_k,
-                   float(W.cfg.route_scale)};
+  MoeGateParams gp{b.gate_w.data(), b.gate_bias, D, b.n_experts, b.top_k, float(W.cfg.route_scale)};
   std::vector<int32_t>* gi = nullptr;
   std::vector<float>* gw = nullptr;
   if (trace) {
@@ -531,14 +585,21 @@ Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState
     gi->clear();
     gw->clear();
   }
+  std::vector<int32_t> all_experts(size_t(T * b.top_k));
+  std::vector<float> all_weights(size_t(T * b.top_k));
   for (int64_t t = 0; t < T; ++t) {
-    route_token(&xn[size_t(t * D)], gp, experts.data(), weights.data());
-    if (gi) {
-      gi->insert(gi->end(), experts.begin(), experts.end());
-      gw->insert(gw->end(), weights.begin(), weights.end());
-    }
-    moe_forward(b.moe, &xn[size_t(t * D)], experts.data(), weights.data(), b.top_k,
-                &y[size_t(t * D)]);
+    route_token(&xn[size_t(t * D)], gp, &all_experts[size_t(t * b.top_k)],
+                &all_weights[size_t(t * b.top_k)]);
+    if (!f.ex.fast)
+      moe_forward(b.moe, &xn[size_t(t * D)], &all_experts[size_t(t * b.top_k)],
+                  &all_weights[size_t(t * b.top_k)], b.top_k, &y[size_t(t * D)]);
+  }
+  if (f.ex.fast)
+    moe_forward_fast(b.moe, xn.data(), T, all_experts.data(), all_weights.data(), b.top_k, y.data(),
+                     f.ex.pool);
+  if (gi) {
+    *gi = all_experts;
+    *gw = all_weights;
   }
   if (trace && trace->keep_tensors) trace->tensors[l + "_ffn_out"] = y;
   for (int64_t t = 0; t < T; ++t) {
@@ -583,6 +644,9 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
                                                  const ModelOptions& options) {
   auto m = std::unique_ptr<V41Model>(new V41Model());
   m->options_ = options;
+  m->pool_ = std::make_unique<ThreadPool>(
+      options.threads > 0 ? size_t(options.threads)
+                          : std::max<size_t>(1, std::thread::hardware_concurrency()));
   m->w_ = std::make_unique<ModelWeights>();
   ModelWeights& W = *m->w_;
   FATHOM_ASSIGN_OR_RETURN(W.cfg, load_model_config_dir(dir));
@@ -600,9 +664,9 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
   W.head = reinterpret_cast<const uint16_t*>(head->data);
   FATHOM_ASSIGN_OR_RETURN(W.norm, bf16_values(*W.ck, "norm.weight", {c.dim}));
   W.rope_window = std::make_unique<Rope>(RopeParams{c.rope_head_dim, c.rope_theta, 1, 0, 32, 1});
-  W.rope_compressed = std::make_unique<Rope>(RopeParams{
-      c.rope_head_dim, c.compress_rope_theta, c.rope_factor, c.original_seq_len, c.beta_fast,
-      c.beta_slow});
+  W.rope_compressed =
+      std::make_unique<Rope>(RopeParams{c.rope_head_dim, c.compress_rope_theta, c.rope_factor,
+                                        c.original_seq_len, c.beta_fast, c.beta_slow});
   W.blocks.resize(size_t(c.n_layers + c.n_mtp_layers));
   for (int64_t i = 0; i < int64_t(W.blocks.size()); ++i)
     FATHOM_RETURN_IF_ERROR(bind_block(W, int(i), i >= c.n_layers, &W.blocks[size_t(i)]));
@@ -611,8 +675,9 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
     bool ok = false;
     std::string tables = read_file(dir + "/engram_tables.json", &ok);
     if (!ok)
-      return not_found(dir + "/engram_tables.json: the Engram token map is required (building "
-                             "it from the tokenizer is not supported yet)");
+      return not_found(dir +
+                       "/engram_tables.json: the Engram token map is required (building "
+                       "it from the tokenizer is not supported yet)");
     FATHOM_ASSIGN_OR_RETURN(W.hasher, EngramHasher::from_tables_json(tables, c));
     for (size_t e = 0; e < c.engram_layer_ids.size(); ++e) {
       const int64_t l = c.engram_layer_ids[e];
@@ -655,6 +720,7 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
     if (id < 0 || id >= c.vocab_size)
       return out_of_range("token id " + std::to_string(id) + " outside the vocabulary");
   ForwardScratch f;
+  f.ex = Exec{options_.numerics == Numerics::kFast, pool_.get()};
   f.start = st.pos;
   f.T = T;
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
@@ -677,8 +743,10 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const BlockWeights& b = W.blocks[size_t(l)];
     if (b.engram >= 0) {
-      engram_forward(W.engram[size_t(b.engram)], W.hasher, hashes.data(), T, X.data());
-      if (trace && trace->keep_tensors) trace->tensors["layer" + std::to_string(l) + "_engram_out"] = X;
+      engram_forward(W.engram[size_t(b.engram)], W.hasher, hashes.data(), T, X.data(),
+                     f.ex.fast ? f.ex.pool : nullptr, f.ex.fast);
+      if (trace && trace->keep_tensors)
+        trace->tensors["layer" + std::to_string(l) + "_engram_out"] = X;
     }
     auto it = std::find(targets.begin(), targets.end(), l);
     if (it != targets.end()) {
@@ -696,15 +764,19 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
     if (trace && trace->keep_tensors) trace->tensors["main_hidden"] = main_hidden;
   }
   std::vector<float> h(static_cast<size_t>(T * D)), hn(static_cast<size_t>(T * D));
-  for (int64_t t = 0; t < T; ++t) hc_pre(&pre[size_t(t * 4)], &X[size_t(t * 4 * D)], D, &h[size_t(t * D)]);
-  rmsnorm(h.data(), W.norm, T, float(c.norm_eps), hn.data());
+  for (int64_t t = 0; t < T; ++t)
+    hc_pre(&pre[size_t(t * 4)], &X[size_t(t * 4 * D)], D, &h[size_t(t * D)]);
+  rmsnorm(f.ex, h.data(), W.norm, T, float(c.norm_eps), hn.data());
   if (trace && trace->keep_tensors) {
     trace->tensors["final_hidden"] = h;
     trace->tensors["final_norm_out"] = hn;
   }
   if (logits != nullptr) {
     kernels::Bf16Matrix head{W.head, c.vocab_size, D};
-    kernels::ref::matmul_bf16(head, hn.data(), T, logits);
+    if (f.ex.fast)
+      kernels::cpu::matmul_bf16(head, hn.data(), T, logits, f.ex.pool);
+    else
+      kernels::ref::matmul_bf16(head, hn.data(), T, logits);
   }
   st.pos += T;
   return Status::ok();

@@ -21,6 +21,10 @@
 #include "core/status.h"
 #include "model/config.h"
 
+namespace fathom {
+class ThreadPool;
+}
+
 namespace fathom::model {
 
 enum class Numerics { kStrict, kFast };
@@ -31,6 +35,8 @@ struct ModelOptions {
   // not complete a group scores against the last published key cache); true = every
   // indexer scores its own kv source's keys.
   bool own_index_keys = false;
+  // Threads for the fast kernels (0 = one per hardware thread).
+  int threads = 0;
 };
 
 // What a forward can record for tests and tools. Rows are the chunk's tokens.
@@ -49,9 +55,9 @@ struct ForwardTrace {
 // DSpark's output for one step: output_ids = [main token, block-1 greedy draft tokens],
 // the draft logits [block-1... as returned, Markov bias included] and confidence logits.
 struct DraftResult {
-  std::vector<int32_t> ids;         // block_size + 1
-  std::vector<float> logits;        // [block_size, vocab]
-  std::vector<float> confidence;    // [block_size]
+  std::vector<int32_t> ids;       // block_size + 1
+  std::vector<float> logits;      // [block_size, vocab]
+  std::vector<float> confidence;  // [block_size]
 };
 
 struct SequenceState;
@@ -85,6 +91,7 @@ class V41Model {
   V41Model() = default;
   ModelOptions options_;
   std::unique_ptr<ModelWeights> w_;
+  std::unique_ptr<ThreadPool> pool_;
 };
 
 // The position of the next token of a sequence.

@@ -64,5 +64,35 @@ TEST(Bf16Rounding, DoubleRoundsThroughFp32AsTorchDoes) {
   EXPECT_EQ(round_double_to_bf16(0.3), round_to_bf16(0.3f));
 }
 
+TEST(E2m1Rounding, GridTiesToEvenCodeAndSaturation) {
+  // E2M1 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}; codes 0..7, even codes win ties.
+  const float mids[][2] = {{0.25f, 0.0f}, {0.75f, 1.0f}, {1.25f, 1.0f}, {1.75f, 2.0f},
+                           {2.5f, 2.0f},  {3.5f, 4.0f},  {5.0f, 4.0f}};
+  for (auto [x, want] : mids) {
+    EXPECT_EQ(round_to_e2m1(x), want) << x;
+    EXPECT_EQ(round_to_e2m1(-x), -want) << x;
+  }
+  EXPECT_EQ(round_to_e2m1(0.26f), 0.5f);
+  EXPECT_EQ(round_to_e2m1(2.51f), 3.0f);
+  EXPECT_EQ(round_to_e2m1(5.01f), 6.0f);
+  EXPECT_EQ(round_to_e2m1(100.0f), 6.0f);
+  for (float g : {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f}) EXPECT_EQ(round_to_e2m1(g), g);
+}
+
+TEST(E2m1Rounding, FakeQuantScales) {
+  // E8M0 branch: amax 3 -> 3/6 = 0.5 -> scale 2^-1; values land on the grid times 0.5.
+  std::vector<float> x(32, 0.0f), y(32);
+  x[0] = 3.0f;
+  x[1] = 0.3f;  // 0.6 on the grid -> 0.5 -> 0.25
+  ref::fake_quant_e2m1(x.data(), 32, 32, false, y.data());
+  EXPECT_EQ(y[0], 3.0f);
+  EXPECT_EQ(y[1], 0.25f);
+  // E4M3 branch, blocks of 16: amax 3.3 -> 0.55 -> e4m3 0.5625; 3.3 / 0.5625 = 5.87 -> 6.
+  std::vector<float> z(16, 0.0f), w(16);
+  z[0] = 3.3f;
+  ref::fake_quant_e2m1(z.data(), 16, 16, true, w.data());
+  EXPECT_EQ(w[0], 6.0f * 0.5625f);
+}
+
 }  // namespace
 }  // namespace fathom::kernels

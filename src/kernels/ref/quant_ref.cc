@@ -21,14 +21,22 @@ float round_to_e4m3(float v) {
 float round_to_e2m1(float v) {
   const float a = std::fabs(v);
   float q;
-  if (!(a <= 5.0f)) q = std::isnan(v) ? v : 6.0f;
-  else if (a >= 3.5f) q = 4.0f;
-  else if (a > 2.5f) q = 3.0f;
-  else if (a >= 1.75f) q = 2.0f;
-  else if (a > 1.25f) q = 1.5f;
-  else if (a >= 0.75f) q = 1.0f;
-  else if (a > 0.25f) q = 0.5f;
-  else q = 0.0f;
+  if (!(a <= 5.0f))
+    q = std::isnan(v) ? v : 6.0f;
+  else if (a >= 3.5f)
+    q = 4.0f;
+  else if (a > 2.5f)
+    q = 3.0f;
+  else if (a >= 1.75f)
+    q = 2.0f;
+  else if (a > 1.25f)
+    q = 1.5f;
+  else if (a >= 0.75f)
+    q = 1.0f;
+  else if (a > 0.25f)
+    q = 0.5f;
+  else
+    q = 0.0f;
   return std::copysign(q, v);
 }
 

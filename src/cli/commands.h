@@ -15,6 +15,8 @@ void add_tokenizer_commands(CLI::App& app, Runner* run);
 void add_prompt_commands(CLI::App& app, Runner* run);
 // Registers `inspect`.
 void add_model_commands(CLI::App& app, Runner* run);
+// Registers `mkmodel`, `forward` and `generate`.
+void add_run_commands(CLI::App& app, Runner* run);
 // Registers `bench` and its subcommands.
 void add_bench_commands(CLI::App& app, Runner* run);
 

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   fathom::cli::add_tokenizer_commands(app, &run);
   fathom::cli::add_prompt_commands(app, &run);
   fathom::cli::add_model_commands(app, &run);
+  fathom::cli::add_run_commands(app, &run);
   fathom::cli::add_bench_commands(app, &run);
   try {
     app.parse(argc, argv);

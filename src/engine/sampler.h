@@ -1,0 +1,33 @@
+// Token sampling from logits: greedy, temperature, top-k, top-p, min-p, repetition /
+// presence / frequency penalties. Random numbers come from a counter-based generator keyed by
+// (seed, request, position), so a seeded request draws the same numbers whether it runs
+// alone or in any batch, on any thread. Pure functions; the scratch buffer is the caller's.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace fathom::engine {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy (argmax, ties to the lower id)
+  int top_k = 0;                    // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // HF/vLLM style: divides positive logits, multiplies negative
+  float presence_penalty = 0.0f;    // OpenAI style, over generated tokens
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+};
+
+// A uniform double in [0, 1) determined by (seed, request, position) alone.
+double counter_uniform(uint64_t seed, uint64_t request, uint64_t position);
+
+// Samples one token. `prompt` and `generated` feed the penalties (repetition over both,
+// presence/frequency over the generated tokens). `scratch` is reused between calls.
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
+                     std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                     uint64_t request, uint64_t position, std::vector<float>& scratch);
+
+}  // namespace fathom::engine

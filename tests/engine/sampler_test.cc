@@ -1,0 +1,103 @@
+// Sampling against its definition: greedy is the argmax, the empirical distribution over
+// many counter positions matches softmax(logits / T) (and its top-k / top-p / min-p
+// truncations), penalties change the logits as the OpenAI and HF rules say, and a seeded
+// draw depends only on (seed, request, position).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace fathom::engine {
+namespace {
+
+std::vector<double> histogram(const std::vector<float>& logits, const SamplingParams& p, int n) {
+  std::vector<double> h(logits.size(), 0.0);
+  std::vector<float> scratch;
+  for (int i = 0; i < n; ++i)
+    h[size_t(sample_token(logits.data(), int64_t(logits.size()), p, {}, {}, 7, uint64_t(i),
+                          scratch))] += 1.0 / n;
+  return h;
+}
+
+std::vector<double> softmax(const std::vector<float>& l, double t) {
+  std::vector<double> p(l.size());
+  double m = *std::max_element(l.begin(), l.end()), s = 0;
+  for (size_t i = 0; i < l.size(); ++i) s += p[i] = std::exp((l[i] - m) / t);
+  for (auto& v : p) v /= s;
+  return p;
+}
+
+TEST(Sampler, GreedyIsTheArgmaxWithTiesToTheLowerId) {
+  std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f};
+  std::vector<float> scratch;
+  SamplingParams p;
+  p.temperature = 0;
+  EXPECT_EQ(sample_token(l.data(), 4, p, {}, {}, 0, 0, scratch), 1);
+}
+
+TEST(Sampler, TemperatureSamplingFollowsTheSoftmax) {
+  std::vector<float> l = {1.0f, 0.0f, 2.0f, -1.0f, 0.5f};
+  for (float t : {0.7f, 1.0f, 1.5f}) {
+    SamplingParams p;
+    p.temperature = t;
+    p.seed = 42;
+    auto h = histogram(l, p, 40000);
+    auto want = softmax(l, t);
+    for (size_t i = 0; i < l.size(); ++i)
+      EXPECT_NEAR(h[i], want[i], 0.01) << "t=" << t << " i=" << i;
+  }
+}
+
+TEST(Sampler, TopKTopPAndMinPTruncate) {
+  std::vector<float> l = {3.0f, 2.0f, 1.0f, 0.0f, -1.0f};
+  auto full = softmax(l, 1.0);
+  SamplingParams p;
+  p.seed = 1;
+  p.top_k = 2;  // renormalised over {0, 1}
+  auto h = histogram(l, p, 40000);
+  EXPECT_NEAR(h[0], full[0] / (full[0] + full[1]), 0.01);
+  EXPECT_EQ(h[2] + h[3] + h[4], 0.0);
+  p.top_k = 0;
+  p.top_p = 0.9f;  // smallest prefix with mass >= 0.9: {0, 1, 2} (0.665 + 0.245 = 0.909)
+  h = histogram(l, p, 40000);
+  EXPECT_GT(h[2], 0.0);
+  EXPECT_EQ(h[3] + h[4], 0.0);
+  p.top_p = 1.0f;
+  p.min_p = 0.2f;  // keeps tokens with p >= 0.2 * p_max: {0, 1} (0.368 ratio), not 2 (0.135)
+  h = histogram(l, p, 20000);
+  EXPECT_EQ(h[2] + h[3] + h[4], 0.0);
+  EXPECT_GT(h[1], 0.0);
+}
+
+TEST(Sampler, PenaltiesChangeTheLogitsByTheirRules) {
+  std::vector<float> l = {1.0f, 1.2f, 0.9f};
+  std::vector<float> scratch;
+  SamplingParams p;
+  p.temperature = 0;
+  // Presence 0.5 and frequency 0.1 on token 1 generated twice: 1.2 - 0.5 - 0.2 = 0.5 < 1.0.
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.1f;
+  std::vector<int32_t> gen = {1, 1};
+  EXPECT_EQ(sample_token(l.data(), 3, p, {}, gen, 0, 0, scratch), 0);
+  // Repetition 2 on the prompt's tokens 0 and 1: 0.5, 0.6 -> token 2 (0.9) wins.
+  SamplingParams r;
+  r.temperature = 0;
+  r.repetition_penalty = 2.0f;
+  std::vector<int32_t> prompt = {0, 1};
+  EXPECT_EQ(sample_token(l.data(), 3, r, prompt, {}, 0, 0, scratch), 2);
+}
+
+TEST(Sampler, DrawsDependOnlyOnSeedRequestAndPosition) {
+  EXPECT_EQ(counter_uniform(5, 1, 9), counter_uniform(5, 1, 9));
+  EXPECT_NE(counter_uniform(5, 1, 9), counter_uniform(5, 1, 10));
+  EXPECT_NE(counter_uniform(5, 1, 9), counter_uniform(6, 1, 9));
+  EXPECT_NE(counter_uniform(5, 1, 9), counter_uniform(5, 2, 9));
+  double mean = 0;
+  for (int i = 0; i < 10000; ++i) mean += counter_uniform(3, 0, uint64_t(i)) / 10000;
+  EXPECT_NEAR(mean, 0.5, 0.01);
+}
+
+}  // namespace
+}  // namespace fathom::engine

@@ -33,14 +33,16 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct AttentionWeights {
   kernels::Fp8Matrix wq_a{}, wq_b{}, wkv{}, wo_b{};
-  std::vector<float> wo_a;  // [groups * o_rank, heads * head_dim / groups], bf16 values
+  std::vector<uint16_t> wo_a;  // [groups * o_rank, heads * head_dim / groups] bf16, dequantised
   std::vector<float> q_norm, kv_norm;
   const float* sink = nullptr;
   // Compressor (kv sources): ratio 2 has a gate and runs in fp32, ratio 1 in bf16.
-  std::vector<float> c_wkv, c_wgate, c_norm;
+  kernels::Bf16Matrix c_wkv{}, c_wgate{};  // views into the checkpoint
+  std::vector<float> c_norm;
   // Indexer (index sources); wk and k_norm on kv sources only.
   kernels::Fp8Matrix i_wq_b{};
-  std::vector<float> i_wproj, i_wk, i_knorm;
+  kernels::Bf16Matrix i_wproj{}, i_wk{};
+  std::vector<float> i_knorm;
 };
 
 struct BlockWeights {
@@ -109,6 +111,12 @@ Result<const float*> f32_view(const Checkpoint& ck, const std::string& name,
   return reinterpret_cast<const float*>(t->data);
 }
 
+Result<kernels::Bf16Matrix> bf16_view(const Checkpoint& ck, const std::string& name, int64_t rows,
+                                      int64_t cols) {
+  FATHOM_ASSIGN_OR_RETURN(const TensorInfo* t, find_tensor(ck, name, DType::kBF16, {rows, cols}));
+  return kernels::Bf16Matrix{reinterpret_cast<const uint16_t*>(t->data), rows, cols};
+}
+
 Result<kernels::Fp8Matrix> fp8(const Checkpoint& ck, const std::string& name, int64_t out,
                                int64_t in) {
   FATHOM_ASSIGN_OR_RETURN(const TensorInfo* w,
@@ -119,13 +127,13 @@ Result<kernels::Fp8Matrix> fp8(const Checkpoint& ck, const std::string& name, in
 }
 
 // An FP8 weight dequantised and rounded to bf16, as the reference's converter does for wo_a.
-std::vector<float> dequantize_bf16(const kernels::Fp8Matrix& m) {
-  std::vector<float> v(static_cast<size_t>(m.rows * m.cols));
+std::vector<uint16_t> dequantize_bf16(const kernels::Fp8Matrix& m) {
+  std::vector<uint16_t> v(static_cast<size_t>(m.rows * m.cols));
   const int64_t kb = (m.cols + 31) / 32;
   for (int64_t r = 0; r < m.rows; ++r)
     for (int64_t c = 0; c < m.cols; ++c)
       v[size_t(r * m.cols + c)] =
-          kernels::round_to_bf16(kernels::e4m3_to_float(m.weight[r * m.cols + c]) *
+          kernels::float_to_bf16(kernels::e4m3_to_float(m.weight[r * m.cols + c]) *
                                  kernels::e8m0_to_float(m.scale[(r / 32) * kb + c / 32]));
   return v;
 }
@@ -186,13 +194,12 @@ Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
   FATHOM_ASSIGN_OR_RETURN(a.kv_norm, bf16_values(ck, at + "kv_norm.weight", {hd}));
   FATHOM_ASSIGN_OR_RETURN(a.sink, f32_view(ck, at + "attn_sink", {H}));
   if (b->kv_source) {
-    FATHOM_ASSIGN_OR_RETURN(a.c_wkv, bf16_values(ck, at + "compressor.wkv.weight", {hd, D}));
+    FATHOM_ASSIGN_OR_RETURN(a.c_wkv, bf16_view(ck, at + "compressor.wkv.weight", hd, D));
     if (b->ratio > 1) {
-      FATHOM_ASSIGN_OR_RETURN(a.c_wgate, bf16_values(ck, at + "compressor.wgate.weight", {hd, D}));
+      FATHOM_ASSIGN_OR_RETURN(a.c_wgate, bf16_view(ck, at + "compressor.wgate.weight", hd, D));
     }
     FATHOM_ASSIGN_OR_RETURN(a.c_norm, bf16_values(ck, at + "compressor.norm.weight", {hd}));
-    FATHOM_ASSIGN_OR_RETURN(a.i_wk,
-                            bf16_values(ck, at + "indexer.wk.weight", {c.index_head_dim, hd}));
+    FATHOM_ASSIGN_OR_RETURN(a.i_wk, bf16_view(ck, at + "indexer.wk.weight", c.index_head_dim, hd));
     FATHOM_ASSIGN_OR_RETURN(a.i_knorm,
                             bf16_values(ck, at + "indexer.k_norm.weight", {c.index_head_dim}));
   }
@@ -200,7 +207,7 @@ Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
     FATHOM_ASSIGN_OR_RETURN(a.i_wq_b,
                             fp8(ck, at + "indexer.wq_b", c.index_n_heads * c.index_head_dim, q));
     FATHOM_ASSIGN_OR_RETURN(
-        a.i_wproj, bf16_values(ck, at + "indexer.weights_proj.weight", {c.index_n_heads, D}));
+        a.i_wproj, bf16_view(ck, at + "indexer.weights_proj.weight", c.index_n_heads, D));
   }
   b->n_experts = int(mtp ? c.dspark_n_routed_experts : c.n_routed_experts);
   b->top_k = int(mtp ? c.dspark_n_activated_experts : c.n_activated_experts);
@@ -237,36 +244,25 @@ void fp8_linear(const Exec& ex, const kernels::Fp8Matrix& w, const float* x, int
                              kernels::OutRounding::kBF16);
 }
 
-// y [rows, m] = x · w^T for x [rows, k], w [m, k]: rounded once to bf16 (a bf16 linear) or to
-// fp32 (an fp32 linear).
-void linear(const Exec& ex, const float* x, const float* w, int64_t rows, int64_t k, int64_t m,
+// y [rows, W.rows] = x · W^T with bf16 weights W [m, k]; rounded once to bf16 or fp32.
+void linear(const Exec& ex, const float* x, const kernels::Bf16Matrix& w, int64_t rows,
             bool to_bf16, float* y) {
+  if (ex.fast) {
+    kernels::cpu::matmul_bf16(w, x, rows, y, ex.pool);
+    if (to_bf16)
+      for (int64_t i = 0; i < rows * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < m; ++j) {
-      const float* xr = x + r * k;
-      const float* wr = w + j * k;
-      float v;
-      if (ex.fast) {
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t i = 0;
-        for (; i + 8 <= k; i += 8)
-          for (int l = 0; l < 8; ++l) acc[l] += xr[i + l] * wr[i + l];
-        for (; i < k; ++i) acc[0] += xr[i] * wr[i];
-        v = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-        if (to_bf16) v = kernels::round_to_bf16(v);
-      } else {
-        double acc = 0;
-        for (int64_t i = 0; i < k; ++i) acc += double(xr[i]) * double(wr[i]);
-        v = to_bf16 ? kernels::round_double_to_bf16(acc) : float(acc);
-      }
-      y[r * m + j] = v;
+    for (int64_t j = 0; j < w.rows; ++j) {
+      double acc = 0;
+      const uint16_t* wr = w.weight + j * w.cols;
+      for (int64_t i = 0; i < w.cols; ++i)
+        acc += double(kernels::bf16_to_float(wr[i])) * double(x[r * w.cols + i]);
+      y[r * w.rows + j] = to_bf16 ? kernels::round_double_to_bf16(acc) : float(acc);
     }
 }
 
-void bf16_linear(const Exec& ex, const float* x, const float* w, int64_t rows, int64_t k, int64_t m,
-                 float* y) {
-  linear(ex, x, w, rows, k, m, true, y);
-}
 
 void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_t rows, float eps,
              float* y) {
@@ -320,7 +316,7 @@ void compress(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
     const int64_t p = start + t;
     const float* x = xn + t * D;
     if (r == 1) {
-      bf16_linear(ex, x, a.c_wkv.data(), 1, D, hd, kv.data());
+      linear(ex, x, a.c_wkv, 1, true, kv.data());
       rmsnorm(ex, kv.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
       latents->insert(latents->end(), lat.begin(), lat.end());
       entry_ids->push_back(p);
@@ -328,8 +324,8 @@ void compress(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
     }
     // Ratio > 1: fp32 linears (the weights are promoted to fp32), the group's softmax over
     // its r tokens per channel in double, the weighted sum accumulated in double.
-    linear(ex, x, a.c_wkv.data(), 1, D, hd, false, kv.data());
-    linear(ex, x, a.c_wgate.data(), 1, D, hd, false, score.data());
+    linear(ex, x, a.c_wkv, 1, false, kv.data());
+    linear(ex, x, a.c_wgate, 1, false, score.data());
     const int64_t slot = p % r;
     std::copy(kv.begin(), kv.end(), src.kv_part.begin() + slot * hd);
     std::copy(score.begin(), score.end(), src.score_part.begin() + slot * hd);
@@ -411,7 +407,7 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
       rope.rotate(q.data() + h * ihd + ihd - rd, p);
     }
     kernels::ref::fake_quant_e2m1(q.data(), nh * ihd, 32, false, q.data());
-    bf16_linear(f.ex, xn + t * D, b.attn.i_wproj.data(), 1, D, nh, w.data());
+    linear(f.ex, xn + t * D, b.attn.i_wproj, 1, true, w.data());
     for (auto& x : w) x = kernels::round_to_bf16(x * wscale);
     index_scores(f.ex, q.data(), w.data(), keys.data(), compress_len, nh, ihd, scores.data());
     for (int64_t j = visible; j < compress_len; ++j) scores[size_t(j)] = kNegInf;
@@ -487,7 +483,7 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
       const int64_t ihd = c.index_head_dim;
       std::vector<float> key(static_cast<size_t>(ihd)), kn(static_cast<size_t>(ihd));
       for (size_t e = 0; e < ids.size(); ++e) {
-        bf16_linear(ex, &latents[e * size_t(hd)], a.i_wk.data(), 1, hd, ihd, key.data());
+        linear(ex, &latents[e * size_t(hd)], a.i_wk, 1, true, key.data());
         rmsnorm(ex, key.data(), a.i_knorm, 1, eps, kn.data());
         W.rope_compressed->rotate(kn.data() + ihd - rd, ids[e] * b.ratio);
         kernels::ref::fake_quant_e2m1(kn.data(), ihd, 32, false, kn.data());
@@ -534,11 +530,10 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
                                                          entries.data(), int64_t(entries.size()),
                                                          a.sink, scale, o.data());
     for (int64_t h = 0; h < H; ++h) rope.rotate(&o[size_t(h * hd + hd - rd)], p, true);
-    for (int64_t g = 0; g < c.o_groups; ++g)
-      for (int64_t rr = 0; rr < c.o_lora_rank; ++rr) {
-        const float* wr = &a.wo_a[size_t((g * c.o_lora_rank + rr) * gin)];
-        linear(ex, &o[size_t(g * gin)], wr, 1, gin, 1, true, &z[size_t(g * c.o_lora_rank + rr)]);
-      }
+    for (int64_t g = 0; g < c.o_groups; ++g) {
+      const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * c.o_lora_rank * gin)], c.o_lora_rank, gin};
+      linear(ex, &o[size_t(g * gin)], wg, 1, true, &z[size_t(g * c.o_lora_rank)]);
+    }
     fp8_linear(ex, a.wo_b, z.data(), 1, out + t * D);
   }
   for (int64_t t = std::max<int64_t>(0, T - win); t < T; ++t)

@@ -1,6 +1,7 @@
 // `fathom bench ...`: in-process timings printed as one JSON line each.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -12,6 +13,7 @@
 #include "core/py_json.h"
 #include "core/thread_pool.h"
 #include "kernels/gemv.h"
+#include "model/v41.h"
 #include "prompt/encoder.h"
 #include "prompt/reference.h"
 #include "tokenizer/tokenizer.h"
@@ -218,6 +220,111 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
   return 0;
 }
 
+struct BenchDecodeArgs {
+  std::string model;
+  int64_t prompt_tokens = 512, decode_tokens = 32, chunk = 512;
+  int threads = 2;
+  std::string numerics = "fast";
+};
+
+// VmRSS / VmHWM of this process in bytes.
+int64_t proc_status_bytes(const char* key) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  int64_t kb = -1;
+  const size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, key, n) == 0) kb = std::atoll(line + n + 1);
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// Read bandwidth of this machine: a 1 GiB buffer summed by `threads` threads, best of 5.
+double read_bandwidth(int threads) {
+  const size_t n = size_t(1) << 28;  // floats
+  std::vector<float> buf(n, 1.0f);
+  ThreadPool pool(static_cast<size_t>(threads));
+  std::vector<double> sums(static_cast<size_t>(threads));
+  double best = 1e300;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(size_t(threads), [&](size_t t) {
+      const size_t b = n / size_t(threads) * t, e = b + n / size_t(threads);
+      float acc[16] = {};
+      for (size_t i = b; i < e; i += 16)
+        for (int j = 0; j < 16; ++j) acc[j] += buf[i + size_t(j)];
+      double s = 0;
+      for (float v : acc) s += v;
+      sums[t] = s;
+    });
+    best = std::min(best, seconds_since(t0));
+  }
+  return double(n * sizeof(float)) / best / 1e9;
+}
+
+// Batch-1 decode and chunked prefill on a checkpoint, with the weight-read bandwidth
+// achieved next to the machine's read bandwidth.
+int run_bench_decode(const BenchDecodeArgs& a) {
+  model::ModelOptions o;
+  o.numerics = a.numerics == "strict" ? model::Numerics::kStrict : model::Numerics::kFast;
+  o.threads = a.threads;
+  auto t_load = std::chrono::steady_clock::now();
+  auto m = model::V41Model::load(a.model, o);
+  if (!m.is_ok()) {
+    std::fprintf(stderr, "fathom: %s\n", m.status().to_string().c_str());
+    return 2;
+  }
+  const double load_s = seconds_since(t_load);
+  const int64_t rss_loaded = proc_status_bytes("VmRSS:");
+  const double machine_gbps = read_bandwidth(a.threads);
+  const int64_t V = (*m)->config().vocab_size;
+  std::mt19937 rng(7);
+  std::vector<int32_t> prompt(size_t(a.prompt_tokens));
+  for (auto& t : prompt) t = int32_t(rng() % uint32_t(std::min<int64_t>(V, 30000)));
+  auto st = (*m)->new_sequence();
+  std::vector<float> logits(size_t(a.chunk * V));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t at = 0; at < a.prompt_tokens; at += a.chunk) {
+    const int64_t n = std::min(a.chunk, a.prompt_tokens - at);
+    Status s = (*m)->forward(*st, std::span(prompt).subspan(size_t(at), size_t(n)), logits.data());
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
+      return 1;
+    }
+  }
+  const double prefill_s = seconds_since(t0);
+  int32_t next = 1;
+  std::vector<double> step;
+  for (int64_t i = 0; i < a.decode_tokens; ++i) {
+    auto ts = std::chrono::steady_clock::now();
+    Status s = (*m)->forward(*st, std::span(&next, 1), logits.data());
+    step.push_back(seconds_since(ts));
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
+      return 1;
+    }
+    next = int32_t(std::max_element(logits.begin(), logits.begin() + V) - logits.begin());
+  }
+  std::sort(step.begin(), step.end());
+  const double median = step[step.size() / 2];
+  const int64_t bytes = (*m)->decode_weight_bytes();
+  const double achieved = double(bytes) / median / 1e9;
+  std::printf(
+      "{\"model\":\"%s\",\"threads\":%d,\"numerics\":\"%s\",\"load_seconds\":%.3f,"
+      "\"prefill_tokens\":%lld,\"prefill_chunk\":%lld,\"prefill_tokens_per_s\":%.2f,"
+      "\"decode_tokens\":%lld,\"decode_median_seconds\":%.5f,\"decode_tokens_per_s\":%.2f,"
+      "\"weight_bytes_per_token\":%lld,\"achieved_weight_gb_per_s\":%.2f,"
+      "\"machine_read_gb_per_s\":%.2f,\"fraction_of_machine\":%.3f,"
+      "\"rss_after_load_bytes\":%lld,\"rss_peak_bytes\":%lld,\"checkpoint_bytes_mapped\":%lld}\n",
+      a.model.c_str(), a.threads, a.numerics.c_str(), load_s, (long long)a.prompt_tokens,
+      (long long)a.chunk, double(a.prompt_tokens) / prefill_s, (long long)a.decode_tokens, median,
+      1.0 / median, (long long)bytes, achieved, machine_gbps, achieved / machine_gbps,
+      (long long)rss_loaded, (long long)proc_status_bytes("VmHWM:"),
+      (long long)(*m)->checkpoint_bytes());
+  return 0;
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app, Runner* run) {
@@ -257,6 +364,20 @@ void add_bench_commands(CLI::App& app, Runner* run) {
   m->add_option("--threads", margs->threads, "Threads")->check(CLI::Range(1, 256));
   m->add_option("--repeat", margs->repeat, "Runs (best is reported)")->check(CLI::Range(1, 10000));
   m->callback([margs, run] { *run = [margs] { return run_bench_matmul(*margs); }; });
+
+  auto dargs = std::make_shared<BenchDecodeArgs>();
+  auto* d = bench->add_subcommand(
+      "decode", "Batch-1 decode and chunked prefill: tokens/s and weight-read bandwidth");
+  d->add_option("--model", dargs->model, "Checkpoint directory")->required();
+  d->add_option("--prompt-tokens", dargs->prompt_tokens, "Prompt length")
+      ->check(CLI::PositiveNumber);
+  d->add_option("--decode-tokens", dargs->decode_tokens, "Decode steps")
+      ->check(CLI::PositiveNumber);
+  d->add_option("--chunk", dargs->chunk, "Prefill chunk")->check(CLI::PositiveNumber);
+  d->add_option("--threads", dargs->threads, "Threads")->check(CLI::Range(1, 256));
+  d->add_option("--numerics", dargs->numerics, "fast or strict")
+      ->check(CLI::IsMember({"fast", "strict"}));
+  d->callback([dargs, run] { *run = [dargs] { return run_bench_decode(*dargs); }; });
 }
 
 }  // namespace fathom::cli

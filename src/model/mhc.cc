@@ -25,6 +25,23 @@ void normalise(float (&c)[kHcStreams][kHcStreams], bool rows, float eps) {
 
 }  // namespace
 
+namespace {
+
+// Dot product accumulated in double in eight lanes (vectorised by the compiler): the
+// products are exact in double, only the summation order differs from the strict loop.
+double dot_lanes(const float* a, const float* b, int64_t n) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += double(a[i + l]) * double(b[i + l]);
+  for (; i < n; ++i) acc[0] += double(a[i]) * double(b[i]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+HcMix split_mix(const float* m, const HcMixParams& p);
+
+}  // namespace
+
 HcMix hc_mix(const float* streams, const HcMixParams& p) {
   const int64_t n = kHcStreams * p.hidden;
   // rsqrt(mean(v^2) + eps): fp32 squares, double mean rounded once, rsqrt in double.
@@ -39,6 +56,21 @@ HcMix hc_mix(const float* streams, const HcMixParams& p) {
     for (int64_t i = 0; i < n; ++i) acc += double(w[i]) * double(streams[i]);
     m[o] = float(acc) * r;
   }
+  return split_mix(m, p);
+}
+
+HcMix hc_mix_fast(const float* streams, const HcMixParams& p) {
+  const int64_t n = kHcStreams * p.hidden;
+  const float var = float(dot_lanes(streams, streams, n) / double(n));
+  const float r = float(1.0 / std::sqrt(double(var + p.norm_eps)));
+  float m[kMixRows];
+  for (int o = 0; o < kMixRows; ++o) m[o] = float(dot_lanes(p.fn + o * n, streams, n)) * r;
+  return split_mix(m, p);
+}
+
+namespace {
+
+HcMix split_mix(const float* m, const HcMixParams& p) {
   HcMix mix;
   for (int j = 0; j < kHcStreams; ++j) {
     mix.pre[j] = sigmoid(m[j] * p.scale[0] + p.base[j]) + p.sinkhorn_eps;
@@ -70,6 +102,8 @@ HcMix hc_mix(const float* streams, const HcMixParams& p) {
   }
   return mix;
 }
+
+}  // namespace
 
 void hc_pre(const float* pre, const float* streams, int64_t hidden, float* x) {
   for (int64_t k = 0; k < hidden; ++k) {

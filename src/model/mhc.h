@@ -32,6 +32,9 @@ struct HcMix {
 
 // The mix for one token from its residual streams X [4, hidden] (bf16 values held as fp32).
 HcMix hc_mix(const float* streams, const HcMixParams& p);
+// The `fast` numerics: the same arithmetic with the double sums taken in eight lanes (the
+// mix is too sensitive for fp32 sums: they double the fast path's logit error).
+HcMix hc_mix_fast(const float* streams, const HcMixParams& p);
 
 // x = bf16(sum_j pre[j] * X[j]): the sublayer input, [hidden].
 void hc_pre(const float* pre, const float* streams, int64_t hidden, float* x);

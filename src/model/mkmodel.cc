@@ -299,10 +299,11 @@ Result<ModelConfig> preset_config(const std::string& name) {
     return c;
   }
   if (name == "small") {
-    // ~1.5 GB: the released head geometry (512-d latent, 64 RoPE dims) at dim 2048.
-    c.vocab_size = 129280;
-    c.dspark_noise_token_id = 128799;
-    c.image_token_id = 129264;
+    // ~1.5 GB: the released head geometry (512-d latent, 64 RoPE dims) at dim 2048, with a
+    // 32k vocabulary so that the head does not dominate (run it with token ids).
+    c.vocab_size = 32768;
+    c.dspark_noise_token_id = 32000;
+    c.image_token_id = 32767;
     c.dim = 2048;
     c.n_heads = 16;
     c.head_dim = 512;

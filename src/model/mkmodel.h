@@ -2,7 +2,7 @@
 // official tensor names, dtypes and quantisation formats, plus engram_tables.json), for tests,
 // demos and benchmarks: `tiny` has the golden checkpoint's shapes, `demo` the same shapes
 // with the full 129,280-token vocabulary (so it runs with the real DeepSeek tokenizer), and
-// `small` is sized for benchmarks (about 1.5 GB). Weights follow the golden data's
+// `small` is sized for benchmarks (about 1.5 GB, 32k vocabulary). Weights follow the golden data's
 // initialisation (Gaussian masters scaled per role, quantised with power-of-two block
 // scales); the same preset and seed give the same bytes. Pure functions; any thread.
 #pragma once

@@ -206,8 +206,8 @@ Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
   if (b->index_source) {
     FATHOM_ASSIGN_OR_RETURN(a.i_wq_b,
                             fp8(ck, at + "indexer.wq_b", c.index_n_heads * c.index_head_dim, q));
-    FATHOM_ASSIGN_OR_RETURN(
-        a.i_wproj, bf16_view(ck, at + "indexer.weights_proj.weight", c.index_n_heads, D));
+    FATHOM_ASSIGN_OR_RETURN(a.i_wproj,
+                            bf16_view(ck, at + "indexer.weights_proj.weight", c.index_n_heads, D));
   }
   b->n_experts = int(mtp ? c.dspark_n_routed_experts : c.n_routed_experts);
   b->top_k = int(mtp ? c.dspark_n_activated_experts : c.n_activated_experts);
@@ -262,7 +262,6 @@ void linear(const Exec& ex, const float* x, const kernels::Bf16Matrix& w, int64_
       y[r * w.rows + j] = to_bf16 ? kernels::round_double_to_bf16(acc) : float(acc);
     }
 }
-
 
 void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_t rows, float eps,
              float* y) {
@@ -552,7 +551,7 @@ Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState
       y(static_cast<size_t>(T * D)), mid(static_cast<size_t>(4 * D));
   std::vector<HcMix> mixes(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
-    mixes[size_t(t)] = hc_mix(X + t * 4 * D, b.hc_attn);
+    mixes[size_t(t)] = (f.ex.fast ? hc_mix_fast : hc_mix)(X + t * 4 * D, b.hc_attn);
     hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
   }
   rmsnorm(f.ex, x.data(), b.attn_norm, T, eps, xn.data());
@@ -566,7 +565,7 @@ Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState
     hc_post(mixes[size_t(t)], &y[size_t(t * D)], xt, D, mid.data());
     std::copy(mid.begin(), mid.end(), xt);
     hc_pre(mixes[size_t(t)].pre, xt, D, &x[size_t(t * D)]);
-    mixes[size_t(t)] = hc_mix(xt, b.hc_ffn);
+    mixes[size_t(t)] = (f.ex.fast ? hc_mix_fast : hc_mix)(xt, b.hc_ffn);
   }
   rmsnorm(f.ex, x.data(), b.ffn_norm, T, eps, xn.data());
   std::vector<int32_t> experts(static_cast<size_t>(b.top_k));
@@ -697,6 +696,38 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
   }
   return m;
 }
+
+int64_t V41Model::decode_weight_bytes() const {
+  const ModelWeights& W = *w_;
+  const ModelConfig& c = W.cfg;
+  auto fp8 = [](const kernels::Fp8Matrix& m) {
+    return m.rows * m.cols + ((m.rows + 31) / 32) * ((m.cols + 31) / 32);
+  };
+  auto fp4 = [](const kernels::Fp4Matrix& m) { return m.rows * m.cols / 2 + m.rows * m.cols / 32; };
+  auto bf16 = [](const kernels::Bf16Matrix& m) { return 2 * m.rows * m.cols; };
+  auto expert = [&](const ExpertWeights& e) {
+    return e.fp4 ? fp4(e.w1_fp4) + fp4(e.w2_fp4) + fp4(e.w3_fp4)
+                 : fp8(e.w1_fp8) + fp8(e.w2_fp8) + fp8(e.w3_fp8);
+  };
+  int64_t total = 2 * c.dim /* embedding row */ + 2 * c.vocab_size * c.dim /* head */;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const BlockWeights& b = W.blocks[size_t(l)];
+    const AttentionWeights& a = b.attn;
+    total += fp8(a.wq_a) + fp8(a.wq_b) + fp8(a.wkv) + fp8(a.wo_b) + 2 * int64_t(a.wo_a.size());
+    if (b.kv_source)
+      total += bf16(a.c_wkv) + (a.c_wgate.weight ? bf16(a.c_wgate) : 0) + bf16(a.i_wk);
+    if (b.index_source) total += fp8(a.i_wq_b) + bf16(a.i_wproj);
+    total +=
+        4 * int64_t(b.gate_w.size()) + expert(b.moe.shared) + b.top_k * expert(b.moe.routed[0]);
+    if (b.engram >= 0) {
+      const EngramLayer& e = W.engram[size_t(b.engram)];
+      total += fp8(e.wkv) + W.hasher.columns() * (e.head_dim + e.head_dim / 32);
+    }
+  }
+  return total;
+}
+
+int64_t V41Model::checkpoint_bytes() const { return int64_t(w_->ck->total_bytes()); }
 
 std::unique_ptr<SequenceState> V41Model::new_sequence() const {
   auto s = std::unique_ptr<SequenceState>(new SequenceState());

@@ -78,6 +78,13 @@ class V41Model {
 
   std::unique_ptr<SequenceState> new_sequence() const;
 
+  // Bytes of weights the fast path reads for one decode token of one sequence: every
+  // layer's attention, router, shared expert and top-k routed experts, the Engram
+  // projections and rows, the final norm and head (the DSpark stages excluded).
+  int64_t decode_weight_bytes() const;
+  // Size of the mapped checkpoint files.
+  int64_t checkpoint_bytes() const;
+
   // Runs `tokens` at positions state.position().. and writes logits [T, vocab] (every row)
   // when `logits` is non-null.
   Status forward(SequenceState& state, std::span<const int32_t> tokens, float* logits,

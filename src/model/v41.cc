@@ -737,7 +737,7 @@ std::unique_ptr<SequenceState> V41Model::new_sequence() const {
 }
 
 Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, float* logits,
-                         ForwardTrace* trace) const {
+                         ForwardTrace* trace, bool all_rows) const {
   const ModelWeights& W = *w_;
   const ModelConfig& c = W.cfg;
   const int64_t T = int64_t(tokens.size()), D = c.dim;
@@ -799,10 +799,12 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
   }
   if (logits != nullptr) {
     kernels::Bf16Matrix head{W.head, c.vocab_size, D};
+    const int64_t rows = all_rows ? T : 1;
+    const float* in = all_rows ? hn.data() : &hn[size_t((T - 1) * D)];
     if (f.ex.fast)
-      kernels::cpu::matmul_bf16(head, hn.data(), T, logits, f.ex.pool);
+      kernels::cpu::matmul_bf16(head, in, rows, logits, f.ex.pool);
     else
-      kernels::ref::matmul_bf16(head, hn.data(), T, logits);
+      kernels::ref::matmul_bf16(head, in, rows, logits);
   }
   st.pos += T;
   return Status::ok();
@@ -810,6 +812,19 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
 
 Status V41Model::draft(SequenceState&, int32_t, DraftResult*) const {
   return unsupported("DSpark drafting is not implemented yet");
+}
+
+std::unique_ptr<SequenceState> clone_sequence(const SequenceState& s) {
+  return std::unique_ptr<SequenceState>(new SequenceState(s));
+}
+
+int64_t sequence_bytes(const SequenceState& s) {
+  int64_t b = int64_t(s.tokens.size() * sizeof(int32_t) + s.main_hidden.size() * sizeof(float));
+  for (const auto& r : s.ring) b += int64_t(r.size() * sizeof(float));
+  for (const auto& src : s.src)
+    b += int64_t((src.comp.size() + src.keys.size() + src.kv_part.size() + src.score_part.size()) *
+                 sizeof(float));
+  return b;
 }
 
 }  // namespace fathom::model

@@ -85,10 +85,10 @@ class V41Model {
   // Size of the mapped checkpoint files.
   int64_t checkpoint_bytes() const;
 
-  // Runs `tokens` at positions state.position().. and writes logits [T, vocab] (every row)
-  // when `logits` is non-null.
+  // Runs `tokens` at positions state.position().. and writes logits [T, vocab] (every row),
+  // or only the last row's [vocab] when `all_rows` is false, when `logits` is non-null.
   Status forward(SequenceState& state, std::span<const int32_t> tokens, float* logits,
-                 ForwardTrace* trace = nullptr) const;
+                 ForwardTrace* trace = nullptr, bool all_rows = true) const;
 
   // DSpark after a forward: drafts block_size tokens following `main_token` (the token
   // sampled from the last forward's last row), greedily.
@@ -103,6 +103,10 @@ class V41Model {
 
 // The position of the next token of a sequence.
 int64_t sequence_position(const SequenceState& s);
+// A deep copy of a sequence's state (a prefix-cache snapshot).
+std::unique_ptr<SequenceState> clone_sequence(const SequenceState& s);
+// Bytes the state holds (rings, compressed KV, index keys, partial groups, history).
+int64_t sequence_bytes(const SequenceState& s);
 void destroy_sequence(SequenceState* s);
 
 }  // namespace fathom::model

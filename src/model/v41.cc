@@ -21,6 +21,7 @@
 #include "model/moe_gate.h"
 #include "model/rope.h"
 #include "model/safetensors.h"
+#include "model/v41_internal.h"
 
 namespace fathom::model {
 
@@ -28,68 +29,70 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 }
 
-// ---------------------------------------------------------------------------------------
-// Weights
-
-struct AttentionWeights {
-  kernels::Fp8Matrix wq_a{}, wq_b{}, wkv{}, wo_b{};
-  std::vector<uint16_t> wo_a;  // [groups * o_rank, heads * head_dim / groups] bf16, dequantised
-  std::vector<float> q_norm, kv_norm;
-  const float* sink = nullptr;
-  // Compressor (kv sources): ratio 2 has a gate and runs in fp32, ratio 1 in bf16.
-  kernels::Bf16Matrix c_wkv{}, c_wgate{};  // views into the checkpoint
-  std::vector<float> c_norm;
-  // Indexer (index sources); wk and k_norm on kv sources only.
-  kernels::Fp8Matrix i_wq_b{};
-  kernels::Bf16Matrix i_wproj{}, i_wk{};
-  std::vector<float> i_knorm;
-};
-
-struct BlockWeights {
-  int id = 0;
-  int64_t ratio = 0;
-  bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
-  int kv_source_layer = -1;  // whose compressed KV this layer reads
-  int engram = -1;           // index into ModelWeights::engram, or -1
-  std::vector<float> attn_norm, ffn_norm;
-  HcMixParams hc_attn, hc_ffn;
-  AttentionWeights attn;
-  std::vector<float> gate_w;
-  const float* gate_bias = nullptr;
-  int n_experts = 0, top_k = 0;
-  MoeWeights moe;
-};
-
-struct ModelWeights {
-  ModelConfig cfg;
-  std::unique_ptr<Checkpoint> ck;
-  const uint16_t* embed = nullptr;  // [vocab, dim] bf16
-  const uint16_t* head = nullptr;   // [vocab, dim] bf16
-  std::vector<float> norm;
-  std::vector<BlockWeights> blocks;  // n_layers, then the DSpark stages
-  std::unique_ptr<Rope> rope_window, rope_compressed;
-  std::vector<EngramLayer> engram;
-  EngramHasher hasher;
-  // DSpark
-  kernels::Fp8Matrix main_proj{};
-  std::vector<float> main_norm, mtp_norm, markov_embed, markov_head, confidence;
-};
-
-struct SequenceState {
-  struct Source {
-    std::vector<float> comp, keys;           // [n, head_dim], [n, index_head_dim]
-    std::vector<float> kv_part, score_part;  // [ratio, head_dim] fp32 partial group
-  };
-  int64_t pos = 0;
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> ring;  // per block (DSpark stages last): [window, head_dim]
-  std::vector<Source> src;               // per layer; used on kv sources
-  int published_keys = -1;               // the reference's shared index-key slot
-  std::vector<float> main_hidden;        // DSpark input of the last forward's last row
-};
-
 int64_t sequence_position(const SequenceState& s) { return s.pos; }
 void destroy_sequence(SequenceState* s) { delete s; }
+
+// ---------------------------------------------------------------------------------------
+// Building blocks. `strict` is the canonical arithmetic of the golden data (double
+// accumulation rounded once, double-evaluated transcendentals); `fast` keeps every rounding
+// point and fake-quant but accumulates in fp32 in the AVX2 kernels, threaded. Shared with
+// dspark.cc through v41_internal.h.
+
+namespace detail {
+
+// y [rows, W.rows] = bf16(W · fake_quant(x)) for x [rows, W.cols].
+void fp8_linear(const Exec& ex, const kernels::Fp8Matrix& w, const float* x, int64_t rows,
+                float* y) {
+  std::vector<float> xq(static_cast<size_t>(rows * w.cols));
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::ref::fake_quant_e4m3(x + r * w.cols, w.cols, &xq[size_t(r * w.cols)]);
+  if (ex.fast) {
+    kernels::cpu::matmul_fp8(w, xq.data(), rows, y, ex.pool);
+    for (int64_t i = 0; i < rows * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::ref::matmul_fp8(w, &xq[size_t(r * w.cols)], 1, y + r * w.rows,
+                             kernels::OutRounding::kBF16);
+}
+
+// y [rows, W.rows] = x · W^T with bf16 weights W [m, k]; rounded once to bf16 or fp32.
+void linear(const Exec& ex, const float* x, const kernels::Bf16Matrix& w, int64_t rows,
+            bool to_bf16, float* y) {
+  if (ex.fast) {
+    kernels::cpu::matmul_bf16(w, x, rows, y, ex.pool);
+    if (to_bf16)
+      for (int64_t i = 0; i < rows * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < w.rows; ++j) {
+      double acc = 0;
+      const uint16_t* wr = w.weight + j * w.cols;
+      for (int64_t i = 0; i < w.cols; ++i)
+        acc += double(kernels::bf16_to_float(wr[i])) * double(x[r * w.cols + i]);
+      y[r * w.rows + j] = to_bf16 ? kernels::round_double_to_bf16(acc) : float(acc);
+    }
+}
+
+void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_t rows, float eps,
+             float* y) {
+  if (ex.fast)
+    kernels::cpu::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
+  else
+    kernels::ref::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
+}
+
+}  // namespace detail
+
+using detail::attention_output;
+using detail::attention_queries;
+using detail::Exec;
+using detail::fp8_linear;
+using detail::linear;
+using detail::mhc_block;
+using detail::rmsnorm;
+using detail::window_kv;
 
 namespace {
 
@@ -216,59 +219,6 @@ Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
   FATHOM_ASSIGN_OR_RETURN(
       b->moe, moe_weights(ck, p + "ffn.", b->n_experts, D, c.moe_inter_dim, float(c.swiglu_limit)));
   return Status::ok();
-}
-
-// ---------------------------------------------------------------------------------------
-// Building blocks. `strict` is the canonical arithmetic of the golden data (double
-// accumulation rounded once, double-evaluated transcendentals); `fast` keeps every rounding
-// point and fake-quant but accumulates in fp32 in the AVX2 kernels, threaded.
-
-struct Exec {
-  bool fast = false;
-  ThreadPool* pool = nullptr;
-};
-
-// y [rows, W.rows] = bf16(W · fake_quant(x)) for x [rows, W.cols].
-void fp8_linear(const Exec& ex, const kernels::Fp8Matrix& w, const float* x, int64_t rows,
-                float* y) {
-  std::vector<float> xq(static_cast<size_t>(rows * w.cols));
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::ref::fake_quant_e4m3(x + r * w.cols, w.cols, &xq[size_t(r * w.cols)]);
-  if (ex.fast) {
-    kernels::cpu::matmul_fp8(w, xq.data(), rows, y, ex.pool);
-    for (int64_t i = 0; i < rows * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
-    return;
-  }
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::ref::matmul_fp8(w, &xq[size_t(r * w.cols)], 1, y + r * w.rows,
-                             kernels::OutRounding::kBF16);
-}
-
-// y [rows, W.rows] = x · W^T with bf16 weights W [m, k]; rounded once to bf16 or fp32.
-void linear(const Exec& ex, const float* x, const kernels::Bf16Matrix& w, int64_t rows,
-            bool to_bf16, float* y) {
-  if (ex.fast) {
-    kernels::cpu::matmul_bf16(w, x, rows, y, ex.pool);
-    if (to_bf16)
-      for (int64_t i = 0; i < rows * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
-    return;
-  }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < w.rows; ++j) {
-      double acc = 0;
-      const uint16_t* wr = w.weight + j * w.cols;
-      for (int64_t i = 0; i < w.cols; ++i)
-        acc += double(kernels::bf16_to_float(wr[i])) * double(x[r * w.cols + i]);
-      y[r * w.rows + j] = to_bf16 ? kernels::round_double_to_bf16(acc) : float(acc);
-    }
-}
-
-void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_t rows, float eps,
-             float* y) {
-  if (ex.fast)
-    kernels::cpu::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
-  else
-    kernels::ref::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
 }
 
 // Top-k with the golden tie rule: larger value first, equal values by lower index.
@@ -456,20 +406,11 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   const Rope& rope = b.ratio > 0 ? *W.rope_compressed : *W.rope_window;
   const float eps = float(c.norm_eps);
 
-  std::vector<float> qr(static_cast<size_t>(T * qd)),
-      tmp(static_cast<size_t>(std::max(qd, hd) * T)), q(size_t(T * H * hd)),
+  std::vector<float> qr(static_cast<size_t>(T * qd)), q(size_t(T * H * hd)),
       kv(static_cast<size_t>(T * hd));
   const Exec& ex = f.ex;
-  fp8_linear(ex, a.wq_a, xn, T, tmp.data());
-  rmsnorm(ex, tmp.data(), a.q_norm, T, eps, qr.data());
-  fp8_linear(ex, a.wq_b, qr.data(), T, q.data());
-  fp8_linear(ex, a.wkv, xn, T, tmp.data());
-  rmsnorm(ex, tmp.data(), a.kv_norm, T, eps, kv.data());
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < H; ++h) rope.rotate(&q[size_t((t * H + h) * hd + hd - rd)], start + t);
-    rope.rotate(&kv[size_t(t * hd + hd - rd)], start + t);
-    kernels::ref::fake_quant_e4m3(&kv[size_t(t * hd)], hd, &kv[size_t(t * hd)]);
-  }
+  attention_queries(ex, W, a, rope, xn, T, start, qr.data(), q.data());
+  window_kv(ex, W, a, rope, xn, T, start, kv.data());
 
   // Compressed KV: the source compresses, the index source selects, then the new entries
   // are rotated, FP4 fake-quantised and appended.
@@ -507,10 +448,8 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   const int64_t width = start == 0 ? std::min(T, win) : win;
   const std::vector<float>* comp = b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].comp : nullptr;
   std::vector<const float*> entries;
-  std::vector<float> o(static_cast<size_t>(H * hd)),
-      z(static_cast<size_t>(c.o_groups * c.o_lora_rank));
+  std::vector<float> o(static_cast<size_t>(H * hd));
   const float scale = float(std::pow(double(hd), -0.5));
-  const int64_t gin = H * hd / c.o_groups;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = start + t;
     entries.assign(size_t(width), nullptr);
@@ -528,12 +467,7 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
     (ex.fast ? sparse_attention_fast : sparse_attention)(&q[size_t(t * H * hd)], H, hd,
                                                          entries.data(), int64_t(entries.size()),
                                                          a.sink, scale, o.data());
-    for (int64_t h = 0; h < H; ++h) rope.rotate(&o[size_t(h * hd + hd - rd)], p, true);
-    for (int64_t g = 0; g < c.o_groups; ++g) {
-      const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * c.o_lora_rank * gin)], c.o_lora_rank, gin};
-      linear(ex, &o[size_t(g * gin)], wg, 1, true, &z[size_t(g * c.o_lora_rank)]);
-    }
-    fp8_linear(ex, a.wo_b, z.data(), 1, out + t * D);
+    attention_output(ex, W, a, rope, o.data(), p, out + t * D);
   }
   for (int64_t t = std::max<int64_t>(0, T - win); t < T; ++t)
     std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)],
@@ -541,11 +475,51 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   return Status::ok();
 }
 
-// One block (attention and MoE, each wrapped in mHC) over the chunk's streams X [T, 4, D];
-// pre [T, 4] is the input mix and becomes the block's FFN-site pre.
-Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
-                     ForwardScratch& f, float* X, float* pre, bool own_keys, ForwardTrace* trace) {
-  const int64_t T = f.T, D = W.cfg.dim;
+}  // namespace
+
+namespace detail {
+
+void window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a, const Rope& rope,
+               const float* x, int64_t T, int64_t pos0, float* kv) {
+  const int64_t hd = W.cfg.head_dim, rd = W.cfg.rope_head_dim;
+  std::vector<float> tmp(static_cast<size_t>(T * hd));
+  fp8_linear(ex, a.wkv, x, T, tmp.data());
+  rmsnorm(ex, tmp.data(), a.kv_norm, T, float(W.cfg.norm_eps), kv);
+  for (int64_t t = 0; t < T; ++t) {
+    rope.rotate(kv + t * hd + hd - rd, pos0 + t);
+    kernels::ref::fake_quant_e4m3(kv + t * hd, hd, kv + t * hd);
+  }
+}
+
+void attention_queries(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
+                       const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
+                       float* q) {
+  const ModelConfig& c = W.cfg;
+  const int64_t H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim;
+  std::vector<float> tmp(static_cast<size_t>(T * c.q_lora_rank));
+  fp8_linear(ex, a.wq_a, xn, T, tmp.data());
+  rmsnorm(ex, tmp.data(), a.q_norm, T, float(c.norm_eps), qr);
+  fp8_linear(ex, a.wq_b, qr, T, q);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) rope.rotate(q + (t * H + h) * hd + hd - rd, pos0 + t);
+}
+
+void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
+                      const Rope& rope, float* o, int64_t pos, float* out) {
+  const ModelConfig& c = W.cfg;
+  const int64_t H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim, gin = H * hd / c.o_groups;
+  std::vector<float> z(static_cast<size_t>(c.o_groups * c.o_lora_rank));
+  for (int64_t h = 0; h < H; ++h) rope.rotate(o + h * hd + hd - rd, pos, true);
+  for (int64_t g = 0; g < c.o_groups; ++g) {
+    const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * c.o_lora_rank * gin)], c.o_lora_rank, gin};
+    linear(ex, o + g * gin, wg, 1, true, &z[size_t(g * c.o_lora_rank)]);
+  }
+  fp8_linear(ex, a.wo_b, z.data(), 1, out);
+}
+
+Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, int64_t T, float* X,
+                 float* pre, const AttentionSublayer& attn, ForwardTrace* trace) {
+  const int64_t D = W.cfg.dim;
   const float eps = float(W.cfg.norm_eps);
   std::vector<float> x(static_cast<size_t>(T * D)), xn(static_cast<size_t>(T * D)),
       y(static_cast<size_t>(T * D)), mid(static_cast<size_t>(4 * D));
@@ -554,8 +528,8 @@ Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState
     mixes[size_t(t)] = (f.ex.fast ? hc_mix_fast : hc_mix)(X + t * 4 * D, b.hc_attn);
     hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
   }
-  rmsnorm(f.ex, x.data(), b.attn_norm, T, eps, xn.data());
-  FATHOM_RETURN_IF_ERROR(attention(W, b, st, f, xn.data(), own_keys, y.data(), trace));
+  rmsnorm(ex, x.data(), b.attn_norm, T, eps, xn.data());
+  FATHOM_RETURN_IF_ERROR(attn(xn.data(), y.data()));
   const std::string l = "layer" + std::to_string(b.id);
   if (trace && trace->keep_tensors) trace->tensors[l + "_attn_out"] = y;
   // The FFN site: its own mix from the updated streams, applied to the input chosen with
@@ -567,7 +541,7 @@ Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState
     hc_pre(mixes[size_t(t)].pre, xt, D, &x[size_t(t * D)]);
     mixes[size_t(t)] = (f.ex.fast ? hc_mix_fast : hc_mix)(xt, b.hc_ffn);
   }
-  rmsnorm(f.ex, x.data(), b.ffn_norm, T, eps, xn.data());
+  rmsnorm(ex, x.data(), b.ffn_norm, T, eps, xn.data());
   std::vector<int32_t> experts(static_cast<size_t>(b.top_k));
   std::vector<float> weights(static_cast<size_t>(b.top_k));
   MoeGateParams gp{b.gate_w.data(), b.gate_bias, D, b.n_experts, b.top_k, float(W.cfg.route_scale)};
@@ -584,13 +558,13 @@ Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState
   for (int64_t t = 0; t < T; ++t) {
     route_token(&xn[size_t(t * D)], gp, &all_experts[size_t(t * b.top_k)],
                 &all_weights[size_t(t * b.top_k)]);
-    if (!f.ex.fast)
+    if (!ex.fast)
       moe_forward(b.moe, &xn[size_t(t * D)], &all_experts[size_t(t * b.top_k)],
                   &all_weights[size_t(t * b.top_k)], b.top_k, &y[size_t(t * D)]);
   }
-  if (f.ex.fast)
+  if (ex.fast)
     moe_forward_fast(b.moe, xn.data(), T, all_experts.data(), all_weights.data(), b.top_k, y.data(),
-                     f.ex.pool);
+                     ex.pool);
   if (gi) {
     *gi = all_experts;
     *gw = all_weights;
@@ -606,6 +580,19 @@ Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState
     trace->tensors[l + "_pre_mix"] = std::vector<float>(pre, pre + T * 4);
   }
   return Status::ok();
+}
+
+}  // namespace detail
+
+namespace {
+
+// One block of the backbone over the chunk's streams (see mhc_block).
+Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
+                     ForwardScratch& f, float* X, float* pre, bool own_keys, ForwardTrace* trace) {
+  return mhc_block(
+      f.ex, W, b, f.T, X, pre,
+      [&](const float* xn, float* y) { return attention(W, b, st, f, xn, own_keys, y, trace); },
+      trace);
 }
 
 // The hc-mean of a token's streams, rounded to bf16 (DSpark's main input).
@@ -785,8 +772,16 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
         block_forward(W, b, st, f, X.data(), pre.data(), options_.own_index_keys, trace));
   }
   if (!targets.empty()) {
-    const size_t row = size_t(D) * targets.size();
-    st.main_hidden.assign(main_hidden.end() - row, main_hidden.end());
+    // Rows wait for the next draft() to enter the stage rings; only the last window can.
+    const int64_t row = D * int64_t(targets.size());
+    if (st.main_hidden.empty()) st.main_hidden_pos = f.start;
+    st.main_hidden.insert(st.main_hidden.end(), main_hidden.begin(), main_hidden.end());
+    const int64_t rows = int64_t(st.main_hidden.size()) / row;
+    if (rows > c.window_size) {
+      st.main_hidden.erase(st.main_hidden.begin(),
+                           st.main_hidden.begin() + (rows - c.window_size) * row);
+      st.main_hidden_pos += rows - c.window_size;
+    }
     if (trace && trace->keep_tensors) trace->tensors["main_hidden"] = main_hidden;
   }
   std::vector<float> h(static_cast<size_t>(T * D)), hn(static_cast<size_t>(T * D));
@@ -808,10 +803,6 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
   }
   st.pos += T;
   return Status::ok();
-}
-
-Status V41Model::draft(SequenceState&, int32_t, DraftResult*) const {
-  return unsupported("DSpark drafting is not implemented yet");
 }
 
 std::unique_ptr<SequenceState> clone_sequence(const SequenceState& s) {

@@ -52,8 +52,9 @@ struct ForwardTrace {
   std::map<std::string, std::vector<float>> tensors;
 };
 
-// DSpark's output for one step: output_ids = [main token, block-1 greedy draft tokens],
-// the draft logits [block-1... as returned, Markov bias included] and confidence logits.
+// DSpark's output for one step: ids = [main token, block_size greedy draft tokens], the
+// draft logits as the reference returns them (Markov bias included) and the confidence
+// logits (before the sigmoid).
 struct DraftResult {
   std::vector<int32_t> ids;       // block_size + 1
   std::vector<float> logits;      // [block_size, vocab]
@@ -91,7 +92,10 @@ class V41Model {
                  ForwardTrace* trace = nullptr, bool all_rows = true) const;
 
   // DSpark after a forward: drafts block_size tokens following `main_token` (the token
-  // sampled from the last forward's last row), greedily.
+  // sampled from the last forward's last row), greedily, at positions position()... First
+  // it writes the DSpark inputs of every token forwarded since the previous draft (at most
+  // the last window of them) into the stages' rings; drafting leaves no other trace in the
+  // state, so a rejected draft needs no rollback.
   Status draft(SequenceState& state, int32_t main_token, DraftResult* out) const;
 
  private:

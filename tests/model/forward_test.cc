@@ -170,6 +170,61 @@ TEST_P(DecodeCase, StepLogitsAndSelectionsAreBitExact) {
   EXPECT_EQ(bit_differences(step_logits, want.f32), 0u) << want_dir;
 }
 
+// DSpark after every decode step (and after the prefill, which only fills the stage rings as
+// far as the files can tell): the argmax token, the 5 greedy drafts, the draft logits with
+// the Markov bias and the confidence logits.
+TEST_P(DecodeCase, DsparkDraftsAreBitExact) {
+  const auto& [dir, own_keys] = GetParam();
+  const V41Model& m = model(own_keys);
+  const std::string want_dir = own_keys ? dir + "/ownkeys" : dir;
+  std::vector<int32_t> tokens = tokens_of(dir);
+  const int64_t P = load(dir + "/prefill_logits.npy").shape[0];
+  NpyArray want_main = load(want_dir + "/dspark_main_argmax.npy");
+  NpyArray want_ids = load(want_dir + "/dspark_draft_ids.npy");
+  NpyArray want_logits = load(want_dir + "/dspark_draft_logits.npy");
+  NpyArray want_conf = load(want_dir + "/dspark_confidence.npy");
+  const int64_t steps = want_main.shape[0];
+  ASSERT_EQ(P + steps, int64_t(tokens.size()));
+  const int64_t V = 1024, B = 5;
+  auto argmax = [&](const float* v) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; ++i)
+      if (v[i] > v[best]) best = i;
+    return best;
+  };
+  auto st = m.new_sequence();
+  std::vector<float> logits(size_t(P * V));
+  ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), logits.data()).is_ok());
+  DraftResult d;
+  ASSERT_TRUE(m.draft(*st, argmax(&logits[size_t((P - 1) * V)]), &d).is_ok());
+  std::vector<float> got_logits, got_conf;
+  size_t id_diff = 0, main_diff = 0;
+  int64_t first_bad = -1;
+  for (int64_t s = 0; s < steps; ++s) {
+    std::vector<float> row(static_cast<size_t>(V));
+    ASSERT_TRUE(m.forward(*st, std::span(tokens).subspan(size_t(P + s), 1), row.data()).is_ok());
+    const int32_t main = argmax(row.data());
+    main_diff += main != want_main.i64[size_t(s)];
+    ASSERT_TRUE(m.draft(*st, main, &d).is_ok());
+    ASSERT_EQ(d.ids.size(), size_t(B + 1));
+    size_t bad = 0;
+    for (int64_t i = 0; i <= B; ++i)
+      bad += d.ids[size_t(i)] != want_ids.i64[size_t(s * (B + 1) + i)];
+    const std::vector<float> wl(want_logits.f32.begin() + s * B * V,
+                                want_logits.f32.begin() + (s + 1) * B * V);
+    const std::vector<float> wc(want_conf.f32.begin() + s * B, want_conf.f32.begin() + (s + 1) * B);
+    bad += bit_differences(d.logits, wl) + bit_differences(d.confidence, wc);
+    if (bad && first_bad < 0) first_bad = s;
+    id_diff += bad;
+    got_logits.insert(got_logits.end(), d.logits.begin(), d.logits.end());
+    got_conf.insert(got_conf.end(), d.confidence.begin(), d.confidence.end());
+  }
+  EXPECT_EQ(main_diff, 0u) << want_dir;
+  EXPECT_EQ(id_diff, 0u) << want_dir << " first differing step " << first_bad;
+  EXPECT_EQ(bit_differences(got_logits, want_logits.f32), 0u) << want_dir;
+  EXPECT_EQ(bit_differences(got_conf, want_conf.f32), 0u) << want_dir;
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, DecodeCase,
                          ::testing::Values(DecodeParam{"decode_9_33", false},
                                            DecodeParam{"decode_9_33", true},
@@ -278,6 +333,35 @@ TEST(Fast, LogitsStayWithinTheNativeFp32Band) {
     EXPECT_LE(a.max_abs, c.max_abs) << c.dir;
     EXPECT_LE(a.mean_abs, c.mean_abs) << c.dir;
     EXPECT_GE(a.top1, c.top1) << c.dir;
+  }
+}
+
+// Fast DSpark drafts against the golden drafts, handed the golden main tokens. The README's
+// native-fp32 band for the draft logits is wide (max ~10, mean ~0.12, top-1 85-89%): a
+// flipped draft token changes the next position's Markov bias.
+TEST(Fast, DsparkDraftsStayWithinTheNativeFp32Band) {
+  const V41Model& m = fast_model();
+  for (const std::string dir : {"decode_9_33", "decode_100_130"}) {
+    std::vector<int32_t> tokens = tokens_of(dir);
+    const int64_t P = load(dir + "/prefill_logits.npy").shape[0];
+    NpyArray main = load(dir + "/dspark_main_argmax.npy");
+    NpyArray want = load(dir + "/dspark_draft_logits.npy");
+    auto st = m.new_sequence();
+    std::vector<float> logits(size_t(P * 1024)), got;
+    ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), logits.data()).is_ok());
+    DraftResult d;
+    for (int64_t s = 0; s < main.shape[0]; ++s) {
+      ASSERT_TRUE(m.forward(*st, std::span(tokens).subspan(size_t(P + s), 1), nullptr).is_ok());
+      ASSERT_TRUE(m.draft(*st, int32_t(main.i64[size_t(s)]), &d).is_ok());
+      got.insert(got.end(), d.logits.begin(), d.logits.end());
+    }
+    ASSERT_EQ(got.size(), want.f32.size());
+    Agreement a = compare_logits(got, want.f32, 1024);
+    printf("fast %-16s drafts : max |d| %.3f, mean |d| %.4f, top-1 %.1f%%\n", dir.c_str(),
+           a.max_abs, a.mean_abs, 100 * a.top1);
+    EXPECT_LE(a.max_abs, 12.0) << dir;
+    EXPECT_LE(a.mean_abs, 0.2) << dir;
+    EXPECT_GE(a.top1, 0.8) << dir;
   }
 }
 

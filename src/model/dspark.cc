@@ -1,0 +1,141 @@
+// The DSpark draft stages of V4.1 (shared/spec/model-v41.md §6.9; ref `Transformer.forward_spec`,
+// `DSparkBlock`, `DSparkAttention`, the Markov and confidence heads) in the strict arithmetic
+// of the golden data, which they reproduce bit for bit:
+// - main_x = main_norm(main_proj(main_hidden)) per main position; each stage's ring holds
+//   the window KV of main_x (its own wkv and kv_norm, RoPE at the main position, E4M3
+//   fake-quant like the backbone's window); main_x enters nowhere else.
+// - The block [token, noise x4] at positions pos..pos+4 runs through the stages as mHC blocks
+//   (the pre mix carried from stage to stage, one-hot on stream 0 at the start); each
+//   query sees the filled ring slots (slot order) and all 5 block entries.
+// - hidden = hc_pre(stage-2 streams, the last FFN-site pre), logits = head(mtp_norm(hidden)).
+// - Draft k: logits_k += fp32(markov_head · markov_embed[prev]) (prev = the previous id of the
+//   block, the main token first), id = argmax (ties to the lower id), confidence_k =
+//   fp32(proj · [hidden_k (before the norm), markov_embed[prev]]).
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/gemv.h"
+#include "kernels/quant.h"
+#include "model/attention.h"
+#include "model/mhc.h"
+#include "model/v41_internal.h"
+
+namespace fathom::model {
+
+using detail::attention_output;
+using detail::attention_queries;
+using detail::Exec;
+using detail::fp8_linear;
+using detail::rmsnorm;
+using detail::window_kv;
+
+Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) const {
+  const ModelWeights& W = *w_;
+  const ModelConfig& c = W.cfg;
+  if (out == nullptr) return invalid_argument("draft needs a DraftResult");
+  if (c.n_mtp_layers <= 0) return unsupported("the checkpoint has no DSpark stages");
+  if (main_token < 0 || main_token >= c.vocab_size)
+    return out_of_range("token id " + std::to_string(main_token) + " outside the vocabulary");
+  const int64_t D = c.dim, H = c.n_heads, hd = c.head_dim, win = c.window_size,
+                B = c.dspark_block_size, V = c.vocab_size, R = c.dspark_markov_rank;
+  const int64_t L = c.n_layers, S = c.n_mtp_layers;
+  const Rope& rope = *W.rope_window;
+  const float eps = float(c.norm_eps);
+  const Exec ex{options_.numerics == Numerics::kFast, pool_.get()};
+
+  // The rows the rings have not taken yet: main_x = main_norm(main_proj(main_hidden)), and
+  // each stage's window KV of it (E4M3 fake-quant, as the backbone's window) at the rows' main
+  // positions. Every row of a prefill enters, as the reference's prefill forward_spec does.
+  const int64_t in = D * int64_t(c.dspark_target_layer_ids.size());
+  const int64_t n = int64_t(st.main_hidden.size()) / in;
+  if (n > 0) {
+    std::vector<float> proj(size_t(n * D)), main_x(size_t(n * D)), kv(size_t(n * hd));
+    fp8_linear(ex, W.main_proj, st.main_hidden.data(), n, proj.data());
+    rmsnorm(ex, proj.data(), W.main_norm, n, eps, main_x.data());
+    for (int64_t s = 0; s < S; ++s) {
+      const BlockWeights& b = W.blocks[size_t(L + s)];
+      std::vector<float>& ring = st.ring[size_t(L + s)];
+      if (ring.empty()) ring.assign(size_t(win * hd), 0.0f);
+      window_kv(ex, W, b.attn, rope, main_x.data(), n, st.main_hidden_pos, kv.data());
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t p = st.main_hidden_pos + t;
+        std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)], &ring[size_t((p % win) * hd)]);
+      }
+    }
+    st.main_hidden.clear();
+    st.main_hidden_pos = st.pos;
+  }
+
+  // The block [main_token, noise x (B-1)] at positions pos.., broadcast to the 4 streams.
+  const int64_t p0 = st.pos;
+  const int64_t n_ring = std::min(win, p0);
+  std::vector<float> X(size_t(B * 4 * D)), pre(size_t(B * 4), 0.0f);
+  for (int64_t i = 0; i < B; ++i) {
+    const int32_t id = i == 0 ? main_token : int32_t(c.dspark_noise_token_id);
+    const uint16_t* e = W.embed + size_t(id) * size_t(D);
+    for (int j = 0; j < 4; ++j)
+      for (int64_t k = 0; k < D; ++k) X[size_t((i * 4 + j) * D + k)] = kernels::bf16_to_float(e[k]);
+    pre[size_t(i * 4)] = 1.0f;
+  }
+  const float scale = float(std::pow(double(hd), -0.5));
+  for (int64_t s = 0; s < S; ++s) {
+    const BlockWeights& b = W.blocks[size_t(L + s)];
+    const std::vector<float>& ring = st.ring[size_t(L + s)];
+    auto attn = [&](const float* xn, float* y) -> Status {
+      std::vector<float> qr(size_t(B * c.q_lora_rank)), q(size_t(B * H * hd)), kv(size_t(B * hd)),
+          o(size_t(H * hd));
+      attention_queries(ex, W, b.attn, rope, xn, B, p0, qr.data(), q.data());
+      window_kv(ex, W, b.attn, rope, xn, B, p0, kv.data());
+      std::vector<const float*> entries;
+      for (int64_t k = 0; k < n_ring; ++k) entries.push_back(&ring[size_t(k * hd)]);
+      for (int64_t i = 0; i < B; ++i) entries.push_back(&kv[size_t(i * hd)]);
+      for (int64_t i = 0; i < B; ++i) {
+        (ex.fast ? sparse_attention_fast : sparse_attention)(
+            &q[size_t(i * H * hd)], H, hd, entries.data(), int64_t(entries.size()), b.attn.sink,
+            scale, o.data());
+        attention_output(ex, W, b.attn, rope, o.data(), p0 + i, y + i * D);
+      }
+      return Status::ok();
+    };
+    FATHOM_RETURN_IF_ERROR(detail::mhc_block(ex, W, b, B, X.data(), pre.data(), attn, nullptr));
+  }
+
+  // The head: the stage-2 streams reduced with the last pre, mtp norm, the shared head.
+  std::vector<float> h(size_t(B * D)), hn(size_t(B * D));
+  for (int64_t i = 0; i < B; ++i)
+    hc_pre(&pre[size_t(i * 4)], &X[size_t(i * 4 * D)], D, &h[size_t(i * D)]);
+  rmsnorm(ex, h.data(), W.mtp_norm, B, eps, hn.data());
+  out->logits.assign(size_t(B * V), 0.0f);
+  kernels::Bf16Matrix head{W.head, V, D};
+  if (ex.fast)
+    kernels::cpu::matmul_bf16(head, hn.data(), B, out->logits.data(), ex.pool);
+  else
+    kernels::ref::matmul_bf16(head, hn.data(), B, out->logits.data());
+
+  // Sequential greedy sampling with the Markov bias of the previous token.
+  out->ids.assign(size_t(B + 1), 0);
+  out->ids[0] = main_token;
+  out->confidence.assign(size_t(B), 0.0f);
+  for (int64_t i = 0; i < B; ++i) {
+    const int32_t prev = out->ids[size_t(i)];
+    const float* me = &W.markov_embed[size_t(prev) * size_t(R)];
+    float* lg = &out->logits[size_t(i * V)];
+    int32_t best = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      double acc = 0;
+      const float* mh = &W.markov_head[size_t(v * R)];
+      for (int64_t r = 0; r < R; ++r) acc += double(mh[r]) * double(me[r]);
+      lg[v] = lg[v] + float(acc);
+      if (lg[v] > lg[best]) best = int32_t(v);
+    }
+    out->ids[size_t(i + 1)] = best;
+    const float* hx = &h[size_t(i * D)];
+    double acc = 0;
+    for (int64_t k = 0; k < D; ++k) acc += double(hx[k]) * double(W.confidence[size_t(k)]);
+    for (int64_t r = 0; r < R; ++r) acc += double(me[r]) * double(W.confidence[size_t(D + r)]);
+    out->confidence[size_t(i)] = float(acc);
+  }
+  return Status::ok();
+}
+
+}  // namespace fathom::model

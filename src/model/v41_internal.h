@@ -1,0 +1,130 @@
+// The V4.1 model's private pieces, shared by v41.cc (the backbone) and dspark.cc (the DSpark
+// draft stages): the bound weights, the per-sequence state and the building blocks. Not part
+// of the model's interface; nothing outside src/model includes it. The weights are immutable
+// after load; the functions write only the outputs they are handed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/gemv.h"
+#include "model/config.h"
+#include "model/engram.h"
+#include "model/mhc.h"
+#include "model/moe.h"
+#include "model/rope.h"
+#include "model/safetensors.h"
+#include "model/v41.h"
+
+namespace fathom::model {
+
+struct AttentionWeights {
+  kernels::Fp8Matrix wq_a{}, wq_b{}, wkv{}, wo_b{};
+  std::vector<uint16_t> wo_a;  // [groups * o_rank, heads * head_dim / groups] bf16, dequantised
+  std::vector<float> q_norm, kv_norm;
+  const float* sink = nullptr;
+  // Compressor (kv sources): ratio 2 has a gate and runs in fp32, ratio 1 in bf16.
+  kernels::Bf16Matrix c_wkv{}, c_wgate{};  // views into the checkpoint
+  std::vector<float> c_norm;
+  // Indexer (index sources); wk and k_norm on kv sources only.
+  kernels::Fp8Matrix i_wq_b{};
+  kernels::Bf16Matrix i_wproj{}, i_wk{};
+  std::vector<float> i_knorm;
+};
+
+struct BlockWeights {
+  int id = 0;
+  int64_t ratio = 0;
+  bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
+  int kv_source_layer = -1;  // whose compressed KV this layer reads
+  int engram = -1;           // index into ModelWeights::engram, or -1
+  std::vector<float> attn_norm, ffn_norm;
+  HcMixParams hc_attn, hc_ffn;
+  AttentionWeights attn;
+  std::vector<float> gate_w;
+  const float* gate_bias = nullptr;
+  int n_experts = 0, top_k = 0;
+  MoeWeights moe;
+};
+
+struct ModelWeights {
+  ModelConfig cfg;
+  std::unique_ptr<Checkpoint> ck;
+  const uint16_t* embed = nullptr;  // [vocab, dim] bf16
+  const uint16_t* head = nullptr;   // [vocab, dim] bf16
+  std::vector<float> norm;
+  std::vector<BlockWeights> blocks;  // n_layers, then the DSpark stages
+  std::unique_ptr<Rope> rope_window, rope_compressed;
+  std::vector<EngramLayer> engram;
+  EngramHasher hasher;
+  // DSpark
+  kernels::Fp8Matrix main_proj{};
+  std::vector<float> main_norm, mtp_norm, markov_embed, markov_head, confidence;
+};
+
+struct SequenceState {
+  struct Source {
+    std::vector<float> comp, keys;           // [n, head_dim], [n, index_head_dim]
+    std::vector<float> kv_part, score_part;  // [ratio, head_dim] fp32 partial group
+  };
+  int64_t pos = 0;
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> ring;  // per block (DSpark stages last): [window, head_dim]
+  std::vector<Source> src;               // per layer; used on kv sources
+  int published_keys = -1;               // the reference's shared index-key slot
+  // DSpark input rows [n, 3 * dim] of positions main_hidden_pos.. pos - 1 that the stage
+  // rings have not taken yet (at most one window: older rows never reach a ring).
+  std::vector<float> main_hidden;
+  int64_t main_hidden_pos = 0;
+};
+
+namespace detail {
+
+// How a building block runs: `strict` is the canonical arithmetic of the golden data, `fast`
+// the fp32 AVX2 kernels on `pool`.
+struct Exec {
+  bool fast = false;
+  ThreadPool* pool = nullptr;
+};
+
+// y [rows, W.rows] = bf16(W · fake_quant(x)) for x [rows, W.cols].
+void fp8_linear(const Exec& ex, const kernels::Fp8Matrix& w, const float* x, int64_t rows,
+                float* y);
+
+// y [rows, W.rows] = x · W^T with bf16 weights W [m, k]; rounded once to bf16 or fp32.
+void linear(const Exec& ex, const float* x, const kernels::Bf16Matrix& w, int64_t rows,
+            bool to_bf16, float* y);
+
+// y [rows, w.size()] = the bf16 RMSNorm of x with weight w.
+void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_t rows, float eps,
+             float* y);
+
+// kv [T, head_dim] = the window KV of x [T, dim] at positions pos0..: kv_norm(wkv · x), RoPE
+// on the tail, then E4M3 fake-quant over all head_dim channels.
+void window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a, const Rope& rope,
+               const float* x, int64_t T, int64_t pos0, float* kv);
+
+// qr [T, q_lora_rank] = q_norm(wq_a · xn) and q [T, heads, head_dim] = wq_b · qr with RoPE at
+// positions pos0.. on each head's tail.
+void attention_queries(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
+                       const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
+                       float* q);
+
+// out [dim] = wo_b · wo_a(o) for one row's attention output o [heads, head_dim], after the
+// inverse RoPE at `pos` (applied to o in place).
+void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
+                      const Rope& rope, float* o, int64_t pos, float* out);
+
+// An attention sublayer: xn [T, dim] normed inputs -> out [T, dim].
+using AttentionSublayer = std::function<Status(const float* xn, float* out)>;
+
+// One block (attention and MoE, each wrapped in mHC) over the streams X [T, 4, dim]; pre [T, 4]
+// is the input mix and becomes the block's FFN-site pre.
+Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, int64_t T, float* X,
+                 float* pre, const AttentionSublayer& attn, ForwardTrace* trace);
+
+}  // namespace detail
+}  // namespace fathom::model

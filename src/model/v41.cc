@@ -525,7 +525,7 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
       y(static_cast<size_t>(T * D)), mid(static_cast<size_t>(4 * D));
   std::vector<HcMix> mixes(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
-    mixes[size_t(t)] = (f.ex.fast ? hc_mix_fast : hc_mix)(X + t * 4 * D, b.hc_attn);
+    mixes[size_t(t)] = (ex.fast ? hc_mix_fast : hc_mix)(X + t * 4 * D, b.hc_attn);
     hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
   }
   rmsnorm(ex, x.data(), b.attn_norm, T, eps, xn.data());
@@ -539,7 +539,7 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
     hc_post(mixes[size_t(t)], &y[size_t(t * D)], xt, D, mid.data());
     std::copy(mid.begin(), mid.end(), xt);
     hc_pre(mixes[size_t(t)].pre, xt, D, &x[size_t(t * D)]);
-    mixes[size_t(t)] = (f.ex.fast ? hc_mix_fast : hc_mix)(xt, b.hc_ffn);
+    mixes[size_t(t)] = (ex.fast ? hc_mix_fast : hc_mix)(xt, b.hc_ffn);
   }
   rmsnorm(ex, x.data(), b.ffn_norm, T, eps, xn.data());
   std::vector<int32_t> experts(static_cast<size_t>(b.top_k));

@@ -23,13 +23,15 @@ float round_once(double v, OutRounding out) {
 
 void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, OutRounding out) {
   const int64_t kb = (w.cols + 31) / 32;
+  const float* table = e4m3_table();
   for (int64_t n = 0; n < batch; ++n) {
     for (int64_t m = 0; m < w.rows; ++m) {
+      const uint8_t* wr = w.weight + m * w.cols;
+      const uint8_t* sr = w.scale + (m / 32) * kb;
+      const float* xr = x + n * w.cols;
       double acc = 0;
-      for (int64_t k = 0; k < w.cols; ++k) {
-        double s = e8m0_to_float(w.scale[(m / 32) * kb + k / 32]);
-        acc += s * double(e4m3_to_float(w.weight[m * w.cols + k])) * double(x[n * w.cols + k]);
-      }
+      for (int64_t k = 0; k < w.cols; ++k)
+        acc += double(e8m0_to_float(sr[k / 32])) * double(table[wr[k]]) * double(xr[k]);
       y[n * w.rows + m] = round_once(acc, out);
     }
   }

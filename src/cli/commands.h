@@ -17,6 +17,8 @@ void add_prompt_commands(CLI::App& app, Runner* run);
 void add_model_commands(CLI::App& app, Runner* run);
 // Registers `mkmodel`, `forward` and `generate`.
 void add_run_commands(CLI::App& app, Runner* run);
+// Registers `serve`.
+void add_serve_command(CLI::App& app, Runner* run);
 // Registers `bench` and its subcommands.
 void add_bench_commands(CLI::App& app, Runner* run);
 

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   fathom::cli::add_prompt_commands(app, &run);
   fathom::cli::add_model_commands(app, &run);
   fathom::cli::add_run_commands(app, &run);
+  fathom::cli::add_serve_command(app, &run);
   fathom::cli::add_bench_commands(app, &run);
   try {
     app.parse(argc, argv);

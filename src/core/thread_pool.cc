@@ -1,15 +1,24 @@
 #include "core/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <atomic>
 
 namespace fathom {
+namespace {
+
+// Spins (about 20-50 us) before a thread sleeps: the decode path issues hundreds of small
+// parallel loops per token, and a futex wake-up per loop would cost more than the work.
+constexpr int kSpinRounds = 400;
+
+}  // namespace
 
 struct ThreadPool::Job {
   size_t n = 0;
   const std::function<void(size_t)>* fn = nullptr;
   std::atomic<size_t> next{0};
-  size_t done = 0;    // guarded by the pool's mu_
-  size_t active = 0;  // workers inside run_job; guarded by the pool's mu_
+  std::atomic<size_t> done{0};    // indices finished
+  std::atomic<size_t> active{0};  // workers inside run_job (changed under the pool's mu_)
 };
 
 ThreadPool::ThreadPool(size_t threads) {
@@ -21,6 +30,7 @@ ThreadPool::~ThreadPool() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  stopping_.store(true);
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -39,6 +49,16 @@ size_t ThreadPool::run_job(Job& job) {
 void ThreadPool::worker_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    if (jobs_.empty() && !stop_) {
+      // Spin for new work without the lock, then sleep.
+      const uint64_t seen = posted_.load(std::memory_order_acquire);
+      lock.unlock();
+      for (int i = 0; i < kSpinRounds && posted_.load(std::memory_order_acquire) == seen &&
+                      !stopping_.load(std::memory_order_relaxed);
+           ++i)
+        _mm_pause();
+      lock.lock();
+    }
     cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
     if (stop_) return;
     Job* job = jobs_.back();
@@ -47,13 +67,13 @@ void ThreadPool::worker_loop() {
       jobs_.pop_back();
       continue;
     }
-    ++job->active;
+    job->active.fetch_add(1);
     lock.unlock();
-    size_t finished = run_job(*job);
+    job->done.fetch_add(run_job(*job), std::memory_order_release);
     lock.lock();
-    job->done += finished;
-    --job->active;
-    if (job->done == job->n && job->active == 0) done_cv_.notify_all();
+    // After this decrement the caller may return and destroy the job: no more access.
+    job->active.fetch_sub(1, std::memory_order_release);
+    done_cv_.notify_all();
   }
 }
 
@@ -69,12 +89,17 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t)>& fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.push_back(&job);
+    posted_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
-  size_t finished = run_job(job);
+  job.done.fetch_add(run_job(job), std::memory_order_release);
+  auto complete = [&] {
+    return job.done.load(std::memory_order_acquire) == job.n &&
+           job.active.load(std::memory_order_acquire) == 0;
+  };
+  for (int i = 0; i < kSpinRounds * 4 && !complete(); ++i) _mm_pause();
   std::unique_lock<std::mutex> lock(mu_);
-  job.done += finished;
-  done_cv_.wait(lock, [&] { return job.done == job.n && job.active == 0; });
+  done_cv_.wait(lock, complete);
   for (size_t i = 0; i < jobs_.size(); ++i) {
     if (jobs_[i] == &job) {
       jobs_.erase(jobs_.begin() + static_cast<std::ptrdiff_t>(i));

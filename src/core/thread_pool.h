@@ -4,6 +4,7 @@
 // then share the workers. Tasks must not throw. Destroying the pool joins the workers.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -36,7 +37,9 @@ class ThreadPool {
   std::condition_variable cv_;       // new work or stop
   std::condition_variable done_cv_;  // a job finished
   std::vector<Job*> jobs_;           // guarded by mu_
-  bool stop_ = false;                // guarded by mu_
+  std::atomic<uint64_t> posted_{0};  // jobs ever posted (lets idle workers spin)
+  std::atomic<bool> stopping_{false};
+  bool stop_ = false;  // guarded by mu_
 };
 
 }  // namespace fathom

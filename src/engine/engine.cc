@@ -297,6 +297,9 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
     ++generated;
     StreamEvent ev;
     ev.tokens = {tok};
+    ev.prompt_tokens = int64_t(s.req.prompt.size());
+    ev.cached_tokens = s.cached;
+    ev.completion_tokens = int64_t(s.generated.size());
     if (!s.first_sent) {
       s.first_sent = true;
       ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();

@@ -151,38 +151,59 @@ void run_expert_fast(const ExpertWeights& e, const float* xq, int64_t rows, cons
 void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int32_t* experts,
                       const float* weights, int k, float* y, ThreadPool* pool) {
   const int64_t hidden = w.shared.hidden;
-  std::vector<float> xq(size_t(T * hidden)), acc(size_t(T * hidden), 0.0f), g, u, out, gather;
+  std::vector<float> xq(size_t(T * hidden)), acc(size_t(T * hidden), 0.0f);
   for (int64_t t = 0; t < T; ++t)
     kernels::ref::fake_quant_e4m3(x + t * hidden, hidden, &xq[size_t(t * hidden)]);
-  std::vector<int64_t> rows;
-  std::vector<float> rw;
+  // One job per expert in use (routed in index order, then the shared one), each with the
+  // rows routed to it.
+  struct Job {
+    const ExpertWeights* e;
+    std::vector<int64_t> rows;
+    std::vector<float> rw, in, out;
+  };
+  std::vector<Job> jobs;
   for (int32_t e = 0; e < int32_t(w.routed.size()); ++e) {
-    rows.clear();
-    rw.clear();
+    Job j{&w.routed[size_t(e)], {}, {}, {}, {}};
     for (int64_t t = 0; t < T; ++t)
-      for (int j = 0; j < k; ++j)
-        if (experts[t * k + j] == e) {
-          rows.push_back(t);
-          rw.push_back(weights[t * k + j]);
+      for (int q = 0; q < k; ++q)
+        if (experts[t * k + q] == e) {
+          j.rows.push_back(t);
+          j.rw.push_back(weights[t * k + q]);
         }
-    if (rows.empty()) continue;
-    const int64_t n = int64_t(rows.size());
-    gather.resize(size_t(n * hidden));
+    if (!j.rows.empty()) jobs.push_back(std::move(j));
+  }
+  const size_t routed_jobs = jobs.size();
+  Job shared{&w.shared, {}, {}, {}, {}};
+  for (int64_t t = 0; t < T; ++t) shared.rows.push_back(t);
+  jobs.push_back(std::move(shared));
+  auto run = [&](Job& j, ThreadPool* inner) {
+    const int64_t n = int64_t(j.rows.size());
+    j.in.resize(size_t(n * hidden));
     for (int64_t r = 0; r < n; ++r)
-      std::copy_n(&xq[size_t(rows[size_t(r)] * hidden)], hidden, &gather[size_t(r * hidden)]);
-    out.resize(size_t(n * hidden));
-    run_expert_fast(w.routed[size_t(e)], gather.data(), n, rw.data(), w.swiglu_limit, out.data(), g,
-                    u, pool);
-    for (int64_t r = 0; r < n; ++r) {
-      float* a = &acc[size_t(rows[size_t(r)] * hidden)];
-      const float* o = &out[size_t(r * hidden)];
-      for (int64_t i = 0; i < hidden; ++i) a[i] += o[i];
+      std::copy_n(&xq[size_t(j.rows[size_t(r)] * hidden)], hidden, &j.in[size_t(r * hidden)]);
+    j.out.resize(size_t(n * hidden));
+    std::vector<float> g, u;
+    run_expert_fast(*j.e, j.in.data(), n, j.rw.empty() ? nullptr : j.rw.data(), w.swiglu_limit,
+                    j.out.data(), g, u, inner);
+  };
+  // Few rows (decode): the experts run side by side, one thread each, with no
+  // synchronisation inside their GEMVs; many rows (prefill): each expert uses the pool.
+  if (pool != nullptr && T <= 4 && jobs.size() > 1) {
+    pool->parallel_for(jobs.size(), [&](size_t i) { run(jobs[i], nullptr); });
+  } else {
+    for (Job& j : jobs) run(j, pool);
+  }
+  for (size_t i = 0; i < routed_jobs; ++i) {
+    const Job& j = jobs[i];
+    for (size_t r = 0; r < j.rows.size(); ++r) {
+      float* a = &acc[size_t(j.rows[r] * hidden)];
+      const float* o = &j.out[r * size_t(hidden)];
+      for (int64_t c = 0; c < hidden; ++c) a[c] += o[c];
     }
   }
-  out.resize(size_t(T * hidden));
-  run_expert_fast(w.shared, xq.data(), T, nullptr, w.swiglu_limit, out.data(), g, u, pool);
+  const std::vector<float>& so = jobs.back().out;
   for (int64_t i = 0; i < T * hidden; ++i)
-    y[i] = kernels::round_to_bf16(acc[size_t(i)] + out[size_t(i)]);
+    y[i] = kernels::round_to_bf16(acc[size_t(i)] + so[size_t(i)]);
 }
 
 }  // namespace fathom::model

@@ -73,38 +73,49 @@ inline void fp4_block_dot(const uint8_t* codes, const __m256 x[4], __m256* t, __
   *u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(c1, 8))), x[3], *u);
 }
 
-// Rows [r0, r1) of y = W x for one activation row (the streaming GEMV); two rows at a time
-// share the loads of x.
+// Rows [r0, r1) of y = W x for one activation row (the streaming GEMV); four rows at a time
+// share the loads of x (the decode is compute-bound, so x loads and loop overhead matter).
 void gemv_fp4_rows(const Fp4Matrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
-  const int64_t kbs = w.cols / 32;
-  for (int64_t m = r0; m < r1; m += 2) {
-    const bool pair = m + 1 < r1;
-    const uint8_t* wa = w.weight + m * (w.cols / 2);
-    const uint8_t* wb = pair ? wa + w.cols / 2 : wa;
-    const uint8_t* sa = w.scale + m * kbs;
-    const uint8_t* sb = pair ? sa + kbs : sa;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(),
-           b1 = _mm256_setzero_ps();
+  const int64_t kbs = w.cols / 32, stride = w.cols / 2;
+  int64_t m = r0;
+  for (; m + 4 <= r1; m += 4) {
+    const uint8_t* wr[4] = {w.weight + m * stride, w.weight + (m + 1) * stride,
+                            w.weight + (m + 2) * stride, w.weight + (m + 3) * stride};
+    const uint8_t* sr = w.scale + m * kbs;
+    __m256 acc[4][2];
+    for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
     for (int64_t kb = 0; kb < kbs; ++kb) {
-      if ((kb & 3) == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(wa + kb * 16 + 1024), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(wb + kb * 16 + 1024), _MM_HINT_T0);
+      if ((kb & 3) == 0)
+        for (int r = 0; r < 4; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(wr[r] + kb * 16 + 512), _MM_HINT_T0);
+      const float* xb = x + kb * 32;
+      const __m256 xv[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
+                            _mm256_loadu_ps(xb + 24)};
+      for (int r = 0; r < 4; ++r) {
+        __m256 t, u;
+        fp4_block_dot(wr[r] + kb * 16, xv, &t, &u);
+        const __m256 sc = _mm256_set1_ps(e8m0_to_float(sr[r * kbs + kb]) * 0.5f);
+        acc[r][0] = _mm256_fmadd_ps(t, sc, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(u, sc, acc[r][1]);
       }
+    }
+    for (int r = 0; r < 4; ++r) y[m + r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
+  }
+  for (; m < r1; ++m) {
+    const uint8_t* wa = w.weight + m * stride;
+    const uint8_t* sa = w.scale + m * kbs;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int64_t kb = 0; kb < kbs; ++kb) {
       const float* xb = x + kb * 32;
       const __m256 xv[4] = {_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8), _mm256_loadu_ps(xb + 16),
                             _mm256_loadu_ps(xb + 24)};
       __m256 t, u;
       fp4_block_dot(wa + kb * 16, xv, &t, &u);
-      __m256 s = _mm256_set1_ps(e8m0_to_float(sa[kb]) * 0.5f);
-      a0 = _mm256_fmadd_ps(t, s, a0);
-      a1 = _mm256_fmadd_ps(u, s, a1);
-      fp4_block_dot(wb + kb * 16, xv, &t, &u);
-      s = _mm256_set1_ps(e8m0_to_float(sb[kb]) * 0.5f);
-      b0 = _mm256_fmadd_ps(t, s, b0);
-      b1 = _mm256_fmadd_ps(u, s, b1);
+      const __m256 sc = _mm256_set1_ps(e8m0_to_float(sa[kb]) * 0.5f);
+      a0 = _mm256_fmadd_ps(t, sc, a0);
+      a1 = _mm256_fmadd_ps(u, sc, a1);
     }
     y[m] = hsum(_mm256_add_ps(a0, a1));
-    if (pair) y[m + 1] = hsum(_mm256_add_ps(b0, b1));
   }
 }
 

@@ -1,0 +1,158 @@
+// `fathom serve [MODEL_DIR]`: the OpenAI/Anthropic-compatible server. Without a model it
+// serves the embedded default: the `demo` preset (tiny V4.1 shapes, the full vocabulary),
+// generated deterministically on first use into ~/.cache/fathom/models/demo-seed0, with the
+// fetched V4.1 tokenizer fixture.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "model/mkmodel.h"
+#include "model/v41.h"
+#include "prompt/encoder.h"
+#include "serve/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fathom::cli {
+namespace {
+
+std::atomic<int> g_signal{0};
+void on_signal(int s) { g_signal.store(s); }
+
+struct ServeArgs {
+  std::string model, tokenizer, host = "127.0.0.1", api_key, name, numerics = "fast";
+  int port = 8000, threads = 0;
+  int64_t kv_budget_mb = 4096, max_tokens = 4096;
+};
+
+std::string cache_dir() {
+  if (const char* c = std::getenv("FATHOM_CACHE")) return c;
+  const char* h = std::getenv("HOME");
+  return std::string(h ? h : ".") + "/.cache/fathom";
+}
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+int run_serve(const ServeArgs& a) {
+  std::string model_dir = a.model, name = a.name;
+  if (model_dir.empty()) {
+    model_dir = cache_dir() + "/models/demo-seed0";
+    if (name.empty()) name = "fathom-demo";
+    if (!exists(model_dir + "/model.safetensors")) {
+      std::fprintf(stderr, "fathom: generating the embedded demo model into %s\n",
+                   model_dir.c_str());
+      ::mkdir((cache_dir() + "/models").c_str(), 0755);
+      auto c = model::preset_config("demo");
+      const std::string tmp = model_dir + ".tmp";
+      Status s = model::write_random_checkpoint(*c, 0, tmp, [](int64_t done, int64_t total) {
+        if (isatty(2))
+          std::fprintf(stderr, "\r  %3d%%", int(100 * done / std::max<int64_t>(total, 1)));
+      });
+      if (isatty(2)) std::fprintf(stderr, "\n");
+      if (!s.is_ok()) return fail(s);
+      std::string cmd = "rm -rf '" + model_dir + "' && mv '" + tmp + "' '" + model_dir + "'";
+      if (std::system(cmd.c_str()) != 0) return fail(io_error("cannot move " + tmp));
+    }
+  }
+  if (name.empty()) name = "deepseek-v4.1-flash";
+  std::string tok_path = a.tokenizer;
+  if (tok_path.empty()) tok_path = cache_dir() + "/tokenizers/deepseek_v41_fixture/tokenizer.json";
+  auto t0 = std::chrono::steady_clock::now();
+  auto tok = Tokenizer::load_file(tok_path);
+  if (!tok.is_ok()) return fail(tok.status());
+  auto enc = prompt::PromptEncoder::create(**tok);
+  if (!enc.is_ok()) return fail(enc.status());
+  model::ModelOptions mo;
+  mo.numerics = a.numerics == "strict" ? model::Numerics::kStrict : model::Numerics::kFast;
+  mo.threads = a.threads;
+  if (isatty(2)) std::fprintf(stderr, "fathom: loading %s ...", model_dir.c_str());
+  auto m = model::V41Model::load(model_dir, mo);
+  if (isatty(2)) std::fprintf(stderr, " done\n");
+  if (!m.is_ok()) return fail(m.status());
+  if (int64_t((*tok)->vocab_size()) > (*m)->config().vocab_size)
+    return fail(invalid_argument("the tokenizer has more ids than the model's vocabulary"));
+  engine::EngineOptions eo;
+  eo.kv_budget_bytes = a.kv_budget_mb << 20;
+  engine::Engine eng(**m, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
+  serve::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.api_key = a.api_key;
+  so.model_name = name;
+  so.default_max_tokens = a.max_tokens;
+  serve::Server server(eng, **tok, *enc, so);
+
+  ::signal(SIGTERM, on_signal);
+  ::signal(SIGINT, on_signal);
+  ::signal(SIGPIPE, SIG_IGN);
+  std::thread watcher([&] {
+    while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    server.stop();
+  });
+  std::thread announce([&] {
+    while (server.port() == 0 && g_signal.load() == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (g_signal.load() != 0) return;
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto& c = (*m)->config();
+    std::printf(
+        "fathom serve: model %s (%s; %lld layers, dim %lld, vocab %lld), tokenizer %s\n"
+        "  numerics %s, ready in %.1f s, listening on http://%s:%d\n"
+        "  try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s"
+        " -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],"
+        "\"max_tokens\":32}'\n",
+        name.c_str(), model_dir.c_str(), (long long)c.n_layers, (long long)c.dim,
+        (long long)c.vocab_size, tok_path.c_str(), a.numerics.c_str(), secs, a.host.c_str(),
+        server.port(), a.host.c_str(), server.port(),
+        a.api_key.empty() ? "" : (" -H 'Authorization: Bearer " + a.api_key + "'").c_str(),
+        name.c_str());
+    std::fflush(stdout);
+  });
+  Status s = server.run();
+  g_signal.store(g_signal.load() ? g_signal.load() : -1);
+  announce.join();
+  watcher.join();
+  eng.shutdown();
+  if (!s.is_ok()) return fail(s);
+  std::fprintf(stderr, "fathom serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, Runner* run) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* c = app.add_subcommand("serve", "OpenAI / Anthropic compatible HTTP server");
+  c->add_option("model", a->model, "Checkpoint directory (default: the embedded demo model)");
+  c->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: the fetched V4.1 fixture)");
+  c->add_option("--host", a->host, "Address to bind");
+  c->add_option("--port", a->port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
+  c->add_option("--api-key", a->api_key, "Require this key (Authorization: Bearer or x-api-key)");
+  c->add_option("--served-model-name", a->name, "Model name reported to clients");
+  c->add_option("--numerics", a->numerics, "fast (default) or strict")
+      ->check(CLI::IsMember({"fast", "strict"}));
+  c->add_option("--threads", a->threads, "Compute threads (0 = all)");
+  c->add_option("--kv-budget-mb", a->kv_budget_mb, "Sequence-state budget in MiB");
+  c->add_option("--default-max-tokens", a->max_tokens, "max_tokens when a request sets none");
+  c->callback([a, run] { *run = [a] { return run_serve(*a); }; });
+}
+
+}  // namespace fathom::cli

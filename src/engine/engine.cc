@@ -262,12 +262,17 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
     budget -= n;
   }
   std::vector<float> scratch;
+  // Bodies one sequence at a time; the head once for every sequence that needs logits.
+  const int64_t D = c.dim;
+  std::vector<float> hidden(work.size() * size_t(D));
+  std::vector<Sequence*> heads;
   for (const Work& w : work) {
     Sequence& s = *w.s;
     const bool completes = s.prefilled + w.n == int64_t(s.all.size());
-    s.logits.resize(size_t(vocab_));
     Status st = model_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
-                               completes ? s.logits.data() : nullptr, nullptr, false);
+                               nullptr, nullptr, false,
+                               completes ? &hidden[heads.size() * size_t(D)] : nullptr);
+    if (st.is_ok() && completes) heads.push_back(&s);
     step_tokens += w.n;
     ++batch;
     if (!st.is_ok()) {
@@ -276,12 +281,19 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
       continue;
     }
     s.prefilled += w.n;
-    s.ready = completes;
     const int64_t B = opt_.prefix_block;
     if (opt_.prefix_cache && B > 0 && s.prefilled % B == 0 &&
         s.prefilled <= int64_t(s.req.prompt.size()) &&
         s.prefilled / B <= int64_t(s.block_hashes.size()))
       cache_insert(s.block_hashes[size_t(s.prefilled / B - 1)], s);
+  }
+  if (!heads.empty()) {
+    std::vector<float> logits(heads.size() * size_t(vocab_));
+    model_.head_logits(hidden.data(), int64_t(heads.size()), logits.data());
+    for (size_t i = 0; i < heads.size(); ++i) {
+      heads[i]->logits.assign(&logits[i * size_t(vocab_)], &logits[(i + 1) * size_t(vocab_)]);
+      heads[i]->ready = true;
+    }
   }
   // Sample, stream, stop.
   int64_t generated = 0;

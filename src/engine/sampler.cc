@@ -51,46 +51,74 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
       if (l[i] > l[best]) best = i;
     return int32_t(best);
   }
-  // Candidates by descending logit (ties to the lower id), truncated by top-k.
-  std::vector<int32_t> order(static_cast<size_t>(vocab));
-  std::iota(order.begin(), order.end(), 0);
-  int64_t k = p.top_k > 0 ? std::min<int64_t>(p.top_k, vocab) : vocab;
-  auto cmp = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-  if (k < vocab) {
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), cmp);
-    order.resize(size_t(k));
+  // Candidates: all ids in id order, or the top-k by logit (ties to the lower id), in
+  // descending order. Sorting the whole vocabulary is avoided unless top-p needs an order.
+  auto cmp = [&](int32_t x, int32_t y) { return l[x] > l[y] || (l[x] == l[y] && x < y); };
+  std::vector<int32_t> cand;
+  if (p.top_k > 0 && p.top_k < vocab) {
+    cand.resize(size_t(vocab));
+    std::iota(cand.begin(), cand.end(), 0);
+    std::nth_element(cand.begin(), cand.begin() + (p.top_k - 1), cand.end(), cmp);
+    cand.resize(size_t(p.top_k));
+    std::sort(cand.begin(), cand.end(), cmp);
   } else {
-    std::sort(order.begin(), order.end(), cmp);
+    cand.resize(size_t(vocab));
+    std::iota(cand.begin(), cand.end(), 0);
   }
-  const double inv_t = 1.0 / double(p.temperature);
-  const double top = double(l[order[0]]);
-  std::vector<double> prob(order.size());
+  float top = l[cand[0]];
+  for (int32_t c : cand) top = std::max(top, l[c]);
+  const float inv_t = 1.0f / p.temperature;
+  std::vector<float> prob(cand.size());
+  for (size_t i = 0; i < cand.size(); ++i) prob[i] = std::exp((l[cand[i]] - top) * inv_t);
+  if (p.min_p > 0.0f) {  // relative to the most likely token, whose weight is 1
+    size_t n = 0;
+    for (size_t i = 0; i < cand.size(); ++i)
+      if (prob[i] >= p.min_p) {
+        cand[n] = cand[i];
+        prob[n++] = prob[i];
+      }
+    cand.resize(n);
+    prob.resize(n);
+  }
   double sum = 0;
-  for (size_t i = 0; i < order.size(); ++i)
-    sum += prob[i] = std::exp((double(l[order[i]]) - top) * inv_t);
-  size_t n = order.size();
-  if (p.min_p > 0.0f) {
-    const double floor = double(p.min_p) * prob[0];  // relative to the most likely token
-    while (n > 1 && prob[n - 1] < floor) sum -= prob[--n];
-  }
+  for (float v : prob) sum += v;
+  size_t n = cand.size();
   if (p.top_p < 1.0f) {
-    double acc = 0;
-    size_t keep = 0;
-    while (keep < n) {
-      acc += prob[keep++];
-      if (acc >= double(p.top_p) * sum) break;
+    // The smallest prefix by descending probability whose mass reaches top_p.
+    std::vector<size_t> order(cand.size());
+    std::iota(order.begin(), order.end(), 0);
+    auto by_prob = [&](size_t x, size_t y) { return cmp(cand[x], cand[y]); };
+    const double want = double(p.top_p) * sum;
+    size_t k = std::min<size_t>(256, order.size());
+    for (;;) {
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), by_prob);
+      double acc = 0;
+      size_t keep = 0;
+      while (keep < k && acc < want) acc += prob[order[keep++]];
+      if (acc >= want || k == order.size()) {
+        std::vector<int32_t> c2(keep);
+        std::vector<float> p2(keep);
+        for (size_t i = 0; i < keep; ++i) {
+          c2[i] = cand[order[i]];
+          p2[i] = prob[order[i]];
+        }
+        cand.swap(c2);
+        prob.swap(p2);
+        break;
+      }
+      k = std::min(order.size(), k * 8);
     }
-    n = keep;
+    n = cand.size();
     sum = 0;
-    for (size_t i = 0; i < n; ++i) sum += prob[i];
+    for (float v : prob) sum += v;
   }
   const double u = counter_uniform(p.seed, request, position) * sum;
   double acc = 0;
   for (size_t i = 0; i < n; ++i) {
     acc += prob[i];
-    if (u < acc) return order[i];
+    if (u < acc) return cand[i];
   }
-  return order[n - 1];
+  return cand[n - 1];
 }
 
 }  // namespace fathom::engine

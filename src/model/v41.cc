@@ -724,7 +724,7 @@ std::unique_ptr<SequenceState> V41Model::new_sequence() const {
 }
 
 Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, float* logits,
-                         ForwardTrace* trace, bool all_rows) const {
+                         ForwardTrace* trace, bool all_rows, float* hidden_out) const {
   const ModelWeights& W = *w_;
   const ModelConfig& c = W.cfg;
   const int64_t T = int64_t(tokens.size()), D = c.dim;
@@ -792,17 +792,20 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
     trace->tensors["final_hidden"] = h;
     trace->tensors["final_norm_out"] = hn;
   }
-  if (logits != nullptr) {
-    kernels::Bf16Matrix head{W.head, c.vocab_size, D};
-    const int64_t rows = all_rows ? T : 1;
-    const float* in = all_rows ? hn.data() : &hn[size_t((T - 1) * D)];
-    if (f.ex.fast)
-      kernels::cpu::matmul_bf16(head, in, rows, logits, f.ex.pool);
-    else
-      kernels::ref::matmul_bf16(head, in, rows, logits);
-  }
+  if (hidden_out != nullptr) std::copy_n(&hn[size_t((T - 1) * D)], D, hidden_out);
+  if (logits != nullptr)
+    head_logits(all_rows ? hn.data() : &hn[size_t((T - 1) * D)], all_rows ? T : 1, logits);
   st.pos += T;
   return Status::ok();
+}
+
+void V41Model::head_logits(const float* hidden, int64_t rows, float* logits) const {
+  const ModelWeights& W = *w_;
+  kernels::Bf16Matrix head{W.head, W.cfg.vocab_size, W.cfg.dim};
+  if (options_.numerics == Numerics::kFast)
+    kernels::cpu::matmul_bf16(head, hidden, rows, logits, pool_.get());
+  else
+    kernels::ref::matmul_bf16(head, hidden, rows, logits);
 }
 
 std::unique_ptr<SequenceState> clone_sequence(const SequenceState& s) {

@@ -88,8 +88,13 @@ class V41Model {
 
   // Runs `tokens` at positions state.position().. and writes logits [T, vocab] (every row),
   // or only the last row's [vocab] when `all_rows` is false, when `logits` is non-null.
+  // `hidden_out` [dim], when non-null, receives the last row's final normed hidden (the head's
+  // input), so that a caller can batch the head over many sequences with head_logits().
   Status forward(SequenceState& state, std::span<const int32_t> tokens, float* logits,
-                 ForwardTrace* trace = nullptr, bool all_rows = true) const;
+                 ForwardTrace* trace = nullptr, bool all_rows = true,
+                 float* hidden_out = nullptr) const;
+  // logits [rows, vocab] = head · hidden [rows, dim].
+  void head_logits(const float* hidden, int64_t rows, float* logits) const;
 
   // DSpark after a forward: drafts block_size tokens following `main_token` (the token
   // sampled from the last forward's last row), greedily, at positions position()... First

@@ -360,12 +360,11 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   const std::string id = random_id("cmpl-");
   const int64_t created = int64_t(std::time(nullptr));
   auto s = *stream;
-  auto choice = [&](const std::string& text, const char* finish) {
+  auto choice = [id, created, model = opt.model_name](const std::string& text, const char* finish) {
     std::string j =
         "{\"id\":\"" + id +
         "\",\"object\":\"text_completion\",\"created\":" + std::to_string(created) +
-        ",\"model\":" + quote(opt.model_name) +
-        ",\"choices\":[{\"index\":0,\"text\":" + quote(text) +
+        ",\"model\":" + quote(model) + ",\"choices\":[{\"index\":0,\"text\":" + quote(text) +
         ",\"logprobs\":null,\"finish_reason\":" + (finish ? quote(finish) : std::string("null")) +
         "}]";
     return j;

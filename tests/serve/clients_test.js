@@ -1,0 +1,196 @@
+// End-to-end: the real `fathom serve` (embedded demo model, fetched DeepSeek tokenizer) driven
+// by the official npm clients `openai` (6.x) and `@anthropic-ai/sdk` (1.x), plus raw fetch for
+// the error shapes, authentication, /v1/completions, /metrics and client disconnects.
+// Usage: node clients_test.js FATHOM NODE_MODULES
+'use strict';
+const { spawn } = require('child_process');
+const path = require('path');
+const assert = require('assert');
+
+const [fathom, nodeModules] = process.argv.slice(2);
+const OpenAI = require(path.join(nodeModules, 'openai')).default;
+const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
+const KEY = 'test-key-123';
+
+function startServer() {
+  return new Promise((resolve, reject) => {
+    const p = spawn(fathom, ['serve', '--port', '0', '--api-key', KEY, '--default-max-tokens', '64'],
+                    { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d) => {
+      out += d.toString();
+      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) resolve({ proc: p, port: Number(m[1]) });
+    });
+    p.on('exit', (code) => reject(new Error('server exited ' + code + ': ' + out)));
+    setTimeout(() => reject(new Error('server did not start: ' + out)), 120000);
+  });
+}
+
+let failures = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log('ok   ' + name);
+  } catch (e) {
+    failures++;
+    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
+  }
+}
+
+const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick brown fox jumps over the lazy dog.`).join('\n');
+
+(async () => {
+  const { proc, port } = await startServer();
+  const base = `http://127.0.0.1:${port}`;
+  const openai = new OpenAI({ apiKey: KEY, baseURL: base + '/v1', maxRetries: 0 });
+  const anthropic = new Anthropic({ apiKey: KEY, baseURL: base, maxRetries: 0 });
+  try {
+    await check('chat completion (non-stream)', async () => {
+      const r = await openai.chat.completions.create({
+        model: 'fathom-demo', messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 12 });
+      assert.equal(r.object, 'chat.completion');
+      assert.equal(r.choices.length, 1);
+      assert.equal(r.choices[0].message.role, 'assistant');
+      assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+      assert.ok(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 12);
+      assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+    });
+    await check('chat completion (stream, usage)', async () => {
+      const s = await openai.chat.completions.create({
+        model: 'fathom-demo', messages: [{ role: 'user', content: 'Stream please' }], max_tokens: 10,
+        stream: true, stream_options: { include_usage: true } });
+      let chunks = 0, finish = null, usage = null, text = '';
+      for await (const c of s) {
+        chunks++;
+        if (c.choices.length && c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+        if (c.choices.length) text += (c.choices[0].delta.content || '') + (c.choices[0].delta.reasoning_content || '');
+        if (c.usage) usage = c.usage;
+      }
+      assert.ok(chunks >= 2, 'chunks ' + chunks);
+      assert.ok(finish === 'length' || finish === 'stop');
+      assert.ok(usage && usage.completion_tokens > 0);
+    });
+    await check('responses (non-stream and stream)', async () => {
+      const r = await openai.responses.create({ model: 'fathom-demo', input: 'Hi there', max_output_tokens: 8 });
+      assert.equal(r.object, 'response');
+      assert.ok(['completed', 'incomplete'].includes(r.status));
+      assert.ok(r.usage.input_tokens > 0);
+      const s = await openai.responses.create({ model: 'fathom-demo', input: 'Hi', max_output_tokens: 6, stream: true });
+      const types = new Set();
+      for await (const ev of s) types.add(ev.type);
+      assert.ok(types.has('response.created'), [...types].join(','));
+      assert.ok(types.has('response.completed') || types.has('response.incomplete'), [...types].join(','));
+    });
+    await check('messages stream with a thinking block', async () => {
+      const s = anthropic.messages.stream({
+        model: 'fathom-demo', max_tokens: 12, thinking: { type: 'enabled', budget_tokens: 1024 },
+        messages: [{ role: 'user', content: 'Think about it' }] });
+      const kinds = [];
+      s.on('streamEvent', (e) => { if (e.type === 'content_block_start') kinds.push(e.content_block.type); });
+      const msg = await s.finalMessage();
+      assert.equal(msg.type, 'message');
+      assert.ok(kinds.includes('thinking'), kinds.join(','));
+      assert.ok(['max_tokens', 'end_turn'].includes(msg.stop_reason));
+      assert.ok(msg.usage.output_tokens > 0);
+    });
+    await check('messages (non-stream)', async () => {
+      const m = await anthropic.messages.create({ model: 'fathom-demo', max_tokens: 6,
+        messages: [{ role: 'user', content: 'Hello' }] });
+      assert.equal(m.role, 'assistant');
+      assert.ok(Array.isArray(m.content));
+    });
+    await check('tool-call round trip is accepted in both protocols', async () => {
+      const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather',
+        parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+      const r = await openai.chat.completions.create({ model: 'fathom-demo', max_tokens: 6, tools,
+        messages: [
+          { role: 'user', content: 'Weather in Paris?' },
+          { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+            function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+          { role: 'tool', tool_call_id: 'call_1', content: '{"temp_c":21}' }] });
+      assert.equal(r.object, 'chat.completion');
+      const m = await anthropic.messages.create({ model: 'fathom-demo', max_tokens: 6,
+        tools: [{ name: 'get_weather', description: 'Weather', input_schema: tools[0].function.parameters }],
+        messages: [
+          { role: 'user', content: 'Weather in Paris?' },
+          { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '21 C' }] }] });
+      assert.equal(m.type, 'message');
+    });
+    await check('a repeated long prefix reports cached_tokens', async () => {
+      const messages = [{ role: 'system', content: longText }, { role: 'user', content: 'Summarise.' }];
+      const a = await openai.chat.completions.create({ model: 'fathom-demo', messages, max_tokens: 2 });
+      const b = await openai.chat.completions.create({ model: 'fathom-demo', messages, max_tokens: 2 });
+      assert.ok(a.usage.prompt_tokens > 256, 'prompt ' + a.usage.prompt_tokens);
+      const cached = b.usage.prompt_tokens_details.cached_tokens;
+      assert.ok(cached >= 128 && cached < b.usage.prompt_tokens, 'cached ' + cached);
+      const m = await anthropic.messages.create({ model: 'fathom-demo', max_tokens: 2, system: longText,
+        messages: [{ role: 'user', content: 'Summarise.' }] });
+      assert.ok(m.usage.cache_read_input_tokens >= 128, 'anthropic cache_read ' + m.usage.cache_read_input_tokens);
+    });
+    await check('a seeded request is the same alone and among 8 concurrent ones', async () => {
+      const req = { model: 'fathom-demo', messages: [{ role: 'user', content: 'Seeded' }], max_tokens: 12,
+                    temperature: 1.0, seed: 4242 };
+      const alone = (await openai.chat.completions.create(req)).choices[0].message;
+      const others = Array.from({ length: 8 }, (_, i) => openai.chat.completions.create({
+        model: 'fathom-demo', messages: [{ role: 'user', content: 'Other ' + i }], max_tokens: 10 + i, temperature: 0.9 }));
+      const [again] = await Promise.all([openai.chat.completions.create(req), ...others]);
+      assert.deepEqual(again.choices[0].message, alone);
+    });
+    await check('errors come in each protocol\'s shape', async () => {
+      await assert.rejects(openai.chat.completions.create({ model: 'x', messages: [] }),
+                           (e) => e.status === 400 && e.error && typeof e.error.message === 'string');
+      await assert.rejects(anthropic.messages.create({ model: 'x', max_tokens: 5, messages: [{ role: 'bogus', content: 'a' }] }),
+                           (e) => e.status === 400 && e.error && e.error.type === 'error');
+      let r = await fetch(base + '/v1/chat/completions', { method: 'POST', body: '{not json',
+        headers: { Authorization: 'Bearer ' + KEY, 'Content-Type': 'application/json' } });
+      assert.equal(r.status, 400);
+      assert.ok((await r.json()).error.message);
+      r = await fetch(base + '/v1/chat/completions', { method: 'POST', body: '{}', headers: { 'Content-Type': 'application/json' } });
+      assert.equal(r.status, 401);
+      r = await fetch(base + '/v1/messages', { method: 'POST', body: '{}', headers: { 'x-api-key': 'wrong' } });
+      assert.equal(r.status, 401);
+      assert.equal((await r.json()).type, 'error');
+    });
+    await check('completions with token ids, /v1/models, /health, /metrics', async () => {
+      let r = await fetch(base + '/v1/completions', { method: 'POST',
+        headers: { Authorization: 'Bearer ' + KEY, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: [0, 1000, 2000, 3000], max_tokens: 5, ignore_eos: true }) });
+      assert.equal(r.status, 200);
+      const c = await r.json();
+      assert.equal(c.object, 'text_completion');
+      assert.equal(c.usage.completion_tokens, 5);
+      const models = await openai.models.list();
+      assert.ok(models.data.length === 1);
+      r = await fetch(base + '/health');
+      assert.equal((await r.json()).status, 'ok');
+      const metrics = await (await fetch(base + '/metrics')).text();
+      assert.ok(/fathom_requests_total\{endpoint="chat_completions"\} \d+/.test(metrics));
+      assert.ok(/fathom_prefix_cache_hit_tokens_total \d+/.test(metrics));
+    });
+    await check('a client disconnect cancels the generation', async () => {
+      const ctl = new AbortController();
+      const r = await fetch(base + '/v1/completions', { method: 'POST', signal: ctl.signal,
+        headers: { Authorization: 'Bearer ' + KEY, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: [0, 5, 6], max_tokens: 100000, ignore_eos: true, stream: true }) });
+      const reader = r.body.getReader();
+      await reader.read();
+      ctl.abort();
+      let running = -1;
+      for (let i = 0; i < 100; i++) {
+        await new Promise((res) => setTimeout(res, 100));
+        const m = await (await fetch(base + '/metrics')).text();
+        running = Number(m.match(/fathom_running_sequences (\d+)/)[1]);
+        if (running === 0) break;
+      }
+      assert.equal(running, 0);
+    });
+  } finally {
+    proc.kill('SIGTERM');
+    const code = await new Promise((res) => proc.on('exit', (c) => res(c)));
+    if (code !== 0) { failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
+  }
+  console.log(`serve clients: ${failures} failures`);
+  process.exit(failures ? 1 : 0);
+})().catch((e) => { console.error(e); process.exit(1); });

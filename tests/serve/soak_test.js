@@ -1,0 +1,74 @@
+// Soak: N concurrent streaming clients (default 32) for S seconds (default 120) against the
+// real server, cycling through Chat Completions, Responses and Messages with the official
+// npm clients. Every request must complete with a finish event and no error; the server must
+// shut down cleanly on SIGTERM (under ASan a leak makes its exit code non-zero).
+// Usage: node soak_test.js FATHOM NODE_MODULES [CLIENTS] [SECONDS]
+'use strict';
+const { spawn } = require('child_process');
+const path = require('path');
+
+const [fathom, nodeModules, clientsArg, secondsArg] = process.argv.slice(2);
+const clients = Number(clientsArg || process.env.FATHOM_SOAK_CLIENTS || 32);
+const seconds = Number(secondsArg || process.env.FATHOM_SOAK_SECONDS || 120);
+const OpenAI = require(path.join(nodeModules, 'openai')).default;
+const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
+
+function startServer() {
+  return new Promise((resolve, reject) => {
+    const p = spawn(fathom, ['serve', '--port', '0', '--default-max-tokens', '32'],
+                    { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d) => {
+      out += d.toString();
+      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) resolve({ proc: p, port: Number(m[1]) });
+    });
+    p.on('exit', (code) => reject(new Error('server exited ' + code)));
+    setTimeout(() => reject(new Error('server did not start')), 120000);
+  });
+}
+
+(async () => {
+  const { proc, port } = await startServer();
+  const base = `http://127.0.0.1:${port}`;
+  const openai = new OpenAI({ apiKey: 'x', baseURL: base + '/v1', maxRetries: 0, timeout: 600000 });
+  const anthropic = new Anthropic({ apiKey: 'x', baseURL: base, maxRetries: 0, timeout: 600000 });
+  const deadline = Date.now() + seconds * 1000;
+  let done = 0, errors = 0, tokens = 0;
+  const errorSamples = [];
+  async function one(c, i) {
+    const kind = (c + i) % 3;
+    const max = 8 + ((c * 7 + i) % 17);
+    if (kind === 0) {
+      const s = await openai.chat.completions.create({ model: 'm', max_tokens: max, stream: true,
+        messages: [{ role: 'user', content: `client ${c} request ${i}` }] });
+      let finished = false;
+      for await (const ch of s) { if (ch.choices.length && ch.choices[0].finish_reason) finished = true; tokens++; }
+      if (!finished) throw new Error('chat stream without finish_reason');
+    } else if (kind === 1) {
+      const s = await openai.responses.create({ model: 'm', input: `client ${c} ${i}`, max_output_tokens: max, stream: true });
+      let finished = false;
+      for await (const ev of s) { if (ev.type === 'response.completed' || ev.type === 'response.incomplete') finished = true; tokens++; }
+      if (!finished) throw new Error('responses stream without completion');
+    } else {
+      const s = anthropic.messages.stream({ model: 'm', max_tokens: max,
+        messages: [{ role: 'user', content: `client ${c} msg ${i}` }] });
+      const m = await s.finalMessage();
+      if (!m.stop_reason) throw new Error('message without stop_reason');
+      tokens += m.usage.output_tokens;
+    }
+  }
+  const t0 = Date.now();
+  await Promise.all(Array.from({ length: clients }, async (_, c) => {
+    for (let i = 0; Date.now() < deadline; i++) {
+      try { await one(c, i); done++; } catch (e) { errors++; if (errorSamples.length < 5) errorSamples.push(String(e)); }
+    }
+  }));
+  const elapsed = (Date.now() - t0) / 1000;
+  proc.kill('SIGTERM');
+  const code = await new Promise((res) => proc.on('exit', (c) => res(c)));
+  console.log(JSON.stringify({ clients, seconds: elapsed, requests_completed: done, errors,
+                               stream_events: tokens, requests_per_s: done / elapsed, server_exit: code }));
+  for (const e of errorSamples) console.log('error: ' + e);
+  process.exit(errors === 0 && code === 0 && done > 0 ? 0 : 1);
+})().catch((e) => { console.error(e); process.exit(1); });

@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
-# The main job as far as it exists today: build Fathom and run its tokenizer on a sample
-# conversation snippet with DeepSeek's tokenizer (encode with and without added-token
-# matching, then decode). The server with an embedded demo model comes with later issues.
+# The main job: build Fathom and start the OpenAI / Anthropic compatible server with the
+# embedded default model (the `demo` preset: tiny V4.1 shapes with the full 129,280-token
+# vocabulary, generated on first use into $FATHOM_CACHE/models/demo-seed0) and the fetched
+# DeepSeek V4.1 tokenizer fixture. It prints a ready-to-paste curl line. Extra arguments go
+# to `fathom serve` (e.g. a checkpoint directory, --port, --api-key).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache="${FATHOM_CACHE:-$HOME/.cache/fathom}"
-tok="$cache/tokenizers/deepseek_v3/tokenizer.json"
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$(nproc)" --target fathom
-fathom="$root/build/fathom"
-sample='{"text": "<｜User｜>How many r are in strawberry? 草莓里有几个r？<｜Assistant｜>"}'
-echo "tokenizer: $tok"
-echo "input:     $sample"
-printf '%s\n' "$sample" | "$fathom" tokenize --tokenizer "$tok" | sed 's/^/encode:    /'
-printf '%s\n' "$sample" | "$fathom" tokenize --tokenizer "$tok" --plain | sed 's/^/plain:     /'
-printf '%s\n' "$sample" | "$fathom" tokenize --tokenizer "$tok" | "$fathom" detokenize --tokenizer "$tok" | sed 's/^/decode:    /'
+exec "$root/build/fathom" serve "$@"

@@ -32,6 +32,7 @@ struct ServeArgs {
   std::string model, tokenizer, host = "127.0.0.1", api_key, name, numerics = "fast";
   int port = 8000, threads = 0;
   int64_t kv_budget_mb = 4096, max_tokens = 4096;
+  bool forced = false;
 };
 
 std::string cache_dir() {
@@ -97,6 +98,7 @@ int run_serve(const ServeArgs& a) {
   so.api_key = a.api_key;
   so.model_name = name;
   so.default_max_tokens = a.max_tokens;
+  so.allow_forced_output = a.forced;
   serve::Server server(eng, **tok, *enc, so);
 
   ::signal(SIGTERM, on_signal);
@@ -152,6 +154,8 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--threads", a->threads, "Compute threads (0 = all)");
   c->add_option("--kv-budget-mb", a->kv_budget_mb, "Sequence-state budget in MiB");
   c->add_option("--default-max-tokens", a->max_tokens, "max_tokens when a request sets none");
+  c->add_flag("--allow-forced-output", a->forced,
+              "Testing aid: accept forced_output_ids (teacher-forced output tokens)");
   c->callback([a, run] { *run = [a] { return run_serve(*a); }; });
 }
 

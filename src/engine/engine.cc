@@ -76,6 +76,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
     if (t < 0 || t >= vocab_)
       return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
   if (request.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  for (int32_t t : request.forced_output)
+    if (t < 0 || t >= vocab_) return invalid_argument("forced output id outside the vocabulary");
   auto s = std::make_unique<Sequence>();
   s->stream = std::make_shared<RequestStream>();
   s->submitted = Clock::now();
@@ -301,8 +303,10 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
     Sequence& s = *sp;
     if (!s.ready || s.stream->cancelled()) continue;
     const int32_t tok =
-        sample_token(s.logits.data(), vocab_, s.req.sampling, s.req.prompt, s.generated,
-                     s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), scratch);
+        s.generated.size() < s.req.forced_output.size()
+            ? s.req.forced_output[s.generated.size()]
+            : sample_token(s.logits.data(), vocab_, s.req.sampling, s.req.prompt, s.generated,
+                           s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), scratch);
     s.generated.push_back(tok);
     s.all.push_back(tok);
     s.ready = false;

@@ -49,6 +49,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_ids;  // besides the model's EOS
   uint64_t cache_salt = 0;        // tenant/model salt of the prefix-cache hashes
   bool ignore_eos = false;
+  // Testing aid (servers expose it only when asked to): the first generated tokens are these
+  // instead of samples (teacher forcing; the model still runs on them).
+  std::vector<int32_t> forced_output;
 };
 
 // What a request sees: batches of new tokens, then one final event.

@@ -67,6 +67,22 @@ struct Metrics {
   int64_t ttft_count = 0, latency_count = 0;
 };
 
+// "forced_output_ids": [ids] of a request body (only when the server allows it).
+Status forced_ids(std::string_view body, std::vector<int32_t>* out) {
+  auto v = pyjson::parse(body);
+  if (!v.is_ok() || !v->is_object()) return Status::ok();  // the adapter reports bad JSON
+  const Value* f = v->find("forced_output_ids");
+  if (f == nullptr) return Status::ok();
+  if (!f->is_array()) return invalid_argument("'forced_output_ids' must be a list of token ids");
+  for (const Value& e : f->items) {
+    int64_t x = 0;
+    if (!e.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
+      return invalid_argument("'forced_output_ids' must be a list of token ids");
+    out->push_back(int32_t(x));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -222,6 +238,10 @@ void Server::Impl::route(Protocol p, const httplib::Request& req, httplib::Respo
   auto parser = prompt::OutputParser::create(tok, conv->parsing_options());
   if (!parser.is_ok()) return send_error(p, res, parser.status());
   auto g = generation(conv->sampling, std::move(*ids), opt);
+  if (opt.allow_forced_output) {
+    Status fs = forced_ids(req.body, &g.forced_output);
+    if (!fs.is_ok()) return send_error(p, res, fs);
+  }
   auto stream = engine.submit(std::move(g));
   if (!stream.is_ok()) return send_error(p, res, stream.status());
   const std::string model = conv->model.empty() ? opt.model_name : conv->model;
@@ -353,6 +373,10 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   const Value* st = body->find("stream");
   const bool streaming = st != nullptr && st->kind == Value::Kind::kBool && st->boolean;
   auto g = generation(sp, ids, opt);
+  if (opt.allow_forced_output) {
+    Status fs = forced_ids(req.body, &g.forced_output);
+    if (!fs.is_ok()) return send_error(p, res, fs);
+  }
   const Value* ie = body->find("ignore_eos");
   g.ignore_eos = ie != nullptr && ie->kind == Value::Kind::kBool && ie->boolean;
   auto stream = engine.submit(std::move(g));
@@ -512,6 +536,45 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer,
     r.set_content("{\"object\":\"list\",\"data\":[{\"id\":" + quote(im->opt.model_name) +
                       ",\"object\":\"model\",\"created\":0,\"owned_by\":\"fathom\"}]}",
                   "application/json");
+  });
+  // vLLM-style /tokenize and /detokenize (text with added-token matching <-> ids).
+  im->http.Post("/tokenize", [im](const httplib::Request& q, httplib::Response& r) {
+    if (!im->authorized(q)) {
+      r.status = 401;
+      return;
+    }
+    auto body = pyjson::parse(q.body);
+    const Value* t = body.is_ok() && body->is_object() ? body->find("prompt") : nullptr;
+    if (t == nullptr || !t->is_string())
+      return im->send_error(Protocol::kCompletions, r,
+                            invalid_argument("'prompt' must be a string"));
+    auto ids = im->tok.encode(t->text);
+    if (!ids.is_ok()) return im->send_error(Protocol::kCompletions, r, ids.status());
+    std::string out = "{\"tokens\":";
+    json::append_int_array(out, *ids);
+    out += ",\"count\":" + std::to_string(ids->size()) + "}";
+    r.set_content(out, "application/json");
+  });
+  im->http.Post("/detokenize", [im](const httplib::Request& q, httplib::Response& r) {
+    if (!im->authorized(q)) {
+      r.status = 401;
+      return;
+    }
+    auto body = pyjson::parse(q.body);
+    const Value* t = body.is_ok() && body->is_object() ? body->find("tokens") : nullptr;
+    std::vector<int32_t> ids;
+    bool ok = t != nullptr && t->is_array();
+    for (size_t i = 0; ok && i < t->items.size(); ++i) {
+      int64_t x = 0;
+      ok = t->items[i].int_fits_int64(&x) && x >= 0 && x <= INT32_MAX;
+      ids.push_back(int32_t(x));
+    }
+    if (!ok)
+      return im->send_error(Protocol::kCompletions, r,
+                            invalid_argument("'tokens' must be a list of token ids"));
+    auto text = im->tok.decode(ids);
+    if (!text.is_ok()) return im->send_error(Protocol::kCompletions, r, text.status());
+    r.set_content("{\"prompt\":" + quote(*text) + "}", "application/json");
   });
   im->http.Get("/health", [](const httplib::Request&, httplib::Response& r) {
     r.set_content("{\"status\":\"ok\"}", "application/json");

@@ -37,6 +37,9 @@ struct ServerOptions {
   int64_t default_max_tokens = 4096;
   int64_t max_tokens_cap = 1 << 20;
   int threads = 64;  // HTTP worker threads (concurrent streams)
+  // Testing aid: accept "forced_output_ids" in a request body (the generated tokens are
+  // those ids, teacher-forced), e.g. to exercise tool calls with a random model.
+  bool allow_forced_output = false;
 };
 
 class Server {

@@ -14,7 +14,8 @@ const KEY = 'test-key-123';
 
 function startServer() {
   return new Promise((resolve, reject) => {
-    const p = spawn(fathom, ['serve', '--port', '0', '--api-key', KEY, '--default-max-tokens', '64'],
+    const p = spawn(fathom, ['serve', '--port', '0', '--api-key', KEY, '--default-max-tokens', '64',
+                             '--allow-forced-output'],
                     { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     p.stdout.on('data', (d) => {
@@ -117,6 +118,54 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
           { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
           { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '21 C' }] }] });
       assert.equal(m.type, 'message');
+    });
+    await check('a forced tool call comes back as a tool call (stream and not), and round-trips', async () => {
+      const markup = 'Let me check.</think>\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name="get_weather">\n' +
+        '<｜DSML｜ parameter name="city" string="true">Paris</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n' +
+        '</｜DSML｜ calls><｜end▁of▁sentence｜>';
+      const tk = await (await fetch(base + '/tokenize', { method: 'POST', headers: { Authorization: 'Bearer ' + KEY },
+        body: JSON.stringify({ prompt: markup }) })).json();
+      const ids = tk.tokens;
+      const dt = await (await fetch(base + '/detokenize', { method: 'POST', headers: { Authorization: 'Bearer ' + KEY },
+        body: JSON.stringify({ tokens: ids }) })).json();
+      assert.equal(dt.prompt, markup);
+      const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather',
+        parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+      const messages = [{ role: 'user', content: 'Weather in Paris?' }];
+      const r = await openai.chat.completions.create({ model: 'fathom-demo', messages, tools,
+        max_tokens: ids.length + 4, forced_output_ids: ids });
+      const msg = r.choices[0].message;
+      assert.equal(r.choices[0].finish_reason, 'tool_calls');
+      assert.equal(msg.reasoning_content, 'Let me check.');
+      assert.equal(msg.tool_calls.length, 1);
+      assert.equal(msg.tool_calls[0].function.name, 'get_weather');
+      assert.deepEqual(JSON.parse(msg.tool_calls[0].function.arguments), { city: 'Paris' });
+      const s = await openai.chat.completions.create({ model: 'fathom-demo', messages, tools, stream: true,
+        max_tokens: ids.length + 4, forced_output_ids: ids });
+      let name = '', args = '', finish = null;
+      for await (const c of s) {
+        if (!c.choices.length) continue;
+        for (const tc of c.choices[0].delta.tool_calls || []) {
+          if (tc.function && tc.function.name) name += tc.function.name;
+          if (tc.function && tc.function.arguments) args += tc.function.arguments;
+        }
+        if (c.choices[0].finish_reason) finish = c.choices[0].finish_reason;
+      }
+      assert.equal(name, 'get_weather');
+      assert.deepEqual(JSON.parse(args), { city: 'Paris' });
+      assert.equal(finish, 'tool_calls');
+      const back = await openai.chat.completions.create({ model: 'fathom-demo', tools, max_tokens: 4,
+        messages: [...messages, msg, { role: 'tool', tool_call_id: msg.tool_calls[0].id, content: '21 C' }] });
+      assert.equal(back.object, 'chat.completion');
+      const m = await anthropic.messages.create({ model: 'fathom-demo', max_tokens: ids.length + 4,
+        thinking: { type: 'enabled', budget_tokens: 1024 },
+        tools: [{ name: 'get_weather', description: 'Weather', input_schema: tools[0].function.parameters }],
+        messages, forced_output_ids: ids });
+      assert.equal(m.stop_reason, 'tool_use');
+      const use = m.content.find((b) => b.type === 'tool_use');
+      assert.ok(use, JSON.stringify(m.content));
+      assert.equal(use.name, 'get_weather');
+      assert.deepEqual(use.input, { city: 'Paris' });
     });
     await check('a repeated long prefix reports cached_tokens', async () => {
       const messages = [{ role: 'system', content: longText }, { role: 'user', content: 'Summarise.' }];

@@ -191,7 +191,8 @@ Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
   FATHOM_ASSIGN_OR_RETURN(a.wkv, fp8(ck, at + "wkv", hd, D));
   FATHOM_ASSIGN_OR_RETURN(auto wo_a,
                           fp8(ck, at + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups));
-  a.wo_a = dequantize_bf16(wo_a);
+  a.wo_a_fp8 = wo_a;
+  if (W.strict) a.wo_a = dequantize_bf16(wo_a);
   FATHOM_ASSIGN_OR_RETURN(a.wo_b, fp8(ck, at + "wo_b", D, c.o_groups * c.o_lora_rank));
   FATHOM_ASSIGN_OR_RETURN(a.q_norm, bf16_values(ck, at + "q_norm.weight", {q}));
   FATHOM_ASSIGN_OR_RETURN(a.kv_norm, bf16_values(ck, at + "kv_norm.weight", {hd}));
@@ -511,8 +512,19 @@ void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeig
   std::vector<float> z(static_cast<size_t>(c.o_groups * c.o_lora_rank));
   for (int64_t h = 0; h < H; ++h) rope.rotate(o + h * hd + hd - rd, pos, true);
   for (int64_t g = 0; g < c.o_groups; ++g) {
-    const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * c.o_lora_rank * gin)], c.o_lora_rank, gin};
-    linear(ex, o + g * gin, wg, 1, true, &z[size_t(g * c.o_lora_rank)]);
+    if (ex.fast) {
+      // Rows g * o_rank.. of the FP8 matrix (o_rank is a multiple of the 32-row scale block).
+      const kernels::Fp8Matrix& m = a.wo_a_fp8;
+      const int64_t row0 = g * c.o_lora_rank, kb = (m.cols + 31) / 32;
+      const kernels::Fp8Matrix wg{m.weight + row0 * m.cols, m.scale + (row0 / 32) * kb,
+                                  c.o_lora_rank, m.cols};
+      float* zg = &z[size_t(g * c.o_lora_rank)];
+      kernels::cpu::matmul_fp8(wg, o + g * gin, 1, zg, ex.pool);
+      for (int64_t i = 0; i < c.o_lora_rank; ++i) zg[i] = kernels::round_to_bf16(zg[i]);
+    } else {
+      const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * c.o_lora_rank * gin)], c.o_lora_rank, gin};
+      linear(ex, o + g * gin, wg, 1, true, &z[size_t(g * c.o_lora_rank)]);
+    }
   }
   fp8_linear(ex, a.wo_b, z.data(), 1, out);
 }
@@ -631,6 +643,7 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
   m->w_ = std::make_unique<ModelWeights>();
   ModelWeights& W = *m->w_;
   FATHOM_ASSIGN_OR_RETURN(W.cfg, load_model_config_dir(dir));
+  W.strict = options.numerics == Numerics::kStrict;
   const ModelConfig& c = W.cfg;
   if (c.hc_mult != kHcStreams) return unsupported("hc_mult must be 4");
   if (c.head_dim > 1024 || c.rope_head_dim > c.head_dim || c.rope_head_dim > c.index_head_dim)
@@ -700,7 +713,8 @@ int64_t V41Model::decode_weight_bytes() const {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const BlockWeights& b = W.blocks[size_t(l)];
     const AttentionWeights& a = b.attn;
-    total += fp8(a.wq_a) + fp8(a.wq_b) + fp8(a.wkv) + fp8(a.wo_b) + 2 * int64_t(a.wo_a.size());
+    total += fp8(a.wq_a) + fp8(a.wq_b) + fp8(a.wkv) + fp8(a.wo_b) +
+             (W.strict ? 2 * int64_t(a.wo_a.size()) : fp8(a.wo_a_fp8));
     if (b.kv_source)
       total += bf16(a.c_wkv) + (a.c_wgate.weight ? bf16(a.c_wgate) : 0) + bf16(a.i_wk);
     if (b.index_source) total += fp8(a.i_wq_b) + bf16(a.i_wproj);

@@ -23,7 +23,11 @@ namespace fathom::model {
 
 struct AttentionWeights {
   kernels::Fp8Matrix wq_a{}, wq_b{}, wkv{}, wo_b{};
-  std::vector<uint16_t> wo_a;  // [groups * o_rank, heads * head_dim / groups] bf16, dequantised
+  // wo_a [groups * o_rank, heads * head_dim / groups]: the checkpoint's FP8 (the fast path
+  // multiplies it directly: its values are exactly the reference's bf16 dequantisation) and,
+  // for strict numerics only, that bf16 copy.
+  kernels::Fp8Matrix wo_a_fp8{};
+  std::vector<uint16_t> wo_a;
   std::vector<float> q_norm, kv_norm;
   const float* sink = nullptr;
   // Compressor (kv sources): ratio 2 has a gate and runs in fp32, ratio 1 in bf16.
@@ -52,6 +56,7 @@ struct BlockWeights {
 
 struct ModelWeights {
   ModelConfig cfg;
+  bool strict = true;  // numerics the weights are prepared for
   std::unique_ptr<Checkpoint> ck;
   const uint16_t* embed = nullptr;  // [vocab, dim] bf16
   const uint16_t* head = nullptr;   // [vocab, dim] bf16

@@ -93,7 +93,7 @@ Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) 
         (ex.fast ? sparse_attention_fast : sparse_attention)(
             &q[size_t(i * H * hd)], H, hd, entries.data(), int64_t(entries.size()), b.attn.sink,
             scale, o.data());
-        attention_output(ex, W, b.attn, rope, o.data(), p0 + i, y + i * D);
+        attention_output(ex, W, b.attn, rope, o.data(), 1, p0 + i, y + i * D);
       }
       return Status::ok();
     };

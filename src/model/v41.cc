@@ -402,8 +402,8 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
                  const float* xn, bool own_keys, float* out, ForwardTrace* trace) {
   const ModelConfig& c = W.cfg;
   const AttentionWeights& a = b.attn;
-  const int64_t T = f.T, start = f.start, D = c.dim, H = c.n_heads, hd = c.head_dim,
-                rd = c.rope_head_dim, qd = c.q_lora_rank, win = c.window_size;
+  const int64_t T = f.T, start = f.start, H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim,
+                qd = c.q_lora_rank, win = c.window_size;
   const Rope& rope = b.ratio > 0 ? *W.rope_compressed : *W.rope_window;
   const float eps = float(c.norm_eps);
 
@@ -448,12 +448,12 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   if (ring.empty()) ring.assign(size_t(win * hd), 0.0f);
   const int64_t width = start == 0 ? std::min(T, win) : win;
   const std::vector<float>* comp = b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].comp : nullptr;
-  std::vector<const float*> entries;
-  std::vector<float> o(static_cast<size_t>(H * hd));
+  std::vector<float> o(static_cast<size_t>(T * H * hd));
   const float scale = float(std::pow(double(hd), -0.5));
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t p = start + t;
-    entries.assign(size_t(width), nullptr);
+  // Rows are independent: in fast numerics a prefill spreads them over the pool.
+  auto row = [&](size_t ti) {
+    const int64_t t = int64_t(ti), p = start + t;
+    std::vector<const float*> entries(static_cast<size_t>(width), nullptr);
     int64_t slot = 0;
     for (int64_t pos = std::max<int64_t>(0, p - win + 1); pos <= p; ++pos, ++slot) {
       entries[size_t(slot)] =
@@ -467,9 +467,13 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
     }
     (ex.fast ? sparse_attention_fast : sparse_attention)(&q[size_t(t * H * hd)], H, hd,
                                                          entries.data(), int64_t(entries.size()),
-                                                         a.sink, scale, o.data());
-    attention_output(ex, W, a, rope, o.data(), p, out + t * D);
-  }
+                                                         a.sink, scale, &o[size_t(t * H * hd)]);
+  };
+  if (ex.fast && ex.pool != nullptr && T > 1)
+    ex.pool->parallel_for(size_t(T), row);
+  else
+    for (int64_t t = 0; t < T; ++t) row(size_t(t));
+  attention_output(ex, W, a, rope, o.data(), T, start, out);
   for (int64_t t = std::max<int64_t>(0, T - win); t < T; ++t)
     std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)],
               &ring[size_t(((start + t) % win) * hd)]);
@@ -506,27 +510,33 @@ void attention_queries(const Exec& ex, const ModelWeights& W, const AttentionWei
 }
 
 void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                      const Rope& rope, float* o, int64_t pos, float* out) {
+                      const Rope& rope, float* o, int64_t T, int64_t pos0, float* out) {
   const ModelConfig& c = W.cfg;
-  const int64_t H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim, gin = H * hd / c.o_groups;
-  std::vector<float> z(static_cast<size_t>(c.o_groups * c.o_lora_rank));
-  for (int64_t h = 0; h < H; ++h) rope.rotate(o + h * hd + hd - rd, pos, true);
+  const int64_t H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim, gin = H * hd / c.o_groups,
+                zr = c.o_groups * c.o_lora_rank, orank = c.o_lora_rank;
+  std::vector<float> z(static_cast<size_t>(T * zr)), og(static_cast<size_t>(T * gin)),
+      zg(static_cast<size_t>(T * orank));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) rope.rotate(o + (t * H + h) * hd + hd - rd, pos0 + t, true);
   for (int64_t g = 0; g < c.o_groups; ++g) {
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(o + t * H * hd + g * gin, gin, &og[size_t(t * gin)]);
     if (ex.fast) {
       // Rows g * o_rank.. of the FP8 matrix (o_rank is a multiple of the 32-row scale block).
       const kernels::Fp8Matrix& m = a.wo_a_fp8;
-      const int64_t row0 = g * c.o_lora_rank, kb = (m.cols + 31) / 32;
-      const kernels::Fp8Matrix wg{m.weight + row0 * m.cols, m.scale + (row0 / 32) * kb,
-                                  c.o_lora_rank, m.cols};
-      float* zg = &z[size_t(g * c.o_lora_rank)];
-      kernels::cpu::matmul_fp8(wg, o + g * gin, 1, zg, ex.pool);
-      for (int64_t i = 0; i < c.o_lora_rank; ++i) zg[i] = kernels::round_to_bf16(zg[i]);
+      const int64_t row0 = g * orank, kb = (m.cols + 31) / 32;
+      const kernels::Fp8Matrix wg{m.weight + row0 * m.cols, m.scale + (row0 / 32) * kb, orank,
+                                  m.cols};
+      kernels::cpu::matmul_fp8(wg, og.data(), T, zg.data(), ex.pool);
+      for (auto& v : zg) v = kernels::round_to_bf16(v);
     } else {
-      const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * c.o_lora_rank * gin)], c.o_lora_rank, gin};
-      linear(ex, o + g * gin, wg, 1, true, &z[size_t(g * c.o_lora_rank)]);
+      const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * orank * gin)], orank, gin};
+      linear(ex, og.data(), wg, T, true, zg.data());
     }
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(&zg[size_t(t * orank)], orank, &z[size_t(t * zr + g * orank)]);
   }
-  fp8_linear(ex, a.wo_b, z.data(), 1, out);
+  fp8_linear(ex, a.wo_b, z.data(), T, out);
 }
 
 Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, int64_t T, float* X,

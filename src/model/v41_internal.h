@@ -118,10 +118,11 @@ void attention_queries(const Exec& ex, const ModelWeights& W, const AttentionWei
                        const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
                        float* q);
 
-// out [dim] = wo_b · wo_a(o) for one row's attention output o [heads, head_dim], after the
-// inverse RoPE at `pos` (applied to o in place).
+// out [T, dim] = wo_b · wo_a(o) for T rows of attention output o [T, heads, head_dim] at
+// positions pos0.., after the inverse RoPE (applied to o in place). The projections run
+// once over all rows.
 void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                      const Rope& rope, float* o, int64_t pos, float* out);
+                      const Rope& rope, float* o, int64_t T, int64_t pos0, float* out);
 
 // An attention sublayer: xn [T, dim] normed inputs -> out [T, dim].
 using AttentionSublayer = std::function<Status(const float* xn, float* out)>;

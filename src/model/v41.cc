@@ -719,7 +719,8 @@ int64_t V41Model::decode_weight_bytes() const {
     return e.fp4 ? fp4(e.w1_fp4) + fp4(e.w2_fp4) + fp4(e.w3_fp4)
                  : fp8(e.w1_fp8) + fp8(e.w2_fp8) + fp8(e.w3_fp8);
   };
-  int64_t total = 2 * c.dim /* embedding row */ + 2 * c.vocab_size * c.dim /* head */;
+  int64_t total = 2 * c.dim /* embedding row */ + 2 * c.vocab_size * c.dim /* head */ +
+                  4 * c.dim /* final norm */;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const BlockWeights& b = W.blocks[size_t(l)];
     const AttentionWeights& a = b.attn;
@@ -728,6 +729,9 @@ int64_t V41Model::decode_weight_bytes() const {
     if (b.kv_source)
       total += bf16(a.c_wkv) + (a.c_wgate.weight ? bf16(a.c_wgate) : 0) + bf16(a.i_wk);
     if (b.index_source) total += fp8(a.i_wq_b) + bf16(a.i_wproj);
+    // The two mHC mixes (F32 [24, 4 * dim] each) and the norms.
+    total += 2 * 4 * 24 * 4 * c.dim + 4 * int64_t(b.attn_norm.size() + b.ffn_norm.size() +
+                                                  a.q_norm.size() + a.kv_norm.size());
     total +=
         4 * int64_t(b.gate_w.size()) + expert(b.moe.shared) + b.top_k * expert(b.moe.routed[0]);
     if (b.engram >= 0) {

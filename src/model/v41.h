@@ -80,8 +80,8 @@ class V41Model {
   std::unique_ptr<SequenceState> new_sequence() const;
 
   // Bytes of weights the fast path reads for one decode token of one sequence: every
-  // layer's attention, router, shared expert and top-k routed experts, the Engram
-  // projections and rows, the final norm and head (the DSpark stages excluded).
+  // layer's mHC mixes, norms, attention, router, shared expert and top-k routed experts, the
+  // Engram projections and rows, the final norm and head (the DSpark stages excluded).
   int64_t decode_weight_bytes() const;
   // Size of the mapped checkpoint files.
   int64_t checkpoint_bytes() const;

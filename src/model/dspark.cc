@@ -22,8 +22,8 @@
 
 namespace fathom::model {
 
+using detail::attention_inputs;
 using detail::attention_output;
-using detail::attention_queries;
 using detail::Exec;
 using detail::fp8_linear;
 using detail::rmsnorm;
@@ -84,8 +84,7 @@ Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) 
     auto attn = [&](const float* xn, float* y) -> Status {
       std::vector<float> qr(size_t(B * c.q_lora_rank)), q(size_t(B * H * hd)), kv(size_t(B * hd)),
           o(size_t(H * hd));
-      attention_queries(ex, W, b.attn, rope, xn, B, p0, qr.data(), q.data());
-      window_kv(ex, W, b.attn, rope, xn, B, p0, kv.data());
+      attention_inputs(ex, W, b.attn, rope, xn, B, p0, qr.data(), q.data(), kv.data());
       std::vector<const float*> entries;
       for (int64_t k = 0; k < n_ring; ++k) entries.push_back(&ring[size_t(k * hd)]);
       for (int64_t i = 0; i < B; ++i) entries.push_back(&kv[size_t(i * hd)]);

@@ -85,8 +85,8 @@ void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_
 
 }  // namespace detail
 
+using detail::attention_inputs;
 using detail::attention_output;
-using detail::attention_queries;
 using detail::Exec;
 using detail::fp8_linear;
 using detail::linear;
@@ -410,8 +410,7 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   std::vector<float> qr(static_cast<size_t>(T * qd)), q(size_t(T * H * hd)),
       kv(static_cast<size_t>(T * hd));
   const Exec& ex = f.ex;
-  attention_queries(ex, W, a, rope, xn, T, start, qr.data(), q.data());
-  window_kv(ex, W, a, rope, xn, T, start, kv.data());
+  attention_inputs(ex, W, a, rope, xn, T, start, qr.data(), q.data(), kv.data());
 
   // Compressed KV: the source compresses, the index source selects, then the new entries
   // are rotated, FP4 fake-quantised and appended.
@@ -484,29 +483,53 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
 
 namespace detail {
 
-void window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a, const Rope& rope,
-               const float* x, int64_t T, int64_t pos0, float* kv) {
+namespace {
+
+// kv [T, head_dim] = e4m3 fake-quant(RoPE(kv_norm(proj))) at positions pos0.. for the wkv
+// projection `proj` [T, head_dim].
+void finish_window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
+                      const Rope& rope, const float* proj, int64_t T, int64_t pos0, float* kv) {
   const int64_t hd = W.cfg.head_dim, rd = W.cfg.rope_head_dim;
-  std::vector<float> tmp(static_cast<size_t>(T * hd));
-  fp8_linear(ex, a.wkv, x, T, tmp.data());
-  rmsnorm(ex, tmp.data(), a.kv_norm, T, float(W.cfg.norm_eps), kv);
+  rmsnorm(ex, proj, a.kv_norm, T, float(W.cfg.norm_eps), kv);
   for (int64_t t = 0; t < T; ++t) {
     rope.rotate(kv + t * hd + hd - rd, pos0 + t);
     kernels::ref::fake_quant_e4m3(kv + t * hd, hd, kv + t * hd);
   }
 }
 
-void attention_queries(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                       const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
-                       float* q) {
+}  // namespace
+
+void window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a, const Rope& rope,
+               const float* x, int64_t T, int64_t pos0, float* kv) {
+  std::vector<float> tmp(static_cast<size_t>(T * W.cfg.head_dim));
+  fp8_linear(ex, a.wkv, x, T, tmp.data());
+  finish_window_kv(ex, W, a, rope, tmp.data(), T, pos0, kv);
+}
+
+void attention_inputs(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
+                      const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
+                      float* q, float* kv) {
   const ModelConfig& c = W.cfg;
   const int64_t H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim;
-  std::vector<float> tmp(static_cast<size_t>(T * c.q_lora_rank));
-  fp8_linear(ex, a.wq_a, xn, T, tmp.data());
-  rmsnorm(ex, tmp.data(), a.q_norm, T, float(c.norm_eps), qr);
+  std::vector<float> tq(static_cast<size_t>(T * c.q_lora_rank)), tkv(static_cast<size_t>(T * hd));
+  if (ex.fast && ex.pool != nullptr && T == 1) {
+    // Decode: the two projections of xn side by side, one thread each.
+    const Exec one{true, nullptr};
+    ex.pool->parallel_for(2, [&](size_t i) {
+      if (i == 0)
+        fp8_linear(one, a.wq_a, xn, 1, tq.data());
+      else
+        fp8_linear(one, a.wkv, xn, 1, tkv.data());
+    });
+  } else {
+    fp8_linear(ex, a.wq_a, xn, T, tq.data());
+    fp8_linear(ex, a.wkv, xn, T, tkv.data());
+  }
+  rmsnorm(ex, tq.data(), a.q_norm, T, float(c.norm_eps), qr);
   fp8_linear(ex, a.wq_b, qr, T, q);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) rope.rotate(q + (t * H + h) * hd + hd - rd, pos0 + t);
+  finish_window_kv(ex, W, a, rope, tkv.data(), T, pos0, kv);
 }
 
 void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
@@ -518,6 +541,21 @@ void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeig
       zg(static_cast<size_t>(T * orank));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) rope.rotate(o + (t * H + h) * hd + hd - rd, pos0 + t, true);
+  if (ex.fast && ex.pool != nullptr && T == 1) {
+    // Decode: the groups side by side, one thread each.
+    const kernels::Fp8Matrix& m = a.wo_a_fp8;
+    const int64_t kb = (m.cols + 31) / 32;
+    ex.pool->parallel_for(size_t(c.o_groups), [&](size_t gi) {
+      const int64_t g = int64_t(gi), row0 = g * orank;
+      const kernels::Fp8Matrix wg{m.weight + row0 * m.cols, m.scale + (row0 / 32) * kb, orank,
+                                  m.cols};
+      float* zd = &z[size_t(g * orank)];
+      kernels::cpu::matmul_fp8(wg, o + g * gin, 1, zd, nullptr);
+      for (int64_t i = 0; i < orank; ++i) zd[i] = kernels::round_to_bf16(zd[i]);
+    });
+    fp8_linear(ex, a.wo_b, z.data(), T, out);
+    return;
+  }
   for (int64_t g = 0; g < c.o_groups; ++g) {
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(o + t * H * hd + g * gin, gin, &og[size_t(t * gin)]);

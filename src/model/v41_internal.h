@@ -112,11 +112,11 @@ void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_
 void window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a, const Rope& rope,
                const float* x, int64_t T, int64_t pos0, float* kv);
 
-// qr [T, q_lora_rank] = q_norm(wq_a · xn) and q [T, heads, head_dim] = wq_b · qr with RoPE at
-// positions pos0.. on each head's tail.
-void attention_queries(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                       const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
-                       float* q);
+// qr [T, q_lora_rank] = q_norm(wq_a · xn), q [T, heads, head_dim] = wq_b · qr with RoPE at
+// positions pos0.. on each head's tail, and kv [T, head_dim] as window_kv() makes it.
+void attention_inputs(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
+                      const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
+                      float* q, float* kv);
 
 // out [T, dim] = wo_b · wo_a(o) for T rows of attention output o [T, heads, head_dim] at
 // positions pos0.., after the inverse RoPE (applied to o in place). The projections run

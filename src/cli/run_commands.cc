@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "engine/sampler.h"
+#include "model/engram.h"
 #include "model/mkmodel.h"
 #include "model/v41.h"
 #include "tokenizer/tokenizer.h"
@@ -68,7 +69,7 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
 }
 
 struct ForwardArgs {
-  std::string model, ids, numerics = "strict", out;
+  std::string model, ids, numerics = "strict", out, tokenizer;
   int64_t prefill = -1;
   bool own_keys = false;
   int threads = 0;
@@ -86,6 +87,7 @@ int run_forward(const ForwardArgs& a) {
   o.numerics = *num;
   o.own_index_keys = a.own_keys;
   o.threads = a.threads;
+  o.tokenizer_path = a.tokenizer;
   auto m = model::V41Model::load(a.model, o);
   if (!m.is_ok()) return fail(m.status());
   const int64_t V = (*m)->config().vocab_size;
@@ -119,6 +121,7 @@ int run_generate(const GenerateArgs& a) {
   model::ModelOptions o;
   o.numerics = *num;
   o.threads = a.threads;
+  o.tokenizer_path = a.tokenizer;
   auto m = model::V41Model::load(a.model, o);
   if (!m.is_ok()) return fail(m.status());
   const int64_t V = (*m)->config().vocab_size;
@@ -165,9 +168,29 @@ int run_generate(const GenerateArgs& a) {
   return 0;
 }
 
+int run_engram_map(const std::string& tokenizer) {
+  auto tok = Tokenizer::load_file(tokenizer);
+  if (!tok.is_ok()) return fail(tok.status());
+  int64_t size = 0;
+  auto map = model::build_compressed_token_map(**tok, &size);
+  if (!map.is_ok()) return fail(map.status());
+  std::string out = "{\"compressed_vocab_size\":" + std::to_string(size) + ",\"token_map\":[";
+  for (size_t i = 0; i < map->size(); ++i) out += (i ? "," : "") + std::to_string((*map)[i]);
+  out += "]}\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 void add_run_commands(CLI::App& app, Runner* run) {
+  {
+    auto tok = std::make_shared<std::string>();
+    auto* c =
+        app.add_subcommand("engram-map", "The Engram compressed-token map of a tokenizer, as JSON");
+    c->add_option("--tokenizer", *tok, "tokenizer.json")->required();
+    c->callback([tok, run] { *run = [tok] { return run_engram_map(*tok); }; });
+  }
   {
     auto a = std::make_shared<MkmodelArgs>();
     auto* c =
@@ -188,6 +211,9 @@ void add_run_commands(CLI::App& app, Runner* run) {
                   "Prefill the first K tokens, decode the rest one by one");
     c->add_option("--numerics", a->numerics, "strict (bit-exact with the reference) or fast");
     c->add_flag("--own-index-keys", a->own_keys, "Indexers score their own kv source's keys");
+    c->add_option("--tokenizer", a->tokenizer,
+                  "tokenizer.json for the Engram token map when the checkpoint has no "
+                  "engram_tables.json");
     c->add_option("--threads", a->threads, "Threads for the fast kernels (0 = all)");
     c->add_option("--out", a->out, "Output file")->required();
     c->callback([a, run] { *run = [a] { return run_forward(*a); }; });

@@ -83,6 +83,7 @@ int run_serve(const ServeArgs& a) {
   model::ModelOptions mo;
   mo.numerics = a.numerics == "strict" ? model::Numerics::kStrict : model::Numerics::kFast;
   mo.threads = a.threads;
+  mo.tokenizer_path = tok_path;
   if (isatty(2)) std::fprintf(stderr, "fathom: loading %s ...", model_dir.c_str());
   auto m = model::V41Model::load(model_dir, mo);
   if (isatty(2)) std::fprintf(stderr, " done\n");

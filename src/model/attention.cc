@@ -74,8 +74,13 @@ void sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const flo
           s[j] = neg_inf;
           continue;
         }
-        float dot = 0;
-        for (int64_t i = 0; i < dim; ++i) dot += qh[i] * kv[i];
+        float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight partial sums: vectorised
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8)
+          for (int l = 0; l < 8; ++l) lanes[l] += qh[i + l] * kv[i + l];
+        for (; i < dim; ++i) lanes[0] += qh[i] * kv[i];
+        const float dot = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
         s[j] = dot * scale;
         chunk_max = std::max(chunk_max, s[j]);
       }

@@ -15,7 +15,8 @@
 
 namespace fathom {
 class ThreadPool;
-}
+class Tokenizer;
+}  // namespace fathom
 
 namespace fathom::model {
 
@@ -27,6 +28,11 @@ class EngramHasher {
   // From engram_tables.json (token_map, multipliers, primes, offsets, pad_compressed_id),
   // checked against the config.
   static Result<EngramHasher> from_tables_json(std::string_view json, const ModelConfig& c);
+  // From the tokenizer, as the reference does (spec §6.8): the compressed-token map built
+  // from it, the released multipliers (numpy's default_rng(10007 * layer), precomputed), the
+  // distinct primes above engram_vocab_size - 1. kUnsupported for an Engram configuration
+  // other than the released one (layers 1 and 14, 99,092 compressed ids).
+  static Result<EngramHasher> from_tokenizer(const Tokenizer& tokenizer, const ModelConfig& c);
   int64_t columns() const { return columns_; }
   int64_t layers() const { return int64_t(multipliers_.size()); }
   // Row ids for positions start..start+T-1 of `tokens` (the whole sequence so far).
@@ -49,6 +55,13 @@ struct EngramLayer {
   std::vector<float> q_weight, k_weight;  // [4, dim] bf16 values
   float eps = 1e-20f;
 };
+
+// The Engram compressed-token map of a tokenizer (ref `build_compressed_token_map`): every id
+// decoded alone (special tokens kept), normalised NFKC -> NFD -> strip accents -> lowercase
+// -> [ \t\r\n]+ to one space -> strip (a text that is exactly one space stays one space);
+// an id whose text holds U+FFFD is keyed by its raw token spelling instead; keys get new ids
+// in first-seen order. Returns the map (one entry per id) and sets *size.
+Result<std::vector<int32_t>> build_compressed_token_map(const Tokenizer& tokenizer, int64_t* size);
 
 Result<EngramLayer> bind_engram(const Checkpoint& ck, const ModelConfig& c, int layer,
                                 int64_t index);

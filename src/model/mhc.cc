@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/thread_pool.h"
 #include "kernels/norm.h"
 
 namespace fathom::model {
@@ -59,12 +60,22 @@ HcMix hc_mix(const float* streams, const HcMixParams& p) {
   return split_mix(m, p);
 }
 
-HcMix hc_mix_fast(const float* streams, const HcMixParams& p) {
+HcMix hc_mix_fast(const float* streams, const HcMixParams& p, ThreadPool* pool) {
   const int64_t n = kHcStreams * p.hidden;
-  const float var = float(dot_lanes(streams, streams, n) / double(n));
+  double d[kMixRows + 1];
+  // 25 dot products over 4 * hidden values: the norm and the 24 mixing rows.
+  auto rows = [&](size_t part) {
+    for (int o = int(part); o <= kMixRows; o += pool ? int(pool->size()) : 1)
+      d[o] = dot_lanes(o == kMixRows ? streams : p.fn + o * n, streams, n);
+  };
+  if (pool != nullptr && pool->size() > 1)
+    pool->parallel_for(pool->size(), rows);
+  else
+    rows(0);
+  const float var = float(d[kMixRows] / double(n));
   const float r = float(1.0 / std::sqrt(double(var + p.norm_eps)));
   float m[kMixRows];
-  for (int o = 0; o < kMixRows; ++o) m[o] = float(dot_lanes(p.fn + o * n, streams, n)) * r;
+  for (int o = 0; o < kMixRows; ++o) m[o] = float(d[o]) * r;
   return split_mix(m, p);
 }
 

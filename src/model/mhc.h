@@ -9,6 +9,10 @@
 
 #include <cstdint>
 
+namespace fathom {
+class ThreadPool;
+}
+
 namespace fathom::model {
 
 inline constexpr int kHcStreams = 4;
@@ -34,7 +38,7 @@ struct HcMix {
 HcMix hc_mix(const float* streams, const HcMixParams& p);
 // The `fast` numerics: the same arithmetic with the double sums taken in eight lanes (the
 // mix is too sensitive for fp32 sums: they double the fast path's logit error).
-HcMix hc_mix_fast(const float* streams, const HcMixParams& p);
+HcMix hc_mix_fast(const float* streams, const HcMixParams& p, ThreadPool* pool = nullptr);
 
 // x = bf16(sum_j pre[j] * X[j]): the sublayer input, [hidden].
 void hc_pre(const float* pre, const float* streams, int64_t hidden, float* x);

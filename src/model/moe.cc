@@ -189,7 +189,10 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
   // Few rows (decode): the experts run side by side, one thread each, with no
   // synchronisation inside their GEMVs; many rows (prefill): each expert uses the pool.
   if (pool != nullptr && T <= 4 && jobs.size() > 1) {
-    pool->parallel_for(jobs.size(), [&](size_t i) { run(jobs[i], nullptr); });
+    // The shared expert (the biggest job: FP8, twice the bytes of an FP4 one) goes first so
+    // the threads finish together.
+    pool->parallel_for(jobs.size(),
+                       [&](size_t i) { run(jobs[i == 0 ? jobs.size() - 1 : i - 1], nullptr); });
   } else {
     for (Job& j : jobs) run(j, pool);
   }

@@ -22,6 +22,7 @@
 #include "model/rope.h"
 #include "model/safetensors.h"
 #include "model/v41_internal.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fathom::model {
 
@@ -309,8 +310,15 @@ void index_scores(const Exec& ex, const float* q, const float* w, const float* k
     for (int64_t j = 0; j < n; ++j) {
       float total = 0;
       for (int64_t h = 0; h < heads; ++h) {
-        float dot = 0;
-        for (int64_t i = 0; i < dim; ++i) dot += q[h * dim + i] * keys[j * dim + i];
+        const float* qh = q + h * dim;
+        const float* kj = keys + j * dim;
+        float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight partial sums: vectorised
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8)
+          for (int l = 0; l < 8; ++l) lanes[l] += qh[i + l] * kj[i + l];
+        for (; i < dim; ++i) lanes[0] += qh[i] * kj[i];
+        const float dot = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
         total += kernels::round_to_bf16(std::max(kernels::round_to_bf16(dot), 0.0f) * w[h]);
       }
       out[j] = kernels::round_to_bf16(total);
@@ -464,6 +472,16 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
         entries.push_back(j < 0 ? nullptr : &(*comp)[size_t(j) * size_t(hd)]);
       }
     }
+    if (ex.fast && ex.pool != nullptr && T == 1 && H >= 2) {
+      // Decode: the heads in two halves, one per thread.
+      const int64_t half = H / 2;
+      ex.pool->parallel_for(2, [&](size_t i) {
+        const int64_t h0 = int64_t(i) * half, nh = i == 0 ? half : H - half;
+        sparse_attention_fast(&q[size_t(h0 * hd)], nh, hd, entries.data(), int64_t(entries.size()),
+                              a.sink + h0, scale, &o[size_t(h0 * hd)]);
+      });
+      return;
+    }
     (ex.fast ? sparse_attention_fast : sparse_attention)(&q[size_t(t * H * hd)], H, hd,
                                                          entries.data(), int64_t(entries.size()),
                                                          a.sink, scale, &o[size_t(t * H * hd)]);
@@ -585,7 +603,8 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
       y(static_cast<size_t>(T * D)), mid(static_cast<size_t>(4 * D));
   std::vector<HcMix> mixes(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
-    mixes[size_t(t)] = (ex.fast ? hc_mix_fast : hc_mix)(X + t * 4 * D, b.hc_attn);
+    mixes[size_t(t)] = ex.fast ? hc_mix_fast(X + t * 4 * D, b.hc_attn, T == 1 ? ex.pool : nullptr)
+                               : hc_mix(X + t * 4 * D, b.hc_attn);
     hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
   }
   rmsnorm(ex, x.data(), b.attn_norm, T, eps, xn.data());
@@ -599,7 +618,8 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
     hc_post(mixes[size_t(t)], &y[size_t(t * D)], xt, D, mid.data());
     std::copy(mid.begin(), mid.end(), xt);
     hc_pre(mixes[size_t(t)].pre, xt, D, &x[size_t(t * D)]);
-    mixes[size_t(t)] = (ex.fast ? hc_mix_fast : hc_mix)(xt, b.hc_ffn);
+    mixes[size_t(t)] =
+        ex.fast ? hc_mix_fast(xt, b.hc_ffn, T == 1 ? ex.pool : nullptr) : hc_mix(xt, b.hc_ffn);
   }
   rmsnorm(ex, x.data(), b.ffn_norm, T, eps, xn.data());
   std::vector<int32_t> experts(static_cast<size_t>(b.top_k));
@@ -712,15 +732,21 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
   W.blocks.resize(size_t(c.n_layers + c.n_mtp_layers));
   for (int64_t i = 0; i < int64_t(W.blocks.size()); ++i)
     FATHOM_RETURN_IF_ERROR(bind_block(W, int(i), i >= c.n_layers, &W.blocks[size_t(i)]));
-  // Engram: the hasher from engram_tables.json when the folder has one.
+  // Engram: the hasher from engram_tables.json when the folder has one, else built from the
+  // tokenizer as the reference does.
   if (!c.engram_layer_ids.empty()) {
     bool ok = false;
     std::string tables = read_file(dir + "/engram_tables.json", &ok);
-    if (!ok)
+    if (ok) {
+      FATHOM_ASSIGN_OR_RETURN(W.hasher, EngramHasher::from_tables_json(tables, c));
+    } else if (!options.tokenizer_path.empty()) {
+      FATHOM_ASSIGN_OR_RETURN(auto tok, Tokenizer::load_file(options.tokenizer_path));
+      FATHOM_ASSIGN_OR_RETURN(W.hasher, EngramHasher::from_tokenizer(*tok, c));
+    } else {
       return not_found(dir +
-                       "/engram_tables.json: the Engram token map is required (building "
-                       "it from the tokenizer is not supported yet)");
-    FATHOM_ASSIGN_OR_RETURN(W.hasher, EngramHasher::from_tables_json(tables, c));
+                       "/engram_tables.json is missing and no tokenizer was given: the Engram "
+                       "compressed-token map needs one of them");
+    }
     for (size_t e = 0; e < c.engram_layer_ids.size(); ++e) {
       const int64_t l = c.engram_layer_ids[e];
       FATHOM_ASSIGN_OR_RETURN(EngramLayer el, bind_engram(*W.ck, c, int(l), int64_t(e)));

@@ -37,6 +37,9 @@ struct ModelOptions {
   bool own_index_keys = false;
   // Threads for the fast kernels (0 = one per hardware thread).
   int threads = 0;
+  // tokenizer.json to build the Engram compressed-token map from when the checkpoint folder
+  // has no engram_tables.json.
+  std::string tokenizer_path;
 };
 
 // What a forward can record for tests and tools. Rows are the chunk's tokens.

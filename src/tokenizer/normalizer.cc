@@ -51,6 +51,21 @@ Status LowercaseNormalizer::normalize(std::string& text, RegexScratch&) const {
   return Status::ok();
 }
 
+Status StripAccentsNormalizer::normalize(std::string& text, RegexScratch&) const {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    size_t len = 0;
+    uint32_t cp = utf8::decode_at(text, i, &len);
+    const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+    if (cat != UTF8PROC_CATEGORY_MN && cat != UTF8PROC_CATEGORY_MC && cat != UTF8PROC_CATEGORY_ME)
+      out.append(text, i, len);
+    i += len;
+  }
+  text.swap(out);
+  return Status::ok();
+}
+
 Status StripNormalizer::normalize(std::string& text, RegexScratch&) const {
   size_t b = 0, e = text.size();
   if (left_) {

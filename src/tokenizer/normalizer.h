@@ -1,6 +1,6 @@
 // Normalizers: the first stage of the pipeline, rewriting text before pre-tokenization as
 // tokenizer.json's "normalizer" says (Unicode NFC/NFD/NFKC/NFKD via utf8proc, Lowercase,
-// Strip, Replace, Prepend, Sequence). Immutable; safe to use from many threads.
+// StripAccents, Strip, Replace, Prepend, Sequence). Immutable; safe to use from many threads.
 #pragma once
 
 #include <memory>
@@ -31,6 +31,13 @@ class UnicodeNormalizer final : public Normalizer {
 };
 
 class LowercaseNormalizer final : public Normalizer {
+ public:
+  Status normalize(std::string& text, RegexScratch& scratch) const override;
+};
+
+// Removes combining marks (Unicode categories Mn, Mc, Me), as HF's StripAccents
+// (`is_combining_mark`).
+class StripAccentsNormalizer final : public Normalizer {
  public:
   Status normalize(std::string& text, RegexScratch& scratch) const override;
 };

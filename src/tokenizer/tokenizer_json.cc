@@ -93,6 +93,7 @@ Result<std::unique_ptr<tok::Normalizer>> parse_normalizer(element e) {
   if (type == "NFKC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UnicodeForm::kNFKC));
   if (type == "NFKD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(UnicodeForm::kNFKD));
   if (type == "Lowercase") return std::unique_ptr<Normalizer>(new LowercaseNormalizer());
+  if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccentsNormalizer());
   if (type == "Strip") {
     bool l = true, r = true;
     FATHOM_RETURN_IF_ERROR(get_bool(o, "strip_left", true, &l, "normalizer"));

@@ -164,6 +164,8 @@ void gemv_fp8_rows(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int
       if ((c & 3) == 0) {
         _mm_prefetch(reinterpret_cast<const char*>(wa + c * 16 + 4096), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(wb + c * 16 + 4096), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wa + c * 16 + 16384), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(wb + c * 16 + 16384), _MM_HINT_T1);
       }
       __m256 x0 = _mm256_loadu_ps(xs.data() + c * 16), x1 = _mm256_loadu_ps(xs.data() + c * 16 + 8);
       __m256 lo, hi;
@@ -191,7 +193,10 @@ void gemv_bf16_rows(const Bf16Matrix& w, const float* x, float* y, int64_t r0, i
     const uint16_t* wr = w.weight + m * w.cols;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     for (int64_t k = 0; k < full * 16; k += 16) {
-      if ((k & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(wr + k + 2048), _MM_HINT_T0);
+      if ((k & 31) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr + k + 4096), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wr + k + 16384), _MM_HINT_T1);
+      }
       acc0 = _mm256_fmadd_ps(bf16x8(wr + k), _mm256_loadu_ps(x + k), acc0);
       acc1 = _mm256_fmadd_ps(bf16x8(wr + k + 8), _mm256_loadu_ps(x + k + 8), acc1);
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/dot.h"
 #include "kernels/norm.h"
 
 namespace fathom::model {
@@ -74,14 +75,7 @@ void sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const flo
           s[j] = neg_inf;
           continue;
         }
-        float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight partial sums: vectorised
-        int64_t i = 0;
-        for (; i + 8 <= dim; i += 8)
-          for (int l = 0; l < 8; ++l) lanes[l] += qh[i + l] * kv[i + l];
-        for (; i < dim; ++i) lanes[0] += qh[i] * kv[i];
-        const float dot = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-                          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-        s[j] = dot * scale;
+        s[j] = kernels::dot_f32_lanes(qh, kv, dim) * scale;
         chunk_max = std::max(chunk_max, s[j]);
       }
       const float prev = running_max;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "kernels/dot.h"
 #include "kernels/norm.h"
 
 namespace fathom::model {
@@ -24,21 +25,7 @@ void normalise(float (&c)[kHcStreams][kHcStreams], bool rows, float eps) {
   }
 }
 
-}  // namespace
-
-namespace {
-
-// Dot product accumulated in double in eight lanes (vectorised by the compiler): the
-// products are exact in double, only the summation order differs from the strict loop.
-double dot_lanes(const float* a, const float* b, int64_t n) {
-  double acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += double(a[i + l]) * double(b[i + l]);
-  for (; i < n; ++i) acc[0] += double(a[i]) * double(b[i]);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
+// The pre/post gates and the Sinkhorn-normalised comb from the 24 normed mixes.
 HcMix split_mix(const float* m, const HcMixParams& p);
 
 }  // namespace
@@ -66,7 +53,7 @@ HcMix hc_mix_fast(const float* streams, const HcMixParams& p, ThreadPool* pool) 
   // 25 dot products over 4 * hidden values: the norm and the 24 mixing rows.
   auto rows = [&](size_t part) {
     for (int o = int(part); o <= kMixRows; o += pool ? int(pool->size()) : 1)
-      d[o] = dot_lanes(o == kMixRows ? streams : p.fn + o * n, streams, n);
+      d[o] = kernels::dot_f64_lanes(o == kMixRows ? streams : p.fn + o * n, streams, n);
   };
   if (pool != nullptr && pool->size() > 1)
     pool->parallel_for(pool->size(), rows);

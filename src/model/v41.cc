@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/thread_pool.h"
+#include "kernels/dot.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
@@ -251,35 +252,37 @@ struct ForwardScratch {
 namespace {
 
 // The compressor of kv source `b` over the chunk's normed inputs: appends completed
-// entries (RoPE-free latents) to `latents` with their entry index.
+// entries (RoPE-free latents) to `latents` with their entry index. The projections run once
+// over all T rows.
 void compress(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
               SequenceState::Source& src, const float* xn, int64_t start, int64_t T,
               std::vector<float>* latents, std::vector<int64_t>* entry_ids) {
-  const int64_t D = W.cfg.dim, hd = W.cfg.head_dim, r = b.ratio;
+  const int64_t hd = W.cfg.head_dim, r = b.ratio;
+  const float eps = float(W.cfg.norm_eps);
   const AttentionWeights& a = b.attn;
-  std::vector<float> kv(static_cast<size_t>(hd)), score(static_cast<size_t>(hd)),
-      pooled(static_cast<size_t>(hd)), lat(static_cast<size_t>(hd));
+  std::vector<float> kv(static_cast<size_t>(T * hd));
+  if (r == 1) {
+    // Ratio 1: a bf16 linear and the norm; every token is an entry.
+    linear(ex, xn, a.c_wkv, T, true, kv.data());
+    latents->resize(size_t(T * hd));
+    rmsnorm(ex, kv.data(), a.c_norm, T, eps, latents->data());
+    for (int64_t t = 0; t < T; ++t) entry_ids->push_back(start + t);
+    return;
+  }
+  // Ratio > 1: fp32 linears (the weights are promoted to fp32), the group's softmax over its
+  // r tokens per channel in double, the weighted sum accumulated in double.
+  std::vector<float> score(static_cast<size_t>(T * hd)), pooled(static_cast<size_t>(hd)),
+      lat(static_cast<size_t>(hd));
+  linear(ex, xn, a.c_wkv, T, false, kv.data());
+  linear(ex, xn, a.c_wgate, T, false, score.data());
   if (src.kv_part.empty()) {
     src.kv_part.assign(size_t(r * hd), 0.0f);
     src.score_part.assign(size_t(r * hd), kNegInf);
   }
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t p = start + t;
-    const float* x = xn + t * D;
-    if (r == 1) {
-      linear(ex, x, a.c_wkv, 1, true, kv.data());
-      rmsnorm(ex, kv.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
-      latents->insert(latents->end(), lat.begin(), lat.end());
-      entry_ids->push_back(p);
-      continue;
-    }
-    // Ratio > 1: fp32 linears (the weights are promoted to fp32), the group's softmax over
-    // its r tokens per channel in double, the weighted sum accumulated in double.
-    linear(ex, x, a.c_wkv, 1, false, kv.data());
-    linear(ex, x, a.c_wgate, 1, false, score.data());
-    const int64_t slot = p % r;
-    std::copy(kv.begin(), kv.end(), src.kv_part.begin() + slot * hd);
-    std::copy(score.begin(), score.end(), src.score_part.begin() + slot * hd);
+    const int64_t p = start + t, slot = p % r;
+    std::copy_n(&kv[size_t(t * hd)], hd, src.kv_part.begin() + slot * hd);
+    std::copy_n(&score[size_t(t * hd)], hd, src.score_part.begin() + slot * hd);
     if ((p + 1) % r != 0) continue;
     for (int64_t ch = 0; ch < hd; ++ch) {
       float m = kNegInf;
@@ -295,10 +298,9 @@ void compress(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
       }
       pooled[size_t(ch)] = kernels::round_to_bf16(float(acc));
     }
-    rmsnorm(ex, pooled.data(), a.c_norm, 1, float(W.cfg.norm_eps), lat.data());
+    rmsnorm(ex, pooled.data(), a.c_norm, 1, eps, lat.data());
     latents->insert(latents->end(), lat.begin(), lat.end());
     entry_ids->push_back(p / r);
-    std::fill(src.score_part.begin(), src.score_part.end(), kNegInf);
   }
 }
 
@@ -310,15 +312,7 @@ void index_scores(const Exec& ex, const float* q, const float* w, const float* k
     for (int64_t j = 0; j < n; ++j) {
       float total = 0;
       for (int64_t h = 0; h < heads; ++h) {
-        const float* qh = q + h * dim;
-        const float* kj = keys + j * dim;
-        float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight partial sums: vectorised
-        int64_t i = 0;
-        for (; i + 8 <= dim; i += 8)
-          for (int l = 0; l < 8; ++l) lanes[l] += qh[i + l] * kj[i + l];
-        for (; i < dim; ++i) lanes[0] += qh[i] * kj[i];
-        const float dot = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-                          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        const float dot = kernels::dot_f32_lanes(q + h * dim, keys + j * dim, dim);
         total += kernels::round_to_bf16(std::max(kernels::round_to_bf16(dot), 0.0f) * w[h]);
       }
       out[j] = kernels::round_to_bf16(total);
@@ -342,7 +336,7 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
                ForwardTrace* trace) {
   const ModelConfig& c = W.cfg;
   const int64_t T = f.T, start = f.start, r = b.ratio, nh = c.index_n_heads, ihd = c.index_head_dim,
-                D = c.dim, rd = c.rope_head_dim;
+                rd = c.rope_head_dim;
   const int64_t end = start + T, compress_len = end / r;
   const int64_t k = std::min(c.index_topk, compress_len);
   f.topk_width = k;
@@ -354,20 +348,21 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
   const std::vector<float>& keys = st.src[size_t(key_layer)].keys;
   if (int64_t(keys.size()) < compress_len * ihd)
     return internal_error("index keys shorter than the visible compressed entries");
-  std::vector<float> q(static_cast<size_t>(nh * ihd)), w(static_cast<size_t>(nh)),
+  // The query and head-weight projections of all rows at once.
+  std::vector<float> qs(static_cast<size_t>(T * nh * ihd)), ws(static_cast<size_t>(T * nh)),
       scores(static_cast<size_t>(compress_len));
+  fp8_linear(f.ex, b.attn.i_wq_b, qr, T, qs.data());
+  linear(f.ex, xn, b.attn.i_wproj, T, true, ws.data());
   std::vector<int32_t> chosen;
   const float wscale = float(std::pow(double(ihd), -0.5) * std::pow(double(nh), -0.5));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = start + t, visible = (p + 1) / r;
-    fp8_linear(f.ex, b.attn.i_wq_b, qr + t * c.q_lora_rank, 1, q.data());
-    for (int64_t h = 0; h < nh; ++h) {
-      rope.rotate(q.data() + h * ihd + ihd - rd, p);
-    }
-    kernels::ref::fake_quant_e2m1(q.data(), nh * ihd, 32, false, q.data());
-    linear(f.ex, xn + t * D, b.attn.i_wproj, 1, true, w.data());
-    for (auto& x : w) x = kernels::round_to_bf16(x * wscale);
-    index_scores(f.ex, q.data(), w.data(), keys.data(), compress_len, nh, ihd, scores.data());
+    float* q = &qs[size_t(t * nh * ihd)];
+    float* w = &ws[size_t(t * nh)];
+    for (int64_t h = 0; h < nh; ++h) rope.rotate(q + h * ihd + ihd - rd, p);
+    kernels::ref::fake_quant_e2m1(q, nh * ihd, 32, false, q);
+    for (int64_t h = 0; h < nh; ++h) w[h] = kernels::round_to_bf16(w[h] * wscale);
+    index_scores(f.ex, q, w, keys.data(), compress_len, nh, ihd, scores.data());
     for (int64_t j = visible; j < compress_len; ++j) scores[size_t(j)] = kNegInf;
     if (b.candidate_source) {
       // Block scores: the max over each block; the block of the newest entry is pinned.
@@ -428,16 +423,21 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
     SequenceState::Source& src = st.src[size_t(b.id)];
     if (b.kv_source) {
       compress(ex, W, b, src, xn, start, T, &latents, &ids);
-      const int64_t ihd = c.index_head_dim;
-      std::vector<float> key(static_cast<size_t>(ihd)), kn(static_cast<size_t>(ihd));
-      for (size_t e = 0; e < ids.size(); ++e) {
-        linear(ex, &latents[e * size_t(hd)], a.i_wk, 1, true, key.data());
-        rmsnorm(ex, key.data(), a.i_knorm, 1, eps, kn.data());
-        W.rope_compressed->rotate(kn.data() + ihd - rd, ids[e] * b.ratio);
-        kernels::ref::fake_quant_e2m1(kn.data(), ihd, 32, false, kn.data());
-        src.keys.insert(src.keys.end(), kn.begin(), kn.end());
+      // The new entries' index keys, from the RoPE-free latents, all at once.
+      const int64_t ihd = c.index_head_dim, n = int64_t(ids.size());
+      if (n > 0) {
+        std::vector<float> key(static_cast<size_t>(n * ihd));
+        const size_t old_size = src.keys.size();
+        src.keys.resize(old_size + size_t(n * ihd));
+        float* kn = &src.keys[old_size];
+        linear(ex, latents.data(), a.i_wk, n, true, key.data());
+        rmsnorm(ex, key.data(), a.i_knorm, n, eps, kn);
+        for (int64_t e = 0; e < n; ++e) {
+          W.rope_compressed->rotate(kn + e * ihd + ihd - rd, ids[size_t(e)] * b.ratio);
+          kernels::ref::fake_quant_e2m1(kn + e * ihd, ihd, 32, false, kn + e * ihd);
+        }
+        st.published_keys = b.id;
       }
-      if (!ids.empty()) st.published_keys = b.id;
     }
     if (b.index_source)
       FATHOM_RETURN_IF_ERROR(indexer(W, b, st, f, xn, qr.data(), rope, own_keys, trace));
@@ -559,16 +559,19 @@ void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeig
       zg(static_cast<size_t>(T * orank));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) rope.rotate(o + (t * H + h) * hd + hd - rd, pos0 + t, true);
+  // Group g's rows of the FP8 wo_a (o_rank is a multiple of the 32-row scale block).
+  auto fp8_group = [&](int64_t g) {
+    const kernels::Fp8Matrix& m = a.wo_a_fp8;
+    const int64_t row0 = g * orank;
+    return kernels::Fp8Matrix{m.weight + row0 * m.cols,
+                              m.scale + (row0 / 32) * ((m.cols + 31) / 32), orank, m.cols};
+  };
   if (ex.fast && ex.pool != nullptr && T == 1) {
     // Decode: the groups side by side, one thread each.
-    const kernels::Fp8Matrix& m = a.wo_a_fp8;
-    const int64_t kb = (m.cols + 31) / 32;
     ex.pool->parallel_for(size_t(c.o_groups), [&](size_t gi) {
-      const int64_t g = int64_t(gi), row0 = g * orank;
-      const kernels::Fp8Matrix wg{m.weight + row0 * m.cols, m.scale + (row0 / 32) * kb, orank,
-                                  m.cols};
+      const int64_t g = int64_t(gi);
       float* zd = &z[size_t(g * orank)];
-      kernels::cpu::matmul_fp8(wg, o + g * gin, 1, zd, nullptr);
+      kernels::cpu::matmul_fp8(fp8_group(g), o + g * gin, 1, zd, nullptr);
       for (int64_t i = 0; i < orank; ++i) zd[i] = kernels::round_to_bf16(zd[i]);
     });
     fp8_linear(ex, a.wo_b, z.data(), T, out);
@@ -578,12 +581,7 @@ void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeig
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(o + t * H * hd + g * gin, gin, &og[size_t(t * gin)]);
     if (ex.fast) {
-      // Rows g * o_rank.. of the FP8 matrix (o_rank is a multiple of the 32-row scale block).
-      const kernels::Fp8Matrix& m = a.wo_a_fp8;
-      const int64_t row0 = g * orank, kb = (m.cols + 31) / 32;
-      const kernels::Fp8Matrix wg{m.weight + row0 * m.cols, m.scale + (row0 / 32) * kb, orank,
-                                  m.cols};
-      kernels::cpu::matmul_fp8(wg, og.data(), T, zg.data(), ex.pool);
+      kernels::cpu::matmul_fp8(fp8_group(g), og.data(), T, zg.data(), ex.pool);
       for (auto& v : zg) v = kernels::round_to_bf16(v);
     } else {
       const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * orank * gin)], orank, gin};
@@ -622,17 +620,7 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
         ex.fast ? hc_mix_fast(xt, b.hc_ffn, T == 1 ? ex.pool : nullptr) : hc_mix(xt, b.hc_ffn);
   }
   rmsnorm(ex, x.data(), b.ffn_norm, T, eps, xn.data());
-  std::vector<int32_t> experts(static_cast<size_t>(b.top_k));
-  std::vector<float> weights(static_cast<size_t>(b.top_k));
   MoeGateParams gp{b.gate_w.data(), b.gate_bias, D, b.n_experts, b.top_k, float(W.cfg.route_scale)};
-  std::vector<int32_t>* gi = nullptr;
-  std::vector<float>* gw = nullptr;
-  if (trace) {
-    gi = &trace->gate_idx[b.id];
-    gw = &trace->gate_w[b.id];
-    gi->clear();
-    gw->clear();
-  }
   std::vector<int32_t> all_experts(size_t(T * b.top_k));
   std::vector<float> all_weights(size_t(T * b.top_k));
   for (int64_t t = 0; t < T; ++t) {
@@ -645,9 +633,9 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
   if (ex.fast)
     moe_forward_fast(b.moe, xn.data(), T, all_experts.data(), all_weights.data(), b.top_k, y.data(),
                      ex.pool);
-  if (gi) {
-    *gi = all_experts;
-    *gw = all_weights;
+  if (trace) {
+    trace->gate_idx[b.id] = all_experts;
+    trace->gate_w[b.id] = all_weights;
   }
   if (trace && trace->keep_tensors) trace->tensors[l + "_ffn_out"] = y;
   for (int64_t t = 0; t < T; ++t) {

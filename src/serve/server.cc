@@ -103,20 +103,50 @@ struct Server::Impl {
     return p == Protocol::kMessages ? api::anthropic_error_json(s) : api::openai_error_json(s);
   }
 
-  void send_error(Protocol p, httplib::Response& res, const Status& s) {
-    {
-      std::lock_guard<std::mutex> lock(metrics.mu);
-      ++metrics.errors[int(p)];
-    }
-    res.status = api::http_status_of(s);
+  void count_error(Protocol p) {
+    std::lock_guard<std::mutex> lock(metrics.mu);
+    ++metrics.errors[int(p)];
+  }
+
+  void send_error(Protocol p, httplib::Response& res, const Status& s, int http_status = 0) {
+    count_error(p);
+    res.status = http_status ? http_status : api::http_status_of(s);
     res.set_content(error_body(p, s), "application/json");
   }
 
-  bool authorized(const httplib::Request& req) const {
-    if (opt.api_key.empty()) return true;
-    const std::string bearer = "Bearer " + opt.api_key;
-    return req.get_header_value("Authorization") == bearer ||
-           req.get_header_value("x-api-key") == opt.api_key;
+  // True when the request carries the API key (or none is configured); otherwise writes the
+  // protocol's 401 (OpenAI shape unless `p` is Messages).
+  bool authorize(Protocol p, const httplib::Request& req, httplib::Response& res) const {
+    if (opt.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + opt.api_key ||
+        req.get_header_value("x-api-key") == opt.api_key)
+      return true;
+    res.status = 401;
+    res.set_content(
+        p == Protocol::kMessages
+            ? R"({"type":"error","error":{"type":"authentication_error","message":"invalid or missing API key"}})"
+            : R"({"error":{"message":"invalid or missing API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})",
+        "application/json");
+    return false;
+  }
+
+  // The start of every POST /v1/* request: counted, authorised, size-checked (413).
+  bool admit(Protocol p, const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(metrics.mu);
+      ++metrics.requests[int(p)];
+    }
+    if (!authorize(p, req, res)) {
+      count_error(p);
+      return false;
+    }
+    if (req.body.size() > opt.max_body_bytes) {
+      send_error(p, res,
+                 invalid_argument("request body larger than " + std::to_string(opt.max_body_bytes) +
+                                  " bytes"),
+                 413);
+      return false;
+    }
+    return true;
   }
 
   void route(Protocol p, const httplib::Request& req, httplib::Response& res);
@@ -184,33 +214,7 @@ struct Generation {
 
 void Server::Impl::route(Protocol p, const httplib::Request& req, httplib::Response& res) {
   const auto t0 = Clock::now();
-  {
-    std::lock_guard<std::mutex> lock(metrics.mu);
-    ++metrics.requests[int(p)];
-  }
-  if (!authorized(req)) {
-    Status s(StatusCode::kInvalidArgument, "invalid or missing API key");
-    {
-      std::lock_guard<std::mutex> lock(metrics.mu);
-      ++metrics.errors[int(p)];
-    }
-    res.status = 401;
-    res.set_content(
-        p == Protocol::kMessages
-            ? std::string(
-                  R"({"type":"error","error":{"type":"authentication_error","message":"invalid or missing API key"}})")
-            : std::string(
-                  R"({"error":{"message":"invalid or missing API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})"),
-        "application/json");
-    return;
-  }
-  if (req.body.size() > opt.max_body_bytes) {
-    res.status = 413;
-    res.set_content(error_body(p, invalid_argument("request body larger than " +
-                                                   std::to_string(opt.max_body_bytes) + " bytes")),
-                    "application/json");
-    return;
-  }
+  if (!admit(p, req, res)) return;
   Result<api::ConversationRequest> conv = invalid_argument("unreachable");
   if (p == Protocol::kChat) {
     api::ChatOptions o;
@@ -310,19 +314,7 @@ void Server::Impl::route(Protocol p, const httplib::Request& req, httplib::Respo
 void Server::Impl::completions(const httplib::Request& req, httplib::Response& res) {
   const Protocol p = Protocol::kCompletions;
   const auto t0 = Clock::now();
-  {
-    std::lock_guard<std::mutex> lock(metrics.mu);
-    ++metrics.requests[int(p)];
-  }
-  if (!authorized(req)) {
-    res.status = 401;
-    res.set_content(
-        R"({"error":{"message":"invalid or missing API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})",
-        "application/json");
-    return;
-  }
-  if (req.body.size() > opt.max_body_bytes)
-    return send_error(p, res, invalid_argument("request body too large"));
+  if (!admit(p, req, res)) return;
   auto body = pyjson::parse(req.body);
   if (!body.is_ok() || !body->is_object())
     return send_error(p, res, invalid_argument("the body must be a JSON object"));
@@ -526,23 +518,14 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer,
   im->http.Post("/v1/completions",
                 [im](const httplib::Request& q, httplib::Response& r) { im->completions(q, r); });
   im->http.Get("/v1/models", [im](const httplib::Request& q, httplib::Response& r) {
-    if (!im->authorized(q)) {
-      r.status = 401;
-      r.set_content(
-          R"({"error":{"message":"invalid or missing API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})",
-          "application/json");
-      return;
-    }
+    if (!im->authorize(Protocol::kCompletions, q, r)) return;
     r.set_content("{\"object\":\"list\",\"data\":[{\"id\":" + quote(im->opt.model_name) +
                       ",\"object\":\"model\",\"created\":0,\"owned_by\":\"fathom\"}]}",
                   "application/json");
   });
   // vLLM-style /tokenize and /detokenize (text with added-token matching <-> ids).
   im->http.Post("/tokenize", [im](const httplib::Request& q, httplib::Response& r) {
-    if (!im->authorized(q)) {
-      r.status = 401;
-      return;
-    }
+    if (!im->authorize(Protocol::kCompletions, q, r)) return;
     auto body = pyjson::parse(q.body);
     const Value* t = body.is_ok() && body->is_object() ? body->find("prompt") : nullptr;
     if (t == nullptr || !t->is_string())
@@ -556,10 +539,7 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer,
     r.set_content(out, "application/json");
   });
   im->http.Post("/detokenize", [im](const httplib::Request& q, httplib::Response& r) {
-    if (!im->authorized(q)) {
-      r.status = 401;
-      return;
-    }
+    if (!im->authorize(Protocol::kCompletions, q, r)) return;
     auto body = pyjson::parse(q.body);
     const Value* t = body.is_ok() && body->is_object() ? body->find("tokens") : nullptr;
     std::vector<int32_t> ids;

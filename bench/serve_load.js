@@ -4,24 +4,10 @@
 // gain on a repeated 2k-token prompt (cold vs warm). Prints one JSON object.
 // Usage: node bench/serve_load.js FATHOM [SECONDS_PER_LEVEL] [MODEL]
 'use strict';
-const { spawn } = require('child_process');
+const { startServer } = require('../tests/serve/start_server.js');
 const [fathom, secondsArg, model] = process.argv.slice(2);
 const seconds = Number(secondsArg || 20);
 
-function start() {
-  return new Promise((resolve, reject) => {
-    const args = ['serve', '--port', '0'];
-    if (model) args.splice(1, 0, model);
-    const p = spawn(fathom, args, { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    p.stdout.on('data', (d) => {
-      out += d.toString();
-      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve({ proc: p, port: Number(m[1]) });
-    });
-    p.on('exit', (c) => reject(new Error('server exited ' + c)));
-  });
-}
 
 async function stream(base, prompt, maxTokens) {
   const t0 = performance.now();
@@ -44,7 +30,7 @@ async function stream(base, prompt, maxTokens) {
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.floor(s.length / 2)] : null; };
 
 (async () => {
-  const { proc, port } = await start();
+  const { proc, port } = await startServer(fathom, model ? [model] : []);
   const base = `http://127.0.0.1:${port}`;
   const result = { seconds_per_level: seconds, levels: [] };
   let salt = 0;

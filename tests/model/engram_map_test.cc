@@ -14,20 +14,13 @@
 #include "model/engram.h"
 #include "model/v41.h"
 #include "tokenizer/tokenizer.h"
+#include "v41_fixture_path.h"
 
 namespace fathom::model {
 namespace {
 
-std::string fixture_path() {
-  if (const char* p = std::getenv("FATHOM_V41_TOKENIZER_JSON")) return p;
-  const char* c = std::getenv("FATHOM_CACHE");
-  const char* h = std::getenv("HOME");
-  std::string cache = c ? c : std::string(h ? h : "/root") + "/.cache/fathom";
-  return cache + "/tokenizers/deepseek_v41_fixture/tokenizer.json";
-}
-
 TEST(EngramTokenMap, CaseAndSpacingFold) {
-  auto tok = Tokenizer::load_file(fixture_path());
+  auto tok = Tokenizer::load_file(test::v41_fixture_path());
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string() << " (run scripts/setup.sh)";
   int64_t size = 0;
   auto map = build_compressed_token_map(**tok, &size);
@@ -50,7 +43,7 @@ TEST(EngramTokenMap, CaseAndSpacingFold) {
 }
 
 TEST(EngramTokenMap, TheHasherChecksTheMapAgainstTheConfig) {
-  auto tok = Tokenizer::load_file(fixture_path());
+  auto tok = Tokenizer::load_file(test::v41_fixture_path());
   ASSERT_TRUE(tok.is_ok());
   auto cfg = load_model_config_file(std::string(FATHOM_TEST_DATA) + "/model/v41_flash_config.json");
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
@@ -77,7 +70,7 @@ TEST(EngramTokenMap, ACheckpointWithoutTablesNeedsATokenizer) {
   EXPECT_NE(m.status().message().find("engram_tables.json"), std::string::npos);
   // The tiny model's Engram (layers 1 and 4, 716 ids) is not the released one.
   ModelOptions o;
-  o.tokenizer_path = fixture_path();
+  o.tokenizer_path = test::v41_fixture_path();
   m = V41Model::load(dir.string(), o);
   ASSERT_FALSE(m.is_ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnsupported);

@@ -12,23 +12,16 @@
 #include "core/py_json.h"
 #include "core/thread_pool.h"
 #include "prompt/reference.h"
+#include "v41_fixture_path.h"
 
 namespace fathom::prompt {
 namespace {
 
 using pyjson::Value;
 
-std::string fixture_path() {
-  if (const char* p = std::getenv("FATHOM_V41_TOKENIZER_JSON")) return p;
-  const char* c = std::getenv("FATHOM_CACHE");
-  const char* h = std::getenv("HOME");
-  std::string cache = c ? c : std::string(h ? h : "/root") + "/.cache/fathom";
-  return cache + "/tokenizers/deepseek_v41_fixture/tokenizer.json";
-}
-
 const Tokenizer& fixture() {
   static std::unique_ptr<Tokenizer> tok = [] {
-    auto r = Tokenizer::load_file(fixture_path());
+    auto r = Tokenizer::load_file(test::v41_fixture_path());
     if (!r.is_ok()) {
       std::fprintf(stderr, "cannot load the V4.1 fixture (run scripts/setup.sh): %s\n",
                    r.status().to_string().c_str());

@@ -11,6 +11,7 @@
 #include "core/py_json.h"
 #include "prompt/reference.h"
 #include "tokenizer/byte_level.h"
+#include "v41_fixture_path.h"
 
 namespace fathom::prompt {
 namespace {
@@ -19,10 +20,7 @@ using pyjson::Value;
 
 const Tokenizer& fixture() {
   static std::unique_ptr<Tokenizer> tok = [] {
-    const char* c = std::getenv("FATHOM_CACHE");
-    const char* h = std::getenv("HOME");
-    std::string cache = c ? c : std::string(h ? h : "/root") + "/.cache/fathom";
-    auto r = Tokenizer::load_file(cache + "/tokenizers/deepseek_v41_fixture/tokenizer.json");
+    auto r = Tokenizer::load_file(test::v41_fixture_path());
     if (!r.is_ok()) std::abort();
     return std::move(r).value();
   }();

@@ -3,8 +3,8 @@
 // the error shapes, authentication, /v1/completions, /metrics and client disconnects.
 // Usage: node clients_test.js FATHOM NODE_MODULES
 'use strict';
-const { spawn } = require('child_process');
 const path = require('path');
+const { startServer } = require('./start_server.js');
 const assert = require('assert');
 
 const [fathom, nodeModules] = process.argv.slice(2);
@@ -12,21 +12,6 @@ const OpenAI = require(path.join(nodeModules, 'openai')).default;
 const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
 const KEY = 'test-key-123';
 
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const p = spawn(fathom, ['serve', '--port', '0', '--api-key', KEY, '--default-max-tokens', '64',
-                             '--allow-forced-output'],
-                    { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    p.stdout.on('data', (d) => {
-      out += d.toString();
-      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve({ proc: p, port: Number(m[1]) });
-    });
-    p.on('exit', (code) => reject(new Error('server exited ' + code + ': ' + out)));
-    setTimeout(() => reject(new Error('server did not start: ' + out)), 120000);
-  });
-}
 
 let failures = 0;
 async function check(name, fn) {
@@ -42,7 +27,8 @@ async function check(name, fn) {
 const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick brown fox jumps over the lazy dog.`).join('\n');
 
 (async () => {
-  const { proc, port } = await startServer();
+  const { proc, port } = await startServer(fathom, ['--api-key', KEY, '--default-max-tokens', '64',
+                                                     '--allow-forced-output']);
   const base = `http://127.0.0.1:${port}`;
   const openai = new OpenAI({ apiKey: KEY, baseURL: base + '/v1', maxRetries: 0 });
   const anthropic = new Anthropic({ apiKey: KEY, baseURL: base, maxRetries: 0 });

@@ -4,8 +4,8 @@
 // shut down cleanly on SIGTERM (under ASan a leak makes its exit code non-zero).
 // Usage: node soak_test.js FATHOM NODE_MODULES [CLIENTS] [SECONDS]
 'use strict';
-const { spawn } = require('child_process');
 const path = require('path');
+const { startServer } = require('./start_server.js');
 
 const [fathom, nodeModules, clientsArg, secondsArg] = process.argv.slice(2);
 const clients = Number(clientsArg || process.env.FATHOM_SOAK_CLIENTS || 32);
@@ -13,23 +13,9 @@ const seconds = Number(secondsArg || process.env.FATHOM_SOAK_SECONDS || 120);
 const OpenAI = require(path.join(nodeModules, 'openai')).default;
 const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
 
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const p = spawn(fathom, ['serve', '--port', '0', '--default-max-tokens', '32'],
-                    { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    p.stdout.on('data', (d) => {
-      out += d.toString();
-      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve({ proc: p, port: Number(m[1]) });
-    });
-    p.on('exit', (code) => reject(new Error('server exited ' + code)));
-    setTimeout(() => reject(new Error('server did not start')), 120000);
-  });
-}
 
 (async () => {
-  const { proc, port } = await startServer();
+  const { proc, port } = await startServer(fathom, ['--default-max-tokens', '32']);
   const base = `http://127.0.0.1:${port}`;
   const openai = new OpenAI({ apiKey: 'x', baseURL: base + '/v1', maxRetries: 0, timeout: 600000 });
   const anthropic = new Anthropic({ apiKey: 'x', baseURL: base, maxRetries: 0, timeout: 600000 });

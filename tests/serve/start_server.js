@@ -1,0 +1,21 @@
+// Starts `fathom serve --port 0 ARGS...` and resolves to { proc, port } once it prints the
+// address it listens on (rejects if it exits first or takes over two minutes). Shared by the
+// server tests and bench/serve_load.js.
+'use strict';
+const { spawn } = require('child_process');
+
+function startServer(fathom, args) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(fathom, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    proc.stdout.on('data', (d) => {
+      out += d.toString();
+      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) resolve({ proc, port: Number(m[1]) });
+    });
+    proc.on('exit', (code) => reject(new Error('server exited ' + code + ': ' + out)));
+    setTimeout(() => reject(new Error('server did not start: ' + out)), 120000);
+  });
+}
+
+module.exports = { startServer };

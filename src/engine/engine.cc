@@ -40,8 +40,6 @@ struct Engine::Sequence {
   std::vector<uint64_t> block_hashes;  // chained hash after each full prompt block
   int64_t prefilled = 0;               // tokens of `all` in the state
   int64_t cached = 0;                  // prompt tokens served by the prefix cache
-  std::vector<float> logits;           // the last row, valid when ready
-  bool ready = false;
   bool first_sent = false;
   Clock::time_point submitted;
 };
@@ -55,6 +53,14 @@ struct Engine::CacheEntry {
 Engine::Engine(const model::V41Model& model, EngineOptions options, int32_t eos_id)
     : model_(model), opt_(options), eos_(eos_id), vocab_(model.config().vocab_size) {
   stats_.kv_budget_bytes = opt_.kv_budget_bytes;
+  // Sequence state: fp32 compressed KV and index keys per kv source (one entry per `ratio`
+  // tokens) and the token itself, plus one window ring per layer and DSpark stage.
+  const model::ModelConfig& c = model.config();
+  kv_per_token_ = 4;
+  for (int64_t l : c.kv_source_layers)
+    kv_per_token_ +=
+        4.0 * double(c.head_dim + c.index_head_dim) / double(c.compress_ratios[size_t(l)]);
+  kv_fixed_ = (c.n_layers + c.n_mtp_layers) * c.window_size * c.head_dim * 4;
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -123,7 +129,6 @@ void Engine::finish(Sequence& s, FinishCause cause, Status error) {
 void Engine::admit(Sequence& s) {
   s.state = model_.new_sequence();
   s.prefilled = 0;
-  s.ready = false;
   const int64_t B = opt_.prefix_block;
   if (!opt_.prefix_cache || B <= 0) return;
   if (s.block_hashes.empty()) {
@@ -206,13 +211,8 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
 
   // Admission by the KV budget: a request is admitted when the state of everything
   // running plus its own estimated final size fits.
-  const model::ModelConfig& c = model_.config();
-  double per_token = 4;
-  for (int64_t l : c.kv_source_layers)
-    per_token += 4.0 * double(c.head_dim + c.index_head_dim) / double(c.compress_ratios[size_t(l)]);
-  const int64_t fixed = (c.n_layers + c.n_mtp_layers) * c.window_size * c.head_dim * 4;
   auto estimate = [&](const Sequence& s) {
-    return fixed + int64_t(per_token * double(int64_t(s.all.size()) + s.req.max_tokens));
+    return kv_fixed_ + int64_t(kv_per_token_ * double(int64_t(s.all.size()) + s.req.max_tokens));
   };
   int64_t kv = 0;
   for (auto& s : running) kv += model::sequence_bytes(*s->state);
@@ -233,7 +233,6 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
     kv -= model::sequence_bytes(*s.state);
     s.state.reset();
     s.prefilled = 0;
-    s.ready = false;
     waiting.push_front(std::move(running.back()));
     running.pop_back();
     ++preempted;
@@ -248,13 +247,13 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
   };
   std::vector<Work> work;
   for (auto& s : running)
-    if (s->prefilled == int64_t(s->all.size()) - 1 && !s->ready) {
+    if (s->prefilled == int64_t(s->all.size()) - 1) {
       work.push_back({s.get(), 1});
       --budget;
     }
   for (auto& s : running) {
     const int64_t left = int64_t(s->all.size()) - s->prefilled;
-    if (s->ready || left <= 1 || budget <= 0) continue;
+    if (left <= 1 || budget <= 0) continue;
     int64_t n = std::min(left, budget);
     if (opt_.prefix_cache && opt_.prefix_block > 0) {
       const int64_t next_block = (s->prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
@@ -265,7 +264,7 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
   }
   std::vector<float> scratch;
   // Bodies one sequence at a time; the head once for every sequence that needs logits.
-  const int64_t D = c.dim;
+  const int64_t D = model_.config().dim;
   std::vector<float> hidden(work.size() * size_t(D));
   std::vector<Sequence*> heads;
   for (const Work& w : work) {
@@ -289,27 +288,20 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
         s.prefilled / B <= int64_t(s.block_hashes.size()))
       cache_insert(s.block_hashes[size_t(s.prefilled / B - 1)], s);
   }
-  if (!heads.empty()) {
-    std::vector<float> logits(heads.size() * size_t(vocab_));
-    model_.head_logits(hidden.data(), int64_t(heads.size()), logits.data());
-    for (size_t i = 0; i < heads.size(); ++i) {
-      heads[i]->logits.assign(&logits[i * size_t(vocab_)], &logits[(i + 1) * size_t(vocab_)]);
-      heads[i]->ready = true;
-    }
-  }
+  std::vector<float> logits(heads.size() * size_t(vocab_));
+  if (!heads.empty()) model_.head_logits(hidden.data(), int64_t(heads.size()), logits.data());
   // Sample, stream, stop.
   int64_t generated = 0;
-  for (auto& sp : running) {
-    Sequence& s = *sp;
-    if (!s.ready || s.stream->cancelled()) continue;
+  for (size_t i = 0; i < heads.size(); ++i) {
+    Sequence& s = *heads[i];
+    if (s.stream->cancelled()) continue;
     const int32_t tok =
         s.generated.size() < s.req.forced_output.size()
             ? s.req.forced_output[s.generated.size()]
-            : sample_token(s.logits.data(), vocab_, s.req.sampling, s.req.prompt, s.generated,
-                           s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), scratch);
+            : sample_token(&logits[i * size_t(vocab_)], vocab_, s.req.sampling, s.req.prompt,
+                           s.generated, s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), scratch);
     s.generated.push_back(tok);
     s.all.push_back(tok);
-    s.ready = false;
     ++generated;
     StreamEvent ev;
     ev.tokens = {tok};

@@ -116,6 +116,8 @@ class Engine {
   EngineOptions opt_;
   int32_t eos_;
   int64_t vocab_;
+  double kv_per_token_ = 0;  // admission estimate of a sequence's state: bytes per token
+  int64_t kv_fixed_ = 0;     // and per sequence
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Sequence>> incoming_;  // guarded by mu_

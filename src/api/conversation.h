@@ -26,6 +26,7 @@ enum class Effort { kLow, kHigh, kXhigh, kMax };
 
 struct SamplingParams {
   std::optional<double> temperature, top_p, presence_penalty, frequency_penalty;
+  std::optional<double> min_p, repetition_penalty;  // vLLM's extensions
   std::optional<int64_t> max_tokens, seed, top_k;
   std::vector<std::string> stop;
 };

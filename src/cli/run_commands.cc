@@ -137,7 +137,8 @@ int run_generate(const GenerateArgs& a) {
   sp.temperature = a.temperature;
   sp.seed = a.seed;
   auto st = (*m)->new_sequence();
-  std::vector<float> logits(ids->size() * size_t(V)), scratch;
+  std::vector<float> logits(ids->size() * size_t(V));
+  engine::SamplerScratch scratch;
   Status s = (*m)->forward(*st, *ids, logits.data());
   if (!s.is_ok()) return fail(s);
   StreamDecoder dec(**tok, true);

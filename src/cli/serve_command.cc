@@ -31,8 +31,8 @@ void on_signal(int s) { g_signal.store(s); }
 struct ServeArgs {
   std::string model, tokenizer, host = "127.0.0.1", api_key, name, numerics = "fast";
   int port = 8000, threads = 0;
-  int64_t kv_budget_mb = 4096, max_tokens = 4096;
-  bool forced = false;
+  int64_t kv_budget_mb = 4096, max_tokens = 4096, prefix_cache_mb = 1024, decoder_keep = 0;
+  bool forced = false, no_prefix_cache = false, swa_side_objects = false;
 };
 
 std::string cache_dir() {
@@ -92,6 +92,10 @@ int run_serve(const ServeArgs& a) {
     return fail(invalid_argument("the tokenizer has more ids than the model's vocabulary"));
   engine::EngineOptions eo;
   eo.kv_budget_bytes = a.kv_budget_mb << 20;
+  eo.prefix_cache_bytes = a.prefix_cache_mb << 20;
+  eo.prefix_cache = !a.no_prefix_cache;
+  eo.swa_side_objects = a.swa_side_objects;
+  eo.decoder_replay_keep = a.decoder_keep;
   engine::Engine eng(**m, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
   so.host = a.host;
@@ -153,7 +157,16 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--numerics", a->numerics, "fast (default) or strict")
       ->check(CLI::IsMember({"fast", "strict"}));
   c->add_option("--threads", a->threads, "Compute threads (0 = all)");
-  c->add_option("--kv-budget-mb", a->kv_budget_mb, "Sequence-state budget in MiB");
+  c->add_option("--kv-budget-mb", a->kv_budget_mb,
+                "KV page pool in MiB (running sequences and cached prefix blocks)");
+  c->add_option("--prefix-cache-mb", a->prefix_cache_mb, "Most the prefix cache may hold, MiB");
+  c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
+  c->add_flag("--swa-side-objects", a->swa_side_objects,
+              "Keep each cached block's window state: exact hits instead of SWA bounded replay");
+  c->add_option("--decoder-replay-keep", a->decoder_keep,
+                "Decoder-side SWA bounded replay: the layers after the last KV source prefill "
+                "only the prompt's last N tokens (an approximation; 140 for V4.1; 0 = off)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--default-max-tokens", a->max_tokens, "max_tokens when a request sets none");
   c->add_flag("--allow-forced-output", a->forced,
               "Testing aid: accept forced_output_ids (teacher-forced output tokens)");

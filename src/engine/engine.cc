@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <random>
 
 #include "model/v41.h"
@@ -40,27 +41,32 @@ struct Engine::Sequence {
   std::vector<uint64_t> block_hashes;  // chained hash after each full prompt block
   int64_t prefilled = 0;               // tokens of `all` in the state
   int64_t cached = 0;                  // prompt tokens served by the prefix cache
+  int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)
   bool first_sent = false;
   Clock::time_point submitted;
 };
 
 struct Engine::CacheEntry {
-  uint64_t hash = 0;
-  int64_t tokens = 0, bytes = 0, last_used = 0;
-  std::unique_ptr<model::SequenceState> state;
+  uint64_t hash = 0, parent = 0;
+  int64_t block = 0;  // 1-based index in its chain
+  int64_t last_used = 0, children = 0;
+  model::KvBlock kv;
 };
 
 Engine::Engine(const model::V41Model& model, EngineOptions options, int32_t eos_id)
     : model_(model), opt_(options), eos_(eos_id), vocab_(model.config().vocab_size) {
-  stats_.kv_budget_bytes = opt_.kv_budget_bytes;
-  // Sequence state: fp32 compressed KV and index keys per kv source (one entry per `ratio`
-  // tokens) and the token itself, plus one window ring per layer and DSpark stage.
+  // Pages hold whole prefix blocks of every kv source: entries per page = block / lcm(ratios).
   const model::ModelConfig& c = model.config();
-  kv_per_token_ = 4;
-  for (int64_t l : c.kv_source_layers)
-    kv_per_token_ +=
-        4.0 * double(c.head_dim + c.index_head_dim) / double(c.compress_ratios[size_t(l)]);
-  kv_fixed_ = (c.n_layers + c.n_mtp_layers) * c.window_size * c.head_dim * 4;
+  int64_t ratios = 1;
+  for (int64_t l : c.kv_source_layers) ratios = std::lcm(ratios, c.compress_ratios[size_t(l)]);
+  const int64_t B = opt_.prefix_block;
+  cache_on_ = opt_.prefix_cache && B > 0 && B % ratios == 0;
+  const int64_t entries = cache_on_ ? B / ratios : 64;
+  const int64_t page = model.page_bytes(entries);
+  pool_ = std::make_unique<kv::PagePool>(page, std::max<int64_t>(1, opt_.kv_budget_bytes / page));
+  stats_.kv_budget_bytes = pool_->max_pages() * pool_->page_bytes();
+  stats_.kv_pages_total = pool_->max_pages();
+  stats_.kv_page_bytes = pool_->page_bytes();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -125,53 +131,109 @@ void Engine::finish(Sequence& s, FinishCause cause, Status error) {
   s.state.reset();
 }
 
-// Finds the longest cached prefix (leaving at least one prompt token to run).
+// Resumes from the longest chain of cached blocks the hit rule allows, else starts empty.
 void Engine::admit(Sequence& s) {
-  s.state = model_.new_sequence();
+  s.state = model_.new_sequence(pool_.get());
   s.prefilled = 0;
-  const int64_t B = opt_.prefix_block;
-  if (!opt_.prefix_cache || B <= 0) return;
-  if (s.block_hashes.empty()) {
+  s.cache_blocks = 0;
+  const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
+  if (cache_on_ && s.block_hashes.empty()) {
     uint64_t h = s.req.cache_salt;
     for (int64_t b = 0; (b + 1) * B <= int64_t(s.req.prompt.size()); ++b) {
       h = XXH3_64bits_withSeed(&s.req.prompt[size_t(b * B)], size_t(B) * sizeof(int32_t), h);
       s.block_hashes.push_back(h);
     }
   }
-  for (int64_t b = int64_t(s.block_hashes.size()); b >= 1; --b) {
-    if (b * B >= int64_t(s.all.size())) continue;
-    for (auto& e : cache_) {
-      if (e->hash != s.block_hashes[size_t(b - 1)] || e->tokens != b * B) continue;
-      s.state = model::clone_sequence(*e->state);
-      s.prefilled = b * B;
-      if (s.cached == 0) s.cached = b * B;
-      e->last_used = ++cache_clock_;
-      return;
+  // A hit leaves the window and the speculative slots to compute (SWA bounded replay), or
+  // at least one token with the exact side objects.
+  const int64_t limit =
+      opt_.swa_side_objects ? L - 1 : L - model_.config().window_size - opt_.speculative_slots;
+  std::vector<CacheEntry*> chain;
+  for (size_t b = 0; b < s.block_hashes.size() && int64_t(b + 1) * B <= limit; ++b) {
+    auto it = cache_.find(s.block_hashes[b]);
+    if (it == cache_.end() || it->second->block != int64_t(b + 1)) break;
+    chain.push_back(it->second.get());
+  }
+  // With side objects, back off to the last block that has one.
+  while (opt_.swa_side_objects && !chain.empty() && !chain.back()->kv.swa) chain.pop_back();
+  if (!chain.empty()) {
+    std::vector<const model::KvBlock*> blocks;
+    for (CacheEntry* e : chain) blocks.push_back(&e->kv);
+    const int64_t P = int64_t(chain.size()) * B;
+    auto resumed = model_.resume(blocks, B, std::span(s.all).first(size_t(P)), pool_.get());
+    if (resumed.is_ok()) {
+      s.state = std::move(*resumed);
+      s.prefilled = model::sequence_position(*s.state);
+      s.cache_blocks = int64_t(chain.size());
+      if (s.cached == 0) s.cached = P;
+      // Newest last: a chain's ancestors are never older than its tail.
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) (*it)->last_used = ++cache_clock_;
     }
+  }
+  if (opt_.decoder_replay_keep > 0)
+    model::set_decoder_tail_start(*s.state, L - opt_.decoder_replay_keep);
+}
+
+void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
+  const int64_t B = opt_.prefix_block, b = s.prefilled / B;
+  if (b <= s.cache_blocks) return;  // a replayed block: already cached
+  const uint64_t hash = s.block_hashes[size_t(b - 1)];
+  const uint64_t parent = b > 1 ? s.block_hashes[size_t(b - 2)] : 0;
+  auto found = cache_.find(hash);
+  if (found != cache_.end()) {
+    found->second->last_used = ++cache_clock_;
+    return;
+  }
+  CacheEntry* up = nullptr;
+  if (b > 1) {
+    auto p = cache_.find(parent);
+    if (p == cache_.end()) return;  // an orphan could never be reached
+    up = p->second.get();
+  }
+  auto kvb = model_.export_block(*s.state, B, opt_.swa_side_objects);
+  if (!kvb.is_ok()) return;
+  // A side object may not take pages the rest of the step was promised: without it the block
+  // is still a valid chain link.
+  if (kvb->swa && pool_->available() < pages_promised) {
+    kvb->bytes -= model::sequence_bytes(*kvb->swa);
+    kvb->swa.reset();
+  }
+  auto e = std::make_unique<CacheEntry>();
+  e->hash = hash;
+  e->parent = parent;
+  e->block = b;
+  e->kv = std::move(*kvb);
+  e->last_used = ++cache_clock_;
+  if (up) {
+    ++up->children;
+    up->last_used = ++cache_clock_;
+  }
+  cache_bytes_ += e->kv.bytes;
+  cache_.emplace(hash, std::move(e));
+  while (cache_bytes_ > opt_.prefix_cache_bytes && evict_one(false)) {
   }
 }
 
-void Engine::cache_insert(uint64_t hash, const Sequence& s) {
-  for (auto& e : cache_)
-    if (e->hash == hash && e->tokens == s.prefilled) {
-      e->last_used = ++cache_clock_;
-      return;
+bool Engine::evict_one(bool must_free) {
+  CacheEntry* victim = nullptr;
+  for (auto& [h, e] : cache_) {
+    if (e->children > 0) continue;
+    if (must_free) {
+      bool exclusive = false;
+      for (const auto& pages : e->kv.pages)
+        if (!pages.empty() && pages.front().use_count() == 1) exclusive = true;
+      if (!exclusive && !e->kv.swa) continue;
     }
-  auto e = std::make_unique<CacheEntry>();
-  e->hash = hash;
-  e->tokens = s.prefilled;
-  e->state = model::clone_sequence(*s.state);
-  e->bytes = model::sequence_bytes(*e->state);
-  e->last_used = ++cache_clock_;
-  cache_bytes_ += e->bytes;
-  cache_.push_back(std::move(e));
-  while (cache_bytes_ > opt_.prefix_cache_bytes && !cache_.empty()) {
-    auto lru = std::min_element(cache_.begin(), cache_.end(), [](const auto& a, const auto& b) {
-      return a->last_used < b->last_used;
-    });
-    cache_bytes_ -= (*lru)->bytes;
-    cache_.erase(lru);
+    if (!victim || e->last_used < victim->last_used) victim = e.get();
   }
+  if (!victim) return false;
+  if (victim->block > 1) {
+    auto p = cache_.find(victim->parent);
+    if (p != cache_.end()) --p->second->children;
+  }
+  cache_bytes_ -= victim->kv.bytes;
+  cache_.erase(victim->hash);
+  return true;
 }
 
 void Engine::loop() {
@@ -209,37 +271,28 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
   running.erase(std::remove_if(running.begin(), running.end(), cancelled), running.end());
   waiting.erase(std::remove_if(waiting.begin(), waiting.end(), cancelled), waiting.end());
 
-  // Admission by the KV budget: a request is admitted when the state of everything
-  // running plus its own estimated final size fits.
-  auto estimate = [&](const Sequence& s) {
-    return kv_fixed_ + int64_t(kv_per_token_ * double(int64_t(s.all.size()) + s.req.max_tokens));
-  };
-  int64_t kv = 0;
-  for (auto& s : running) kv += model::sequence_bytes(*s->state);
+  // Admission by KV pages: a request is admitted when its prompt's pages (less what a
+  // prefix hit shares) fit what the pool has free, evicting cached blocks for room; the
+  // first always is. Growth in decode is met by eviction, then by preemption below.
+  const int64_t watermark = pool_->max_pages() / 100;
   while (!waiting.empty() && int64_t(running.size()) < opt_.max_running) {
     Sequence& s = *waiting.front();
-    const int64_t need = estimate(s);
-    if (!running.empty() && kv + need > opt_.kv_budget_bytes) break;
     admit(s);
-    kv += model::sequence_bytes(*s.state);
+    const int64_t need =
+        model_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
+    while (pool_->available() < need && evict_one(true)) {
+    }
+    if (!running.empty() && pool_->available() < need) {
+      s.state.reset();
+      s.prefilled = 0;
+      break;
+    }
     running.push_back(std::move(waiting.front()));
     waiting.pop_front();
   }
-  // Preemption when the running states outgrow the budget: the newest goes back to the
-  // queue and will be recomputed from its tokens.
-  int64_t preempted = 0;
-  while (running.size() > 1 && kv > opt_.kv_budget_bytes) {
-    Sequence& s = *running.back();
-    kv -= model::sequence_bytes(*s.state);
-    s.state.reset();
-    s.prefilled = 0;
-    waiting.push_front(std::move(running.back()));
-    running.pop_back();
-    ++preempted;
-  }
 
   // The batch: one token for every decoding sequence, then prefill chunks under the budget
-  // (cut at prefix-cache block boundaries so their states can be kept).
+  // (cut at prefix-cache block boundaries so their blocks can be kept).
   int64_t budget = opt_.max_step_tokens, step_tokens = 0, batch = 0;
   struct Work {
     Sequence* s;
@@ -255,20 +308,51 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
     const int64_t left = int64_t(s->all.size()) - s->prefilled;
     if (left <= 1 || budget <= 0) continue;
     int64_t n = std::min(left, budget);
-    if (opt_.prefix_cache && opt_.prefix_block > 0) {
+    if (cache_on_) {
       const int64_t next_block = (s->prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
       if (next_block <= int64_t(s->req.prompt.size())) n = std::min(n, next_block - s->prefilled);
     }
     work.push_back({s.get(), n});
     budget -= n;
   }
-  std::vector<float> scratch;
+  // Pages for the step: evict cached blocks, then preempt the newest sequences (dropped and
+  // recomputed later) until the step fits the pool.
+  int64_t preempted = 0;
+  for (;;) {
+    int64_t need = 0;
+    for (const Work& w : work) need += model_.pages_needed(*w.s->state, w.n);
+    if (need <= pool_->available()) break;
+    if (evict_one(true)) continue;
+    if (running.size() <= 1) {
+      // One sequence that does not fit the whole pool: it fails rather than waits forever.
+      for (const Work& w : work) {
+        w.s->stream->cancel();
+        finish(*w.s, FinishCause::kError,
+               Status(StatusCode::kResourceExhausted, "the request needs more KV than the budget"));
+      }
+      work.clear();
+      break;
+    }
+    Sequence* victim = running.back().get();
+    victim->state.reset();
+    victim->prefilled = 0;
+    work.erase(
+        std::remove_if(work.begin(), work.end(), [&](const Work& w) { return w.s == victim; }),
+        work.end());
+    waiting.push_front(std::move(running.back()));
+    running.pop_back();
+    ++preempted;
+  }
+  int64_t replayed = 0;
   // Bodies one sequence at a time; the head once for every sequence that needs logits.
   const int64_t D = model_.config().dim;
   std::vector<float> hidden(work.size() * size_t(D));
   std::vector<Sequence*> heads;
+  int64_t promised = 0;
+  for (const Work& w : work) promised += model_.pages_needed(*w.s->state, w.n);
   for (const Work& w : work) {
     Sequence& s = *w.s;
+    promised -= model_.pages_needed(*s.state, w.n);
     const bool completes = s.prefilled + w.n == int64_t(s.all.size());
     Status st = model_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
                                nullptr, nullptr, false,
@@ -281,12 +365,12 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
       finish(s, FinishCause::kError, st);
       continue;
     }
+    if (s.prefilled < s.cached) replayed += std::min(w.n, s.cached - s.prefilled);
     s.prefilled += w.n;
     const int64_t B = opt_.prefix_block;
-    if (opt_.prefix_cache && B > 0 && s.prefilled % B == 0 &&
-        s.prefilled <= int64_t(s.req.prompt.size()) &&
+    if (cache_on_ && s.prefilled % B == 0 && s.prefilled <= int64_t(s.req.prompt.size()) &&
         s.prefilled / B <= int64_t(s.block_hashes.size()))
-      cache_insert(s.block_hashes[size_t(s.prefilled / B - 1)], s);
+      cache_insert(s, promised);
   }
   std::vector<float> logits(heads.size() * size_t(vocab_));
   if (!heads.empty()) model_.head_logits(hidden.data(), int64_t(heads.size()), logits.data());
@@ -299,7 +383,7 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
         s.generated.size() < s.req.forced_output.size()
             ? s.req.forced_output[s.generated.size()]
             : sample_token(&logits[i * size_t(vocab_)], vocab_, s.req.sampling, s.req.prompt,
-                           s.generated, s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), scratch);
+                           s.generated, s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), sampler_);
     s.generated.push_back(tok);
     s.all.push_back(tok);
     ++generated;
@@ -334,15 +418,16 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
   running.erase(std::remove_if(running.begin(), running.end(),
                                [](auto& s) { return s->stream->cancelled(); }),
                 running.end());
-  int64_t kv_now = 0;
-  for (auto& s : running) kv_now += model::sequence_bytes(*s->state);
+  const kv::PoolStats ps = pool_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   stats_.waiting = int64_t(waiting.size() + incoming_.size());
   stats_.running = int64_t(running.size());
   ++stats_.steps;
   stats_.step_tokens_last = step_tokens;
   stats_.batch_size_last = batch;
-  stats_.kv_bytes = kv_now;
+  stats_.kv_bytes = ps.pages_in_use * ps.page_bytes;
+  stats_.kv_pages_used = ps.pages_in_use;
+  stats_.replayed_tokens += replayed;
   stats_.prefix_cache_bytes = cache_bytes_;
   stats_.prefix_blocks = int64_t(cache_.size());
   stats_.requests_finished += finished;

@@ -2,10 +2,18 @@
 // token budget — one decode token for every running sequence plus chunked prefill for the
 // waiting ones (continuous batching) — admits sequences while the KV budget allows,
 // preempts (drops the state and recomputes later) the newest one when it runs out, samples,
-// and streams tokens to each request. Prefix caching keys 128-token prompt blocks by a
-// chained XXH3 hash (previous block's hash, the block's ids, a tenant/model salt) and keeps
-// the sequence state at each cached block boundary, so a hit resumes the prefill there
-// exactly; unreferenced blocks are evicted LRU under their own budget.
+// and streams tokens to each request.
+//
+// KV: every sequence's window rings, compressed KV and index keys live in fixed-size pages
+// of one kv::PagePool sized by kv_budget_bytes. Prefix caching keys 128-token prompt blocks by
+// a chained XXH3 hash (previous block's hash, the block's ids, a tenant/model salt); a cached
+// block holds the pages of compressed KV and index keys its tokens added (shared, never
+// copied, never rewritten), not the sliding-window state. A hit resumes from the longest
+// chain of cached blocks (at most prompt - window - speculative slots tokens) and replays the
+// last window through the model to rebuild the windows (SWA bounded replay; exact instead when
+// swa_side_objects keeps each boundary's windows). Leaf blocks are evicted LRU when the pool
+// needs pages or the cache outgrows prefix_cache_bytes. Decoder-side bounded replay
+// (decoder_replay_keep > 0) is an approximation, off by default.
 //
 // submit() and the RequestStream methods may be called from any thread; all model work
 // happens on the engine thread. Scheduling takes one lock per step, not per token.
@@ -19,10 +27,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "kv/page_pool.h"
 
 namespace fathom::model {
 class V41Model;
@@ -33,10 +43,18 @@ namespace fathom::engine {
 struct EngineOptions {
   int64_t max_step_tokens = 256;                  // token budget of one step (decode + prefill)
   int64_t max_running = 64;                       // sequences decoding at once
-  int64_t kv_budget_bytes = int64_t(4) << 30;     // sequence state of admitted requests
-  int64_t prefix_cache_bytes = int64_t(1) << 30;  // snapshots kept by the prefix cache
+  int64_t kv_budget_bytes = int64_t(4) << 30;     // the page pool: running and cached KV
+  int64_t prefix_cache_bytes = int64_t(1) << 30;  // pages the prefix cache may hold
   int64_t prefix_block = 128;
   bool prefix_cache = true;
+  // Keep each cached boundary's sliding-window state too (about window x head_dim x layers
+  // floats per block) so a hit resumes exactly, without the replay.
+  bool swa_side_objects = false;
+  // Tokens a hit leaves to compute besides the window (DSpark's gamma + 1 verify slots).
+  int64_t speculative_slots = 6;
+  // Decoder-side SWA bounded replay: the layers after the last kv source prefill only the
+  // prompt's last `decoder_replay_keep` tokens (140 for V4.1). 0 = off (exact).
+  int64_t decoder_replay_keep = 0;
 };
 
 enum class FinishCause { kNone, kEos, kStopToken, kLength, kCancelled, kError };
@@ -85,6 +103,7 @@ class RequestStream {
 struct EngineStats {
   int64_t waiting = 0, running = 0, steps = 0, step_tokens_last = 0, batch_size_last = 0;
   int64_t kv_bytes = 0, kv_budget_bytes = 0, prefix_cache_bytes = 0, prefix_blocks = 0;
+  int64_t kv_pages_used = 0, kv_pages_total = 0, kv_page_bytes = 0, replayed_tokens = 0;
   int64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0,
           preemptions = 0;
 };
@@ -109,23 +128,29 @@ class Engine {
   void step(std::vector<std::unique_ptr<Sequence>>& running,
             std::deque<std::unique_ptr<Sequence>>& waiting);
   void admit(Sequence& s);
-  void cache_insert(uint64_t hash, const Sequence& s);
+  // Caches the block the sequence's prefill just completed; `pages_promised` are pages the
+  // rest of the step needs, which a side object may not take.
+  void cache_insert(const Sequence& s, int64_t pages_promised);
+  // Drops the least recently used cached block with no cached successor (one whose pages
+  // only the cache holds when `must_free`); false when there is none.
+  bool evict_one(bool must_free);
   void finish(Sequence& s, FinishCause cause, Status error = Status::ok());
 
   const model::V41Model& model_;
   EngineOptions opt_;
   int32_t eos_;
   int64_t vocab_;
-  double kv_per_token_ = 0;  // admission estimate of a sequence's state: bytes per token
-  int64_t kv_fixed_ = 0;     // and per sequence
+  bool cache_on_ = false;               // prefix caching possible with this block size and pool
+  std::unique_ptr<kv::PagePool> pool_;  // before cache_: cached blocks go first
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::unique_ptr<Sequence>> incoming_;  // guarded by mu_
-  bool stop_ = false;                                // guarded by mu_
-  EngineStats stats_;                                // guarded by mu_
-  uint64_t next_id_ = 1;                             // guarded by mu_
-  std::vector<std::unique_ptr<CacheEntry>> cache_;   // engine thread only
-  int64_t cache_bytes_ = 0, cache_clock_ = 0;        // engine thread only
+  std::vector<std::unique_ptr<Sequence>> incoming_;                  // guarded by mu_
+  bool stop_ = false;                                                // guarded by mu_
+  EngineStats stats_;                                                // guarded by mu_
+  uint64_t next_id_ = 1;                                             // guarded by mu_
+  std::unordered_map<uint64_t, std::unique_ptr<CacheEntry>> cache_;  // engine thread only
+  int64_t cache_bytes_ = 0, cache_clock_ = 0;                        // engine thread only
+  SamplerScratch sampler_;                                           // engine thread only
   std::thread thread_;
 };
 

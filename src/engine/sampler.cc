@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <unordered_map>
 
 namespace fathom::engine {
 namespace {
@@ -25,25 +24,34 @@ double counter_uniform(uint64_t seed, uint64_t request, uint64_t position) {
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
                      std::span<const int32_t> prompt, std::span<const int32_t> generated,
-                     uint64_t request, uint64_t position, std::vector<float>& scratch) {
-  scratch.assign(logits, logits + vocab);
-  float* l = scratch.data();
+                     uint64_t request, uint64_t position, SamplerScratch& scratch) {
+  scratch.logits.assign(logits, logits + vocab);
+  float* l = scratch.logits.data();
   if (p.repetition_penalty != 1.0f) {
+    // Each id seen in the prompt or the output once, marked and unmarked in place.
+    std::vector<uint8_t>& seen = scratch.seen;
+    if (int64_t(seen.size()) < vocab) seen.assign(size_t(vocab), 0);
     auto penalize = [&](int32_t t) {
-      if (t < 0 || t >= vocab) return;
+      if (t < 0 || t >= vocab || seen[size_t(t)]) return;
+      seen[size_t(t)] = 1;
       l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
     };
-    std::vector<int32_t> seen(prompt.begin(), prompt.end());
-    seen.insert(seen.end(), generated.begin(), generated.end());
-    std::sort(seen.begin(), seen.end());
-    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-    for (int32_t t : seen) penalize(t);
+    for (int32_t t : prompt) penalize(t);
+    for (int32_t t : generated) penalize(t);
+    for (auto span : {prompt, generated})
+      for (int32_t t : span)
+        if (t >= 0 && t < vocab) seen[size_t(t)] = 0;
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    std::unordered_map<int32_t, int> counts;
-    for (int32_t t : generated) ++counts[t];
-    for (auto [t, n] : counts)
-      if (t >= 0 && t < vocab) l[t] -= p.presence_penalty + p.frequency_penalty * float(n);
+    std::vector<int32_t>& counts = scratch.counts;
+    if (int64_t(counts.size()) < vocab) counts.assign(size_t(vocab), 0);
+    for (int32_t t : generated)
+      if (t >= 0 && t < vocab) ++counts[size_t(t)];
+    for (int32_t t : generated) {
+      if (t < 0 || t >= vocab || counts[size_t(t)] == 0) continue;
+      l[t] -= p.presence_penalty + p.frequency_penalty * float(counts[size_t(t)]);
+      counts[size_t(t)] = 0;
+    }
   }
   if (p.temperature <= 0.0f) {
     int64_t best = 0;
@@ -54,7 +62,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   // Candidates: all ids in id order, or the top-k by logit (ties to the lower id), in
   // descending order. Sorting the whole vocabulary is avoided unless top-p needs an order.
   auto cmp = [&](int32_t x, int32_t y) { return l[x] > l[y] || (l[x] == l[y] && x < y); };
-  std::vector<int32_t> cand;
+  std::vector<int32_t>& cand = scratch.cand;
   if (p.top_k > 0 && p.top_k < vocab) {
     cand.resize(size_t(vocab));
     std::iota(cand.begin(), cand.end(), 0);
@@ -68,7 +76,8 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   float top = l[cand[0]];
   for (int32_t c : cand) top = std::max(top, l[c]);
   const float inv_t = 1.0f / p.temperature;
-  std::vector<float> prob(cand.size());
+  std::vector<float>& prob = scratch.prob;
+  prob.resize(cand.size());
   for (size_t i = 0; i < cand.size(); ++i) prob[i] = std::exp((l[cand[i]] - top) * inv_t);
   if (p.min_p > 0.0f) {  // relative to the most likely token, whose weight is 1
     size_t n = 0;
@@ -85,7 +94,8 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   size_t n = cand.size();
   if (p.top_p < 1.0f) {
     // The smallest prefix by descending probability whose mass reaches top_p.
-    std::vector<size_t> order(cand.size());
+    std::vector<size_t>& order = scratch.order;
+    order.resize(cand.size());
     std::iota(order.begin(), order.end(), 0);
     auto by_prob = [&](size_t x, size_t y) { return cmp(cand[x], cand[y]); };
     const double want = double(p.top_p) * sum;
@@ -96,14 +106,15 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
       size_t keep = 0;
       while (keep < k && acc < want) acc += prob[order[keep++]];
       if (acc >= want || k == order.size()) {
-        std::vector<int32_t> c2(keep);
-        std::vector<float> p2(keep);
+        // The kept ids in descending order, gathered into the spare buffers.
+        scratch.cand2.resize(keep);
+        scratch.prob2.resize(keep);
         for (size_t i = 0; i < keep; ++i) {
-          c2[i] = cand[order[i]];
-          p2[i] = prob[order[i]];
+          scratch.cand2[i] = cand[order[i]];
+          scratch.prob2[i] = prob[order[i]];
         }
-        cand.swap(c2);
-        prob.swap(p2);
+        cand.swap(scratch.cand2);
+        prob.swap(scratch.prob2);
         break;
       }
       k = std::min(order.size(), k * 8);

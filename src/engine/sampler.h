@@ -24,10 +24,19 @@ struct SamplingParams {
 // A uniform double in [0, 1) determined by (seed, request, position) alone.
 double counter_uniform(uint64_t seed, uint64_t request, uint64_t position);
 
+// Buffers sample_token() reuses from call to call (no allocation per token once grown).
+// One per calling thread.
+struct SamplerScratch {
+  std::vector<float> logits, prob, prob2;
+  std::vector<int32_t> cand, cand2, counts;
+  std::vector<size_t> order;
+  std::vector<uint8_t> seen;
+};
+
 // Samples one token. `prompt` and `generated` feed the penalties (repetition over both,
-// presence/frequency over the generated tokens). `scratch` is reused between calls.
+// presence/frequency over the generated tokens).
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
                      std::span<const int32_t> prompt, std::span<const int32_t> generated,
-                     uint64_t request, uint64_t position, std::vector<float>& scratch);
+                     uint64_t request, uint64_t position, SamplerScratch& scratch);
 
 }  // namespace fathom::engine

@@ -54,12 +54,12 @@ Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) 
     rmsnorm(ex, proj.data(), W.main_norm, n, eps, main_x.data());
     for (int64_t s = 0; s < S; ++s) {
       const BlockWeights& b = W.blocks[size_t(L + s)];
-      std::vector<float>& ring = st.ring[size_t(L + s)];
-      if (ring.empty()) ring.assign(size_t(win * hd), 0.0f);
+      FATHOM_RETURN_IF_ERROR(ensure_ring(st, size_t(L + s), win, hd));
+      kv::PagedRows& ring = st.ring[size_t(L + s)];
       window_kv(ex, W, b.attn, rope, main_x.data(), n, st.main_hidden_pos, kv.data());
       for (int64_t t = 0; t < n; ++t) {
         const int64_t p = st.main_hidden_pos + t;
-        std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)], &ring[size_t((p % win) * hd)]);
+        std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)], ring.row(p % win));
       }
     }
     st.main_hidden.clear();
@@ -80,13 +80,14 @@ Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) 
   const float scale = float(std::pow(double(hd), -0.5));
   for (int64_t s = 0; s < S; ++s) {
     const BlockWeights& b = W.blocks[size_t(L + s)];
-    const std::vector<float>& ring = st.ring[size_t(L + s)];
+    FATHOM_RETURN_IF_ERROR(ensure_ring(st, size_t(L + s), win, hd));
+    const kv::PagedRows& ring = st.ring[size_t(L + s)];
     auto attn = [&](const float* xn, float* y) -> Status {
       std::vector<float> qr(size_t(B * c.q_lora_rank)), q(size_t(B * H * hd)), kv(size_t(B * hd)),
           o(size_t(H * hd));
       attention_inputs(ex, W, b.attn, rope, xn, B, p0, qr.data(), q.data(), kv.data());
       std::vector<const float*> entries;
-      for (int64_t k = 0; k < n_ring; ++k) entries.push_back(&ring[size_t(k * hd)]);
+      for (int64_t k = 0; k < n_ring; ++k) entries.push_back(ring.row(k));
       for (int64_t i = 0; i < B; ++i) entries.push_back(&kv[size_t(i * hd)]);
       for (int64_t i = 0; i < B; ++i) {
         (ex.fast ? sparse_attention_fast : sparse_attention)(

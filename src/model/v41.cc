@@ -304,15 +304,15 @@ void compress(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
   }
 }
 
-// Index scores of one query row against `n` keys: Σ_h bf16(relu(bf16(q_h·k)) · w_h),
-// accumulated in double and rounded to bf16.
+// Index scores of one query row against `n` keys `stride` floats apart:
+// Σ_h bf16(relu(bf16(q_h·k)) · w_h), accumulated in double and rounded to bf16.
 void index_scores(const Exec& ex, const float* q, const float* w, const float* keys, int64_t n,
-                  int64_t heads, int64_t dim, float* out) {
+                  int64_t stride, int64_t heads, int64_t dim, float* out) {
   if (ex.fast) {
     for (int64_t j = 0; j < n; ++j) {
       float total = 0;
       for (int64_t h = 0; h < heads; ++h) {
-        const float dot = kernels::dot_f32_lanes(q + h * dim, keys + j * dim, dim);
+        const float dot = kernels::dot_f32_lanes(q + h * dim, keys + j * stride, dim);
         total += kernels::round_to_bf16(std::max(kernels::round_to_bf16(dot), 0.0f) * w[h]);
       }
       out[j] = kernels::round_to_bf16(total);
@@ -323,11 +323,63 @@ void index_scores(const Exec& ex, const float* q, const float* w, const float* k
     double total = 0;
     for (int64_t h = 0; h < heads; ++h) {
       double dot = 0;
-      for (int64_t i = 0; i < dim; ++i) dot += double(q[h * dim + i]) * double(keys[j * dim + i]);
+      for (int64_t i = 0; i < dim; ++i)
+        dot += double(q[h * dim + i]) * double(keys[j * stride + i]);
       const float s = std::max(kernels::round_double_to_bf16(dot), 0.0f);
       total += double(kernels::round_to_bf16(s * w[h]));
     }
     out[j] = kernels::round_double_to_bf16(total);
+  }
+}
+
+// Kv source `b` over the chunk's normed inputs xn [T, dim] at positions start..: the
+// compressor's completed entries (RoPE-free `latents`, entry indices `ids`) get a table row
+// each, with their index keys written and published. Entries the table already holds (a
+// replay over cached blocks) are dropped, so cached KV is never rewritten.
+Status publish_entries(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
+                       SequenceState& st, const float* xn, int64_t start, int64_t T,
+                       std::vector<float>* latents, std::vector<int64_t>* ids) {
+  const ModelConfig& c = W.cfg;
+  const int64_t hd = c.head_dim, ihd = c.index_head_dim, rd = c.rope_head_dim;
+  SequenceState::Source& src = st.src[size_t(b.id)];
+  compress(ex, W, b, src, xn, start, T, latents, ids);
+  if (ids->empty()) return Status::ok();
+  st.published_keys = b.id;
+  if (!src.entries.initialised()) src.entries = kv::PagedRows(st.pool, hd + ihd);
+  const int64_t have = src.entries.size();
+  size_t skip = 0;
+  while (skip < ids->size() && (*ids)[skip] < have) ++skip;
+  if (skip > 0) {
+    ids->erase(ids->begin(), ids->begin() + int64_t(skip));
+    latents->erase(latents->begin(), latents->begin() + int64_t(skip) * hd);
+  }
+  const int64_t n = int64_t(ids->size());
+  if (n == 0) return Status::ok();
+  if ((*ids)[0] != have) return internal_error("compressed entries out of order");
+  FATHOM_RETURN_IF_ERROR(src.entries.grow(n));
+  // The new entries' index keys, from the RoPE-free latents, all at once.
+  std::vector<float> key(static_cast<size_t>(n * ihd)), kn(static_cast<size_t>(n * ihd));
+  linear(ex, latents->data(), b.attn.i_wk, n, true, key.data());
+  rmsnorm(ex, key.data(), b.attn.i_knorm, n, float(c.norm_eps), kn.data());
+  for (int64_t e = 0; e < n; ++e) {
+    float* k = &kn[size_t(e * ihd)];
+    W.rope_compressed->rotate(k + ihd - rd, (*ids)[size_t(e)] * b.ratio);
+    kernels::ref::fake_quant_e2m1(k, ihd, 32, false, k);
+    std::copy_n(k, ihd, src.entries.row(have + e) + hd);
+  }
+  return Status::ok();
+}
+
+// The latents of publish_entries() rotated, FP4 fake-quantised and stored in their rows.
+void store_latents(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
+                   const Rope& rope, std::vector<float>* latents, const std::vector<int64_t>& ids) {
+  const int64_t hd = W.cfg.head_dim, rd = W.cfg.rope_head_dim;
+  kv::PagedRows& rows = st.src[size_t(b.id)].entries;
+  for (size_t e = 0; e < ids.size(); ++e) {
+    float* lat = &(*latents)[e * size_t(hd)];
+    rope.rotate(lat + hd - rd, ids[e] * b.ratio);
+    kernels::ref::fake_quant_e2m1(lat, hd, 16, true, lat);
+    std::copy_n(lat, hd, rows.row(ids[e]));
   }
 }
 
@@ -345,9 +397,10 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
   const int key_layer = own_keys ? b.kv_source_layer : st.published_keys;
   if (key_layer < 0)
     return internal_error("no index keys published before layer " + std::to_string(b.id));
-  const std::vector<float>& keys = st.src[size_t(key_layer)].keys;
-  if (int64_t(keys.size()) < compress_len * ihd)
+  const kv::PagedRows& keys = st.src[size_t(key_layer)].entries;
+  if (keys.size() < compress_len)
     return internal_error("index keys shorter than the visible compressed entries");
+  const int64_t hd = c.head_dim, per_page = keys.rows_per_page();
   // The query and head-weight projections of all rows at once.
   std::vector<float> qs(static_cast<size_t>(T * nh * ihd)), ws(static_cast<size_t>(T * nh)),
       scores(static_cast<size_t>(compress_len));
@@ -362,7 +415,9 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
     for (int64_t h = 0; h < nh; ++h) rope.rotate(q + h * ihd + ihd - rd, p);
     kernels::ref::fake_quant_e2m1(q, nh * ihd, 32, false, q);
     for (int64_t h = 0; h < nh; ++h) w[h] = kernels::round_to_bf16(w[h] * wscale);
-    index_scores(f.ex, q, w, keys.data(), compress_len, nh, ihd, scores.data());
+    for (int64_t j0 = 0; j0 < compress_len; j0 += per_page)
+      index_scores(f.ex, q, w, keys.row(j0) + hd, std::min(per_page, compress_len - j0), hd + ihd,
+                   nh, ihd, &scores[size_t(j0)]);
     for (int64_t j = visible; j < compress_len; ++j) scores[size_t(j)] = kNegInf;
     if (b.candidate_source) {
       // Block scores: the max over each block; the block of the newest entry is pinned.
@@ -405,10 +460,9 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
                  const float* xn, bool own_keys, float* out, ForwardTrace* trace) {
   const ModelConfig& c = W.cfg;
   const AttentionWeights& a = b.attn;
-  const int64_t T = f.T, start = f.start, H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim,
-                qd = c.q_lora_rank, win = c.window_size;
+  const int64_t T = f.T, start = f.start, H = c.n_heads, hd = c.head_dim, qd = c.q_lora_rank,
+                win = c.window_size;
   const Rope& rope = b.ratio > 0 ? *W.rope_compressed : *W.rope_window;
-  const float eps = float(c.norm_eps);
 
   std::vector<float> qr(static_cast<size_t>(T * qd)), q(size_t(T * H * hd)),
       kv(static_cast<size_t>(T * hd));
@@ -416,45 +470,24 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   attention_inputs(ex, W, a, rope, xn, T, start, qr.data(), q.data(), kv.data());
 
   // Compressed KV: the source compresses, the index source selects, then the new entries
-  // are rotated, FP4 fake-quantised and appended.
+  // are rotated, FP4 fake-quantised and stored.
   if (b.ratio > 0) {
     std::vector<float> latents;
     std::vector<int64_t> ids;
-    SequenceState::Source& src = st.src[size_t(b.id)];
-    if (b.kv_source) {
-      compress(ex, W, b, src, xn, start, T, &latents, &ids);
-      // The new entries' index keys, from the RoPE-free latents, all at once.
-      const int64_t ihd = c.index_head_dim, n = int64_t(ids.size());
-      if (n > 0) {
-        std::vector<float> key(static_cast<size_t>(n * ihd));
-        const size_t old_size = src.keys.size();
-        src.keys.resize(old_size + size_t(n * ihd));
-        float* kn = &src.keys[old_size];
-        linear(ex, latents.data(), a.i_wk, n, true, key.data());
-        rmsnorm(ex, key.data(), a.i_knorm, n, eps, kn);
-        for (int64_t e = 0; e < n; ++e) {
-          W.rope_compressed->rotate(kn + e * ihd + ihd - rd, ids[size_t(e)] * b.ratio);
-          kernels::ref::fake_quant_e2m1(kn + e * ihd, ihd, 32, false, kn + e * ihd);
-        }
-        st.published_keys = b.id;
-      }
-    }
+    if (b.kv_source)
+      FATHOM_RETURN_IF_ERROR(publish_entries(ex, W, b, st, xn, start, T, &latents, &ids));
     if (b.index_source)
       FATHOM_RETURN_IF_ERROR(indexer(W, b, st, f, xn, qr.data(), rope, own_keys, trace));
-    for (size_t e = 0; e < ids.size(); ++e) {
-      float* lat = &latents[e * size_t(hd)];
-      rope.rotate(lat + hd - rd, ids[e] * b.ratio);
-      kernels::ref::fake_quant_e2m1(lat, hd, 16, true, lat);
-      src.comp.insert(src.comp.end(), lat, lat + hd);
-    }
+    store_latents(W, b, st, rope, &latents, ids);
   }
 
   // Attention rows: the window (the chunk's own KV and the ring), then the selected
   // compressed entries.
-  std::vector<float>& ring = st.ring[size_t(b.id)];
-  if (ring.empty()) ring.assign(size_t(win * hd), 0.0f);
+  FATHOM_RETURN_IF_ERROR(ensure_ring(st, size_t(b.id), win, hd));
+  kv::PagedRows& ring = st.ring[size_t(b.id)];
+  const int64_t floor = st.window_floor[size_t(b.id)];
   const int64_t width = start == 0 ? std::min(T, win) : win;
-  const std::vector<float>* comp = b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].comp : nullptr;
+  const kv::PagedRows* comp = b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].entries : nullptr;
   std::vector<float> o(static_cast<size_t>(T * H * hd));
   const float scale = float(std::pow(double(hd), -0.5));
   // Rows are independent: in fast numerics a prefill spreads them over the pool.
@@ -462,14 +495,12 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
     const int64_t t = int64_t(ti), p = start + t;
     std::vector<const float*> entries(static_cast<size_t>(width), nullptr);
     int64_t slot = 0;
-    for (int64_t pos = std::max<int64_t>(0, p - win + 1); pos <= p; ++pos, ++slot) {
-      entries[size_t(slot)] =
-          pos >= start ? &kv[size_t((pos - start) * hd)] : &ring[size_t((pos % win) * hd)];
-    }
+    for (int64_t pos = std::max({int64_t(0), p - win + 1, floor}); pos <= p; ++pos, ++slot)
+      entries[size_t(slot)] = pos >= start ? &kv[size_t((pos - start) * hd)] : ring.row(pos % win);
     if (b.ratio > 0) {
       for (int64_t i = 0; i < f.topk_width; ++i) {
         const int32_t j = f.topk[size_t(t * f.topk_width + i)];
-        entries.push_back(j < 0 ? nullptr : &(*comp)[size_t(j) * size_t(hd)]);
+        entries.push_back(j < 0 ? nullptr : comp->row(j));
       }
     }
     if (ex.fast && ex.pool != nullptr && T == 1 && H >= 2) {
@@ -492,8 +523,7 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
     for (int64_t t = 0; t < T; ++t) row(size_t(t));
   attention_output(ex, W, a, rope, o.data(), T, start, out);
   for (int64_t t = std::max<int64_t>(0, T - win); t < T; ++t)
-    std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)],
-              &ring[size_t(((start + t) % win) * hd)]);
+    std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)], ring.row((start + t) % win));
   return Status::ok();
 }
 
@@ -654,6 +684,28 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
 
 namespace {
 
+// The compressor and index keys alone of kv source `b` over T rows of streams X [T, 4, dim]
+// (the attention site's input, as mhc_block forms it) at positions start..
+Status compress_rows(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
+                     SequenceState& st, const float* X, const float* pre, int64_t start,
+                     int64_t T) {
+  const int64_t D = W.cfg.dim;
+  std::vector<float> x(static_cast<size_t>(T * D)), xn(static_cast<size_t>(T * D)), latents;
+  for (int64_t t = 0; t < T; ++t) hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
+  rmsnorm(ex, x.data(), b.attn_norm, T, float(W.cfg.norm_eps), xn.data());
+  std::vector<int64_t> ids;
+  FATHOM_RETURN_IF_ERROR(publish_entries(ex, W, b, st, xn.data(), start, T, &latents, &ids));
+  store_latents(W, b, st, *W.rope_compressed, &latents, ids);
+  return Status::ok();
+}
+
+// Drops the first n rows of a row-major [rows, width] table.
+template <typename V>
+void drop_rows(std::vector<V>* rows, int64_t width, int64_t n) {
+  const size_t k = size_t(std::min<int64_t>(int64_t(rows->size()), n * width));
+  rows->erase(rows->begin(), rows->begin() + int64_t(k));
+}
+
 // One block of the backbone over the chunk's streams (see mhc_block).
 Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
                      ForwardScratch& f, float* X, float* pre, bool own_keys, ForwardTrace* trace) {
@@ -796,11 +848,146 @@ int64_t V41Model::decode_weight_bytes() const {
 
 int64_t V41Model::checkpoint_bytes() const { return int64_t(w_->ck->total_bytes()); }
 
-std::unique_ptr<SequenceState> V41Model::new_sequence() const {
+namespace {
+// Entries per page of a private pool.
+constexpr int64_t kDefaultPageEntries = 64;
+}  // namespace
+
+int64_t V41Model::page_bytes(int64_t entries) const {
+  return entries * (w_->cfg.head_dim + w_->cfg.index_head_dim) * int64_t(sizeof(float));
+}
+
+std::unique_ptr<SequenceState> V41Model::new_sequence(kv::PagePool* pool) const {
   auto s = std::unique_ptr<SequenceState>(new SequenceState());
+  if (pool == nullptr) {
+    s->own_pool = std::make_unique<kv::PagePool>(page_bytes(kDefaultPageEntries), 0);
+    pool = s->own_pool.get();
+  }
+  s->pool = pool;
   s->ring.resize(w_->blocks.size());
+  s->window_floor.assign(w_->blocks.size(), 0);
   s->src.resize(w_->blocks.size());
   return s;
+}
+
+Status ensure_ring(SequenceState& st, size_t block, int64_t window, int64_t head_dim) {
+  kv::PagedRows& ring = st.ring[block];
+  if (ring.initialised()) return Status::ok();
+  kv::PagedRows fresh(st.pool, head_dim);
+  FATHOM_RETURN_IF_ERROR(fresh.grow(window));
+  ring = std::move(fresh);
+  return Status::ok();
+}
+
+int64_t V41Model::pages_needed(const SequenceState& s, int64_t tokens) const {
+  const ModelConfig& c = w_->cfg;
+  const int64_t page_floats = s.pool->page_bytes() / int64_t(sizeof(float));
+  const int64_t ring_pages =
+      (c.window_size + page_floats / c.head_dim - 1) / (page_floats / c.head_dim);
+  int64_t pages = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l)  // forward() fills the backbone's rings only
+    if (!s.ring[size_t(l)].initialised()) pages += ring_pages;
+  for (int64_t l : c.kv_source_layers) {
+    const int64_t r = c.compress_ratios[size_t(l)];
+    const int64_t fresh = (s.pos + tokens) / r - s.pos / r;
+    const kv::PagedRows& e = s.src[size_t(l)].entries;
+    pages += e.initialised() ? e.pages_to_grow(fresh)
+                             : (fresh + page_floats / (c.head_dim + c.index_head_dim) - 1) /
+                                   (page_floats / (c.head_dim + c.index_head_dim));
+  }
+  return pages;
+}
+
+Result<KvBlock> V41Model::export_block(const SequenceState& s, int64_t block_tokens,
+                                       bool with_swa) const {
+  const ModelConfig& c = w_->cfg;
+  if (block_tokens <= 0 || s.pos < block_tokens || s.pos % block_tokens != 0)
+    return invalid_argument("a prefix block must end on a block boundary");
+  KvBlock out;
+  out.pages.resize(w_->blocks.size());
+  out.published_keys = s.published_keys;
+  for (int64_t l : c.kv_source_layers) {
+    const int64_t r = c.compress_ratios[size_t(l)];
+    const kv::PagedRows& e = s.src[size_t(l)].entries;
+    const int64_t per_page = e.rows_per_page(), first = (s.pos - block_tokens) / r,
+                  last = s.pos / r;
+    if (!e.initialised() || e.size() < last || block_tokens % r != 0 || first % per_page != 0 ||
+        last % per_page != 0)
+      return invalid_argument("the block's compressed entries are not whole pages");
+    for (int64_t pg = first / per_page; pg < last / per_page; ++pg)
+      out.pages[size_t(l)].push_back(e.pages()[size_t(pg)]);
+    out.bytes += (last - first) / per_page * s.pool->page_bytes();
+  }
+  if (with_swa) {
+    auto swa = std::unique_ptr<SequenceState>(new SequenceState());
+    swa->pool = s.pool;
+    swa->pos = s.pos;
+    swa->window_floor = s.window_floor;
+    swa->main_hidden = s.main_hidden;
+    swa->main_hidden_pos = s.main_hidden_pos;
+    out.bytes += int64_t(s.main_hidden.size() * sizeof(float));
+    for (const auto& r : s.ring) {
+      if (!r.initialised()) {
+        swa->ring.emplace_back();
+        continue;
+      }
+      FATHOM_ASSIGN_OR_RETURN(kv::PagedRows copy, r.copy_to(s.pool, false));
+      out.bytes += copy.bytes();
+      swa->ring.push_back(std::move(copy));
+    }
+    out.swa = std::move(swa);
+  }
+  return out;
+}
+
+Result<std::unique_ptr<SequenceState>> V41Model::resume(std::span<const KvBlock* const> chain,
+                                                        int64_t block_tokens,
+                                                        std::span<const int32_t> prefix,
+                                                        kv::PagePool* pool) const {
+  const ModelConfig& c = w_->cfg;
+  const int64_t P = int64_t(chain.size()) * block_tokens;
+  if (chain.empty() || int64_t(prefix.size()) != P)
+    return invalid_argument("a resume needs its blocks and their tokens");
+  auto s = new_sequence(pool);
+  for (int64_t l : c.kv_source_layers) {
+    const int64_t r = c.compress_ratios[size_t(l)];
+    kv::PagedRows& e = s->src[size_t(l)].entries;
+    e = kv::PagedRows(s->pool, c.head_dim + c.index_head_dim);
+    for (const KvBlock* b : chain) {
+      if (b->pages.size() != w_->blocks.size())
+        return invalid_argument("a cached block of another model");
+      FATHOM_RETURN_IF_ERROR(e.append_pages(b->pages[size_t(l)], block_tokens / r));
+    }
+  }
+  const KvBlock& last = *chain.back();
+  s->published_keys = last.published_keys;
+  if (last.swa) {
+    // The side object: the windows as they were at P, so the resume is exact.
+    const SequenceState& w = *last.swa;
+    for (size_t i = 0; i < w.ring.size() && i < s->ring.size(); ++i) {
+      if (!w.ring[i].initialised()) continue;
+      FATHOM_ASSIGN_OR_RETURN(s->ring[i], w.ring[i].copy_to(s->pool, false));
+    }
+    s->window_floor = w.window_floor;
+    s->main_hidden = w.main_hidden;
+    s->main_hidden_pos = w.main_hidden_pos;
+    s->pos = P;
+    s->tokens.assign(prefix.begin(), prefix.end());
+    return s;
+  }
+  int64_t align = 1;
+  for (int64_t r : c.compress_ratios)
+    if (r > 0) align = std::lcm(align, r);
+  const int64_t R = std::max<int64_t>(0, P - c.window_size) / align * align;
+  s->pos = R;
+  s->tokens.assign(prefix.begin(), prefix.begin() + R);
+  std::fill(s->window_floor.begin(), s->window_floor.end(), R);
+  s->main_hidden_pos = R;
+  return s;
+}
+
+void set_decoder_tail_start(SequenceState& s, int64_t position) {
+  s.decoder_tail_start = std::max<int64_t>(0, position);
 }
 
 Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, float* logits,
@@ -831,26 +1018,54 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
                                          &X[size_t(t * 4 * D + D)]);
   std::vector<int64_t> hashes;
   if (!W.engram.empty()) W.hasher.hash(st.tokens, f.start, T, &hashes);
+  const int64_t hash_row = T > 0 ? int64_t(hashes.size()) / T : 0;
   const auto& targets = c.dspark_target_layer_ids;
   std::vector<float> main_hidden(size_t(T * D * std::max<size_t>(1, targets.size())));
+  // Decoder-side bounded replay: rows before t0 stop at the last kv source's compressor.
+  const int64_t split = c.kv_source_layers.empty() ? -1 : c.kv_source_layers.back();
+  const int64_t start0 = f.start;
+  const int64_t t0 = split >= 0 && st.decoder_tail_start > start0
+                         ? std::min(T, st.decoder_tail_start - start0)
+                         : 0;
+  if (t0 > 0 && logits != nullptr && all_rows)
+    return invalid_argument("every row's logits asked for under decoder bounded replay");
+  if (t0 == T && (logits != nullptr || hidden_out != nullptr))
+    return invalid_argument("logits asked for a chunk that ends before the decoder tail");
+  float* Xl = X.data();
+  float* prel = pre.data();
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const BlockWeights& b = W.blocks[size_t(l)];
+    if (t0 > 0 && l == split) {
+      // The source's compressor and index keys see every row; the rest of the layer and
+      // the layers after it only the tail, whose windows start at the tail.
+      FATHOM_RETURN_IF_ERROR(compress_rows(f.ex, W, b, st, Xl, prel, start0, t0));
+      for (int64_t k = split; k < c.n_layers; ++k)
+        st.window_floor[size_t(k)] = std::max(st.window_floor[size_t(k)], st.decoder_tail_start);
+      if (t0 == T) break;
+      drop_rows(&f.topk, f.topk_width, t0);
+      drop_rows(&f.candidates, f.candidates_n, t0);
+      f.start += t0;
+      f.T -= t0;
+      Xl += t0 * 4 * D;
+      prel += t0 * 4;
+    }
+    const int64_t rows_done = f.start - start0;
     if (b.engram >= 0) {
-      engram_forward(W.engram[size_t(b.engram)], W.hasher, hashes.data(), T, X.data(),
-                     f.ex.fast ? f.ex.pool : nullptr, f.ex.fast);
+      engram_forward(W.engram[size_t(b.engram)], W.hasher, hashes.data() + rows_done * hash_row,
+                     f.T, Xl, f.ex.fast ? f.ex.pool : nullptr, f.ex.fast);
       if (trace && trace->keep_tensors)
         trace->tensors["layer" + std::to_string(l) + "_engram_out"] = X;
     }
     auto it = std::find(targets.begin(), targets.end(), l);
     if (it != targets.end()) {
       const int64_t k = it - targets.begin();
-      for (int64_t t = 0; t < T; ++t)
+      for (int64_t t = rows_done; t < T; ++t)
         hc_mean(&X[size_t(t * 4 * D)], D,
                 &main_hidden[size_t(t * D * int64_t(targets.size()) + k * D)]);
     }
-    FATHOM_RETURN_IF_ERROR(
-        block_forward(W, b, st, f, X.data(), pre.data(), options_.own_index_keys, trace));
+    FATHOM_RETURN_IF_ERROR(block_forward(W, b, st, f, Xl, prel, options_.own_index_keys, trace));
   }
+  f.start = start0;
   if (!targets.empty()) {
     // Rows wait for the next draft() to enter the stage rings; only the last window can.
     const int64_t row = D * int64_t(targets.size());
@@ -888,16 +1103,46 @@ void V41Model::head_logits(const float* hidden, int64_t rows, float* logits) con
     kernels::ref::matmul_bf16(head, hidden, rows, logits);
 }
 
-std::unique_ptr<SequenceState> clone_sequence(const SequenceState& s) {
-  return std::unique_ptr<SequenceState>(new SequenceState(s));
+Result<std::unique_ptr<SequenceState>> clone_sequence(const SequenceState& s) {
+  auto out = std::unique_ptr<SequenceState>(new SequenceState());
+  if (s.own_pool) {
+    out->own_pool = std::make_unique<kv::PagePool>(s.own_pool->page_bytes(), 0);
+    out->pool = out->own_pool.get();
+  } else {
+    out->pool = s.pool;
+  }
+  out->pos = s.pos;
+  out->tokens = s.tokens;
+  out->window_floor = s.window_floor;
+  out->published_keys = s.published_keys;
+  out->decoder_tail_start = s.decoder_tail_start;
+  out->main_hidden = s.main_hidden;
+  out->main_hidden_pos = s.main_hidden_pos;
+  // Pages are shared only within one pool; a private pool's copy copies them all.
+  auto copy = [&](const kv::PagedRows& r, bool append_only) -> Result<kv::PagedRows> {
+    if (!r.initialised()) return kv::PagedRows();
+    return r.copy_to(out->pool, append_only);
+  };
+  for (const auto& r : s.ring) {
+    FATHOM_ASSIGN_OR_RETURN(kv::PagedRows c, copy(r, false));
+    out->ring.push_back(std::move(c));
+  }
+  for (const auto& src : s.src) {
+    SequenceState::Source d;
+    FATHOM_ASSIGN_OR_RETURN(d.entries, copy(src.entries, true));
+    d.kv_part = src.kv_part;
+    d.score_part = src.score_part;
+    out->src.push_back(std::move(d));
+  }
+  return out;
 }
 
 int64_t sequence_bytes(const SequenceState& s) {
   int64_t b = int64_t(s.tokens.size() * sizeof(int32_t) + s.main_hidden.size() * sizeof(float));
-  for (const auto& r : s.ring) b += int64_t(r.size() * sizeof(float));
+  for (const auto& r : s.ring) b += r.bytes();
   for (const auto& src : s.src)
-    b += int64_t((src.comp.size() + src.keys.size() + src.kv_part.size() + src.score_part.size()) *
-                 sizeof(float));
+    b +=
+        src.entries.bytes() + int64_t((src.kv_part.size() + src.score_part.size()) * sizeof(float));
   return b;
 }
 

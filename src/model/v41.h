@@ -19,11 +19,24 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/page_pool.h"
 #include "model/config.h"
 
 namespace fathom {
 class ThreadPool;
 }
+
+namespace fathom::model {
+struct SequenceState;
+void destroy_sequence(SequenceState* s);
+}  // namespace fathom::model
+
+namespace std {
+template <>
+struct default_delete<fathom::model::SequenceState> {
+  void operator()(fathom::model::SequenceState* s) const { fathom::model::destroy_sequence(s); }
+};
+}  // namespace std
 
 namespace fathom::model {
 
@@ -64,8 +77,19 @@ struct DraftResult {
   std::vector<float> confidence;  // [block_size]
 };
 
-struct SequenceState;
 struct ModelWeights;
+
+// What one prefix block of 128 (or any block_tokens) tokens added to a sequence's persistent
+// KV: the pages of compressed KV and index keys of every kv source (shared with the sequence
+// and with every sequence resumed from it; never rewritten), the reference's published
+// index-key slot at the block's end and, only when asked for, the sequence's sliding-window
+// state at the block's end (a side object that makes a resume exact instead of a replay).
+struct KvBlock {
+  std::vector<std::vector<kv::PageRef>> pages;  // per layer; empty on layers that are no source
+  int published_keys = -1;
+  std::unique_ptr<SequenceState> swa;
+  int64_t bytes = 0;  // pages (and side object) held
+};
 
 class V41Model {
  public:
@@ -80,7 +104,28 @@ class V41Model {
   const ModelConfig& config() const;
   const ModelOptions& options() const { return options_; }
 
-  std::unique_ptr<SequenceState> new_sequence() const;
+  // A new sequence whose KV pages come from `pool` (which must outlive it and have pages of
+  // page_bytes(n) for some n), or from a private unlimited pool when null.
+  std::unique_ptr<SequenceState> new_sequence(kv::PagePool* pool = nullptr) const;
+  // Bytes of one KV page holding `entries` compressed entries with their index keys.
+  int64_t page_bytes(int64_t entries) const;
+  // Pages a forward of `tokens` more tokens may take from the pool (an upper bound).
+  int64_t pages_needed(const SequenceState& s, int64_t tokens) const;
+
+  // The block of `block_tokens` tokens that ends at the sequence's position (which must be a
+  // multiple of block_tokens, with every kv source's entries on page boundaries there).
+  Result<KvBlock> export_block(const SequenceState& s, int64_t block_tokens, bool with_swa) const;
+  // A sequence resumed from a chain of cached blocks (block 1 first) covering prefix[0, P),
+  // P = chain.size() * block_tokens. With the last block's side object it stands exactly at
+  // P. Without it (SWA bounded replay, shared/spec/algorithms.md §3.2): it stands at
+  // R = max(0, P - window) (rounded down to every compression ratio), holds the compressed KV
+  // and index keys of [0, P), and the caller forwards prefix[R, P) again: those rows rebuild
+  // the window KV, their attention reads no window below R, and they do not rewrite the
+  // cached entries. An approximation of a full prefill, exact when R = 0.
+  Result<std::unique_ptr<SequenceState>> resume(std::span<const KvBlock* const> chain,
+                                                int64_t block_tokens,
+                                                std::span<const int32_t> prefix,
+                                                kv::PagePool* pool) const;
 
   // Bytes of weights the fast path reads for one decode token of one sequence: every
   // layer's mHC mixes, norms, attention, router, shared expert and top-k routed experts, the
@@ -115,17 +160,16 @@ class V41Model {
 
 // The position of the next token of a sequence.
 int64_t sequence_position(const SequenceState& s);
-// A deep copy of a sequence's state (a prefix-cache snapshot).
-std::unique_ptr<SequenceState> clone_sequence(const SequenceState& s);
-// Bytes the state holds (rings, compressed KV, index keys, partial groups, history).
+// A copy of a sequence's state in the same pool: full pages of compressed KV are shared,
+// rings and partial pages copied.
+Result<std::unique_ptr<SequenceState>> clone_sequence(const SequenceState& s);
+// Bytes the state holds (pages of rings, compressed KV and index keys, partial groups,
+// history); shared pages count in full.
 int64_t sequence_bytes(const SequenceState& s);
-void destroy_sequence(SequenceState* s);
+// Decoder-side SWA bounded replay (shared/spec/algorithms.md §3.3), an approximation: prefill
+// rows at positions below `position` run the layers after the last kv source not at all
+// (that source's compressor still runs on them), and those layers' windows start at
+// `position`. The engine sets it to prompt length - KEEP. 0 (the default) = exact.
+void set_decoder_tail_start(SequenceState& s, int64_t position);
 
 }  // namespace fathom::model
-
-namespace std {
-template <>
-struct default_delete<fathom::model::SequenceState> {
-  void operator()(fathom::model::SequenceState* s) const { fathom::model::destroy_sequence(s); }
-};
-}  // namespace std

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "kernels/gemv.h"
+#include "kv/page_pool.h"
 #include "model/config.h"
 #include "model/engram.h"
 #include "model/mhc.h"
@@ -72,19 +73,28 @@ struct ModelWeights {
 
 struct SequenceState {
   struct Source {
-    std::vector<float> comp, keys;           // [n, head_dim], [n, index_head_dim]
+    // [n, head_dim + index_head_dim]: each compressed entry's latent (RoPE'd, FP4
+    // fake-quantised), then its index key. Rows are appended, never rewritten.
+    kv::PagedRows entries;
     std::vector<float> kv_part, score_part;  // [ratio, head_dim] fp32 partial group
   };
+  std::unique_ptr<kv::PagePool> own_pool;  // when the caller gave no pool (destroyed last)
+  kv::PagePool* pool = nullptr;
   int64_t pos = 0;
   std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> ring;  // per block (DSpark stages last): [window, head_dim]
-  std::vector<Source> src;               // per layer; used on kv sources
-  int published_keys = -1;               // the reference's shared index-key slot
+  std::vector<kv::PagedRows> ring;    // per block (DSpark stages last): [window, head_dim]
+  std::vector<int64_t> window_floor;  // per block: no window KV below this position
+  std::vector<Source> src;            // per layer; used on kv sources
+  int published_keys = -1;            // the reference's shared index-key slot
+  int64_t decoder_tail_start = 0;     // see set_decoder_tail_start()
   // DSpark input rows [n, 3 * dim] of positions main_hidden_pos.. pos - 1 that the stage
   // rings have not taken yet (at most one window: older rows never reach a ring).
   std::vector<float> main_hidden;
   int64_t main_hidden_pos = 0;
 };
+
+// A ring's row for position p, the ring allocated (zeroed) on first use.
+Status ensure_ring(SequenceState& st, size_t block, int64_t window, int64_t head_dim);
 
 namespace detail {
 

@@ -14,6 +14,7 @@
 #include "api/chat_completions.h"
 #include "api/errors.h"
 #include "api/openai_responses.h"
+#include "api/stop_matcher.h"
 #include "core/json_write.h"
 #include "core/py_json.h"
 #include "core/utf8.h"
@@ -165,6 +166,8 @@ engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<i
   g.sampling.top_k = int(s.top_k.value_or(0));
   g.sampling.presence_penalty = float(s.presence_penalty.value_or(0.0));
   g.sampling.frequency_penalty = float(s.frequency_penalty.value_or(0.0));
+  g.sampling.min_p = float(s.min_p.value_or(0.0));
+  g.sampling.repetition_penalty = float(s.repetition_penalty.value_or(1.0));
   if (s.seed) {
     g.sampling.seed = uint64_t(*s.seed);
     g.seeded = true;
@@ -354,6 +357,29 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   sp.top_p = number("top_p");
   sp.presence_penalty = number("presence_penalty");
   sp.frequency_penalty = number("frequency_penalty");
+  sp.min_p = number("min_p");
+  sp.repetition_penalty = number("repetition_penalty");
+  if (sp.min_p && !(*sp.min_p >= 0 && *sp.min_p <= 1))
+    return send_error(p, res, invalid_argument("'min_p' must be in [0, 1]"));
+  if (sp.repetition_penalty && !(*sp.repetition_penalty > 0 && *sp.repetition_penalty <= 10))
+    return send_error(p, res, invalid_argument("'repetition_penalty' must be in (0, 10]"));
+  std::vector<std::string> stops;
+  if (const Value* v = body->find("stop"); v != nullptr && !v->is_null()) {
+    if (v->is_string()) {
+      stops.push_back(v->text);
+    } else if (v->is_array()) {
+      for (const Value& x : v->items) {
+        if (!x.is_string())
+          return send_error(p, res,
+                            invalid_argument("'stop' must be a string or a list of strings"));
+        stops.push_back(x.text);
+      }
+    } else {
+      return send_error(p, res, invalid_argument("'stop' must be a string or a list of strings"));
+    }
+    if (stops.size() > 16)
+      return send_error(p, res, invalid_argument("'stop' allows at most 16 sequences"));
+  }
   if (auto v = number("max_tokens"))
     sp.max_tokens = int64_t(*v);
   else
@@ -396,17 +422,25 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   };
   if (!streaming) {
     StreamDecoder dec(tok, true);
+    api::StopMatcher stop(stops);
     std::string text;
     engine::StreamEvent ev;
     int64_t n = 0;
     while (s->next(&ev, 3600 * 1000)) {
+      std::string piece;
       for (int32_t t : ev.tokens) {
         ++n;
-        if (t != eos) (void)dec.push(t, text);
+        if (t != eos) (void)dec.push(t, piece);
+      }
+      if (ev.finished) dec.finish(piece);
+      if (stop.push(piece, &text)) {
+        s->cancel();  // the engine stops at its next step
+        ev.cause = engine::FinishCause::kStopToken;
+        break;
       }
       if (ev.finished) break;
     }
-    dec.finish(text);
+    stop.finish(&text);
     if (ev.cause == engine::FinishCause::kError) return send_error(p, res, ev.error);
     res.set_content(choice(text, finish_name(ev.cause)) +
                         usage_json(ev.prompt_tokens, n, ev.cached_tokens) + "}",
@@ -418,9 +452,10 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   }
   res.set_header("Cache-Control", "no-cache");
   auto dec = std::make_shared<StreamDecoder>(tok, true);
+  auto stop = std::make_shared<api::StopMatcher>(stops);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [s, dec, choice, usage_json, finish_name, this](size_t, httplib::DataSink& sink) {
+      [s, dec, stop, choice, usage_json, finish_name, this](size_t, httplib::DataSink& sink) {
         engine::StreamEvent ev;
         int64_t n = 0;
         for (;;) {
@@ -429,12 +464,19 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
             return false;
           }
           if (!s->next(&ev, 200)) continue;
-          std::string text;
+          std::string piece, text;
           for (int32_t t : ev.tokens) {
             ++n;
-            if (t != eos) (void)dec->push(t, text);
+            if (t != eos) (void)dec->push(t, piece);
           }
-          if (ev.finished) dec->finish(text);
+          if (ev.finished) dec->finish(piece);
+          if (stop->push(piece, &text)) {
+            s->cancel();
+            ev.finished = true;
+            ev.cause = engine::FinishCause::kStopToken;
+          } else if (ev.finished) {
+            stop->finish(&text);
+          }
           std::string out;
           if (!text.empty()) out += "data: " + choice(text, nullptr) + "}\n\n";
           if (ev.finished) {
@@ -492,9 +534,15 @@ std::string Server::Impl::metrics_text() {
   gauge("fathom_running_sequences", "Sequences admitted", double(e.running));
   gauge("fathom_batch_size", "Sequences in the last step", double(e.batch_size_last));
   gauge("fathom_step_tokens", "Tokens in the last step", double(e.step_tokens_last));
-  gauge("fathom_kv_bytes", "Sequence state held", double(e.kv_bytes));
-  gauge("fathom_kv_budget_bytes", "Sequence state budget", double(e.kv_budget_bytes));
-  gauge("fathom_prefix_cache_bytes", "Prefix-cache snapshots held", double(e.prefix_cache_bytes));
+  gauge("fathom_kv_bytes", "KV pages in use, bytes", double(e.kv_bytes));
+  gauge("fathom_kv_budget_bytes", "KV page pool, bytes", double(e.kv_budget_bytes));
+  gauge("fathom_kv_pages_used", "KV pages in use", double(e.kv_pages_used));
+  gauge("fathom_kv_pages_total", "KV pages in the pool", double(e.kv_pages_total));
+  gauge("fathom_kv_page_bytes", "Bytes per KV page", double(e.kv_page_bytes));
+  gauge("fathom_prefix_cache_bytes", "KV pages held by cached prefix blocks, bytes",
+        double(e.prefix_cache_bytes));
+  gauge("fathom_swa_replay_tokens_total", "Prompt tokens recomputed by SWA bounded replay",
+        double(e.replayed_tokens), "counter");
   gauge("fathom_prefix_cache_blocks", "Prefix-cache blocks held", double(e.prefix_blocks));
   return o.str();
 }

@@ -1,7 +1,8 @@
 // The engine on the tiny golden checkpoint: greedy generation equals the argmax chain of the
 // model's own forward; a seeded request gives the same tokens alone and among 8 concurrent
-// different requests; a prefix-cache hit reports cached tokens and changes nothing; a
-// cancelled request stops; bad requests are refused.
+// different requests; a prefix-cache hit reports cached tokens, is exact with the window side
+// objects and replays the last window without them; a small KV pool still gives exact
+// answers (waiting, eviction, preemption); a cancelled request stops; bad requests are refused.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -110,26 +111,105 @@ TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
     if (i != 4) drain(*others[i], &last);
 }
 
-TEST(Engine, PrefixCacheHitReportsCachedTokensAndChangesNothing) {
+// The model's own greedy chain (independent of the engine).
+std::vector<int32_t> argmax_chain(const std::vector<int32_t>& p, int n) {
   const auto& m = tiny();
+  auto st = m.new_sequence();
+  std::vector<float> logits(1024);
+  std::vector<int32_t> want;
+  EXPECT_TRUE(m.forward(*st, p, logits.data(), nullptr, false).is_ok());
+  for (int i = 0; i < n; ++i) {
+    want.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    EXPECT_TRUE(m.forward(*st, std::span(&want.back(), 1), logits.data(), nullptr, false).is_ok());
+  }
+  return want;
+}
+
+GenerationRequest greedy(std::vector<int32_t> p, int n) {
+  GenerationRequest r;
+  r.prompt = std::move(p);
+  r.sampling.temperature = 0;
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  return r;
+}
+
+TEST(Engine, PrefixHitWithWindowSideObjectsIsExact) {
   EngineOptions o;
   o.prefix_block = 16;  // the tiny model's window; several blocks in a 60-token prompt
-  Engine e(m, o, -1);
-  GenerationRequest r;
-  r.prompt = prompt(60, 3);
-  r.sampling.temperature = 0;
-  r.max_tokens = 8;
+  o.swa_side_objects = true;
+  Engine e(tiny(), o, -1);
+  GenerationRequest r = greedy(prompt(60, 3), 8);
   StreamEvent first, second;
   auto a = drain(**e.submit(r), &first);
   auto b = drain(**e.submit(r), &second);
   EXPECT_EQ(first.cached_tokens, 0);
   EXPECT_EQ(second.cached_tokens, 48);  // 3 full blocks; the last token always runs
-  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, argmax_chain(r.prompt, 8));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(e.stats().replayed_tokens, 0);
   // A different salt (tenant) does not hit.
   r.cache_salt = 99;
   StreamEvent third;
   drain(**e.submit(r), &third);
   EXPECT_EQ(third.cached_tokens, 0);
+}
+
+TEST(Engine, PrefixHitReplaysTheLastWindow) {
+  EngineOptions o;
+  o.prefix_block = 16;
+  Engine e(tiny(), o, -1);
+  // 40 tokens: a hit may cover at most 40 - 16 (window) - 6 (speculative slots) = 18
+  // tokens, so one block; its replay starts at 0 and is exact.
+  GenerationRequest r = greedy(prompt(40, 5), 8);
+  StreamEvent first, second;
+  auto a = drain(**e.submit(r), &first);
+  auto b = drain(**e.submit(r), &second);
+  EXPECT_EQ(second.cached_tokens, 16);
+  EXPECT_EQ(a, argmax_chain(r.prompt, 8));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(e.stats().replayed_tokens, 16);
+  // 60 tokens: at most 38, so two blocks; the replay of the second block's window is the
+  // approximation (the tokens may differ from the exact chain; the request completes).
+  GenerationRequest r60 = greedy(prompt(60, 3), 8);
+  drain(**e.submit(r60), &first);
+  auto c = drain(**e.submit(r60), &second);
+  EXPECT_EQ(second.cached_tokens, 32);
+  EXPECT_EQ(e.stats().replayed_tokens, 16 + 16);
+  EXPECT_EQ(c.size(), 8u);
+  EXPECT_EQ(second.cause, FinishCause::kLength);
+}
+
+TEST(Engine, SmallPoolEvictsCachedBlocksAndPreemptsYetEveryAnswerIsExact) {
+  // A pool of a few sequences' pages: admission waits, cached blocks are evicted, running
+  // sequences are preempted and recomputed; greedy answers equal the model's own chain.
+  const auto& m = tiny();
+  kv::PagePool probe_pool(m.page_bytes(8), 0);  // the engine's pages: 16-token blocks / ratio 2
+  auto probe = m.new_sequence(&probe_pool);
+  EngineOptions o;
+  o.prefix_block = 16;
+  o.swa_side_objects = true;  // resumes exact whatever the timing makes of the schedule
+  o.kv_budget_bytes = 2 * m.pages_needed(*probe, 48 + 24) * m.page_bytes(8);
+  Engine e(m, o, -1);
+  std::vector<GenerationRequest> reqs;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    reqs.push_back(greedy(prompt(48, 10 + i), 24));
+    auto s = e.submit(reqs.back());
+    ASSERT_TRUE(s.is_ok());
+    streams.push_back(*s);
+  }
+  for (int i = 0; i < 6; ++i) {
+    StreamEvent last;
+    EXPECT_EQ(drain(*streams[size_t(i)], &last), argmax_chain(reqs[size_t(i)].prompt, 24)) << i;
+    EXPECT_EQ(last.cause, FinishCause::kLength) << last.error.to_string();
+  }
+  EngineStats st = e.stats();
+  std::printf("pool %ld pages, %ld in use at the end, %ld preemptions, %ld cached blocks\n",
+              long(st.kv_pages_total), long(st.kv_pages_used), long(st.preemptions),
+              long(st.prefix_blocks));
+  EXPECT_LE(st.kv_pages_used, st.kv_pages_total);
+  EXPECT_GT(st.kv_pages_total, 0);
 }
 
 TEST(Engine, CancelStopsAndBadRequestsAreRefused) {

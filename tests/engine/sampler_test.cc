@@ -14,7 +14,7 @@ namespace {
 
 std::vector<double> histogram(const std::vector<float>& logits, const SamplingParams& p, int n) {
   std::vector<double> h(logits.size(), 0.0);
-  std::vector<float> scratch;
+  SamplerScratch scratch;
   for (int i = 0; i < n; ++i)
     h[size_t(sample_token(logits.data(), int64_t(logits.size()), p, {}, {}, 7, uint64_t(i),
                           scratch))] += 1.0 / n;
@@ -31,7 +31,7 @@ std::vector<double> softmax(const std::vector<float>& l, double t) {
 
 TEST(Sampler, GreedyIsTheArgmaxWithTiesToTheLowerId) {
   std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f};
-  std::vector<float> scratch;
+  SamplerScratch scratch;
   SamplingParams p;
   p.temperature = 0;
   EXPECT_EQ(sample_token(l.data(), 4, p, {}, {}, 0, 0, scratch), 1);
@@ -73,7 +73,7 @@ TEST(Sampler, TopKTopPAndMinPTruncate) {
 
 TEST(Sampler, PenaltiesChangeTheLogitsByTheirRules) {
   std::vector<float> l = {1.0f, 1.2f, 0.9f};
-  std::vector<float> scratch;
+  SamplerScratch scratch;
   SamplingParams p;
   p.temperature = 0;
   // Presence 0.5 and frequency 0.1 on token 1 generated twice: 1.2 - 0.5 - 0.2 = 0.5 < 1.0.

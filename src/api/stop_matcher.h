@@ -1,0 +1,33 @@
+// Stop strings over streamed text (OpenAI `stop` on /v1/completions): text goes in as it is
+// decoded; what comes out is safe to send, holding back any tail that could still grow into
+// a stop string; at the first stop string the output ends before it.
+//
+// One StopMatcher per response; not thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace fathom::api {
+
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops);
+
+  // Adds decoded text; appends to *out what may be sent now. Returns true when a stop string
+  // was found (everything before it has been sent; nothing after it will be).
+  bool push(const std::string& text, std::string* out);
+  // The stream ended without a stop string: sends what was held back.
+  void finish(std::string* out);
+  bool stopped() const { return stopped_; }
+  // The stop string that ended the text, if any.
+  const std::string& matched() const { return matched_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string hold_;
+  std::string matched_;
+  bool stopped_ = false;
+};
+
+}  // namespace fathom::api

@@ -204,6 +204,31 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       assert.ok(/fathom_requests_total\{endpoint="chat_completions"\} \d+/.test(metrics));
       assert.ok(/fathom_prefix_cache_hit_tokens_total \d+/.test(metrics));
     });
+    await check('completions stop strings end the text before them (stream and not)', async () => {
+      const text = 'Roses are red. STOP here. Violets are blue.';
+      const tk = await (await fetch(base + '/tokenize', { method: 'POST', headers: { Authorization: 'Bearer ' + KEY },
+        body: JSON.stringify({ prompt: text }) })).json();
+      const req = { model: 'fathom-demo', prompt: 'Poem:', max_tokens: tk.tokens.length + 4, stop: ['STOP', 'zzz'],
+                    forced_output_ids: tk.tokens };
+      const c = await openai.completions.create(req);
+      assert.equal(c.choices[0].text, 'Roses are red. ');
+      assert.equal(c.choices[0].finish_reason, 'stop');
+      let streamed = '';
+      let finish = null;
+      for await (const ch of await openai.completions.create({ ...req, stream: true })) {
+        streamed += ch.choices[0].text;
+        if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+      }
+      assert.equal(streamed, 'Roses are red. ');
+      assert.equal(finish, 'stop');
+      await assert.rejects(openai.completions.create({ ...req, stop: 5 }), (e) => e.status === 400);
+      await assert.rejects(openai.completions.create({ ...req, min_p: 2 }), (e) => e.status === 400);
+      const m = await openai.chat.completions.create({ model: 'fathom-demo', max_tokens: 3, min_p: 0.1,
+        repetition_penalty: 1.2, messages: [{ role: 'user', content: 'Hi' }] });
+      assert.ok(m.usage.completion_tokens >= 1);
+      const metrics = await (await fetch(base + '/metrics')).text();
+      assert.ok(/fathom_kv_pages_total \d+/.test(metrics) && /fathom_swa_replay_tokens_total \d+/.test(metrics));
+    });
     await check('a client disconnect cancels the generation', async () => {
       const ctl = new AbortController();
       const r = await fetch(base + '/v1/completions', { method: 'POST', signal: ctl.signal,

@@ -84,9 +84,26 @@ int run_serve(const ServeArgs& a) {
   mo.numerics = a.numerics == "strict" ? model::Numerics::kStrict : model::Numerics::kFast;
   mo.threads = a.threads;
   mo.tokenizer_path = tok_path;
-  if (isatty(2)) std::fprintf(stderr, "fathom: loading %s ...", model_dir.c_str());
+  // Loading maps the checkpoint and reads every weight page once, with a progress bar on a
+  // terminal (a line at the end otherwise).
+  const bool tty = isatty(2);
+  const auto load_start = std::chrono::steady_clock::now();
+  mo.prefault = true;
+  mo.progress = [tty, &model_dir](int64_t done, int64_t total) {
+    if (!tty) return;
+    const int width = 30, filled = total > 0 ? int(width * double(done) / double(total)) : width;
+    std::fprintf(stderr, "\rfathom: loading %s [%s%s] %5.1f%% of %.2f GB", model_dir.c_str(),
+                 std::string(size_t(filled), '#').c_str(),
+                 std::string(size_t(width - filled), ' ').c_str(),
+                 total > 0 ? 100.0 * double(done) / double(total) : 100.0, double(total) / 1e9);
+  };
   auto m = model::V41Model::load(model_dir, mo);
-  if (isatty(2)) std::fprintf(stderr, " done\n");
+  if (tty) std::fprintf(stderr, "\n");
+  if (m.is_ok())
+    std::fprintf(
+        stderr, "fathom: loaded %s (%.2f GB) in %.1f s\n", model_dir.c_str(),
+        double((*m)->checkpoint_bytes()) / 1e9,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
   if (!m.is_ok()) return fail(m.status());
   if (int64_t((*tok)->vocab_size()) > (*m)->config().vocab_size)
     return fail(invalid_argument("the tokenizer has more ids than the model's vocabulary"));

@@ -262,6 +262,7 @@ void Engine::loop() {
 
 void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
                   std::deque<std::unique_ptr<Sequence>>& waiting) {
+  const Clock::time_point t_begin = Clock::now();
   // Drop cancelled requests.
   auto cancelled = [&](std::unique_ptr<Sequence>& s) {
     if (!s->stream->cancelled()) return false;
@@ -348,6 +349,7 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
   const int64_t D = model_.config().dim;
   std::vector<float> hidden(work.size() * size_t(D));
   std::vector<Sequence*> heads;
+  const Clock::time_point t_plan = Clock::now();
   int64_t promised = 0;
   for (const Work& w : work) promised += model_.pages_needed(*w.s->state, w.n);
   for (const Work& w : work) {
@@ -373,17 +375,22 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
       cache_insert(s, promised);
   }
   std::vector<float> logits(heads.size() * size_t(vocab_));
+  const Clock::time_point t_body = Clock::now();
   if (!heads.empty()) model_.head_logits(hidden.data(), int64_t(heads.size()), logits.data());
+  const Clock::time_point t_head = Clock::now();
+  double sample_s = 0;
   // Sample, stream, stop.
   int64_t generated = 0;
   for (size_t i = 0; i < heads.size(); ++i) {
     Sequence& s = *heads[i];
     if (s.stream->cancelled()) continue;
+    const Clock::time_point ts = Clock::now();
     const int32_t tok =
         s.generated.size() < s.req.forced_output.size()
             ? s.req.forced_output[s.generated.size()]
             : sample_token(&logits[i * size_t(vocab_)], vocab_, s.req.sampling, s.req.prompt,
                            s.generated, s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), sampler_);
+    sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     s.generated.push_back(tok);
     s.all.push_back(tok);
     ++generated;
@@ -419,7 +426,16 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
                                [](auto& s) { return s->stream->cancelled(); }),
                 running.end());
   const kv::PoolStats ps = pool_->stats();
+  auto secs = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const Clock::time_point t_end = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.plan_seconds += secs(t_begin, t_plan);
+  stats_.body_seconds += secs(t_plan, t_body);
+  stats_.head_seconds += secs(t_body, t_head);
+  stats_.sample_seconds += sample_s;
+  stats_.post_seconds += secs(t_head, t_end) - sample_s;
   stats_.waiting = int64_t(waiting.size() + incoming_.size());
   stats_.running = int64_t(running.size());
   ++stats_.steps;

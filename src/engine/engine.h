@@ -104,6 +104,10 @@ struct EngineStats {
   int64_t waiting = 0, running = 0, steps = 0, step_tokens_last = 0, batch_size_last = 0;
   int64_t kv_bytes = 0, kv_budget_bytes = 0, prefix_cache_bytes = 0, prefix_blocks = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0, kv_page_bytes = 0, replayed_tokens = 0;
+  // Where the engine thread's time goes (seconds, cumulative): planning the step (admission,
+  // batch, pages), the model bodies, the batched head, sampling, and the rest (events,
+  // stop checks, cache inserts, stats).
+  double plan_seconds = 0, body_seconds = 0, head_seconds = 0, sample_seconds = 0, post_seconds = 0;
   int64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0,
           preemptions = 0;
 };

@@ -808,6 +808,22 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
     FATHOM_ASSIGN_OR_RETURN(W.confidence, bf16_values(*W.ck, p + "confidence_head.proj.weight",
                                                       {1, D + c.dspark_markov_rank}));
   }
+  if (options.prefault) {
+    // Touch one byte per page of every tensor, in file order, reporting progress every 64 MiB.
+    const int64_t total = int64_t(W.ck->total_bytes());
+    int64_t done = 0, reported = 0;
+    volatile uint8_t sink = 0;
+    for (const auto& [name, t] : W.ck->tensors()) {
+      const uint8_t* p = static_cast<const uint8_t*>(t->data);
+      for (size_t off = 0; off < t->nbytes; off += 4096) sink = sink + p[off];
+      done += int64_t(t->nbytes);
+      if (options.progress && (done - reported >= (int64_t(64) << 20) || done == total)) {
+        options.progress(done, total);
+        reported = done;
+      }
+    }
+    if (options.progress) options.progress(total, total);
+  }
   return m;
 }
 

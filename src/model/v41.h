@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -53,6 +54,10 @@ struct ModelOptions {
   // tokenizer.json to build the Engram compressed-token map from when the checkpoint folder
   // has no engram_tables.json.
   std::string tokenizer_path;
+  // Read every mapped weight page during load (so the first requests do not fault the
+  // checkpoint in from disk), calling `progress(bytes_done, bytes_total)` as it goes.
+  bool prefault = false;
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // What a forward can record for tests and tools. Rows are the chunk's tokens.

@@ -541,6 +541,14 @@ std::string Server::Impl::metrics_text() {
   gauge("fathom_kv_page_bytes", "Bytes per KV page", double(e.kv_page_bytes));
   gauge("fathom_prefix_cache_bytes", "KV pages held by cached prefix blocks, bytes",
         double(e.prefix_cache_bytes));
+  o << "# HELP fathom_engine_seconds_total Engine thread time by phase\n# TYPE "
+       "fathom_engine_seconds_total counter\n";
+  for (auto [phase, v] : {std::pair<const char*, double>{"plan", e.plan_seconds},
+                          {"body", e.body_seconds},
+                          {"head", e.head_seconds},
+                          {"sample", e.sample_seconds},
+                          {"post", e.post_seconds}})
+    o << "fathom_engine_seconds_total{phase=\"" << phase << "\"} " << v << "\n";
   gauge("fathom_swa_replay_tokens_total", "Prompt tokens recomputed by SWA bounded replay",
         double(e.replayed_tokens), "counter");
   gauge("fathom_prefix_cache_blocks", "Prefix-cache blocks held", double(e.prefix_blocks));

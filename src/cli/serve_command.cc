@@ -32,7 +32,7 @@ struct ServeArgs {
   std::string model, tokenizer, host = "127.0.0.1", api_key, name, numerics = "fast";
   int port = 8000, threads = 0;
   int64_t kv_budget_mb = 4096, max_tokens = 4096, prefix_cache_mb = 1024, decoder_keep = 0;
-  bool forced = false, no_prefix_cache = false, swa_side_objects = false;
+  bool forced = false, no_prefix_cache = false, swa_side_objects = false, no_async = false;
 };
 
 std::string cache_dir() {
@@ -113,6 +113,7 @@ int run_serve(const ServeArgs& a) {
   eo.prefix_cache = !a.no_prefix_cache;
   eo.swa_side_objects = a.swa_side_objects;
   eo.decoder_replay_keep = a.decoder_keep;
+  eo.async_scheduling = !a.no_async;
   engine::Engine eng(**m, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
   so.host = a.host;
@@ -178,6 +179,8 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "KV page pool in MiB (running sequences and cached prefix blocks)");
   c->add_option("--prefix-cache-mb", a->prefix_cache_mb, "Most the prefix cache may hold, MiB");
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
+  c->add_flag("--no-async-scheduling", a->no_async,
+              "Plan each step after the previous one finishes instead of while it computes");
   c->add_flag("--swa-side-objects", a->swa_side_objects,
               "Keep each cached block's window state: exact hits instead of SWA bounded replay");
   c->add_option("--decoder-replay-keep", a->decoder_keep,

@@ -31,6 +31,9 @@ void RequestStream::push(StreamEvent ev) {
   cv_.notify_all();
 }
 
+// One request. `id`, `req`, `stream` and `submitted` are set at submit() and then only read;
+// every other field belongs to the executor thread (the scheduler reads `resume_hint` only
+// for a sequence the executor has handed back).
 struct Engine::Sequence {
   uint64_t id = 0;
   GenerationRequest req;
@@ -43,6 +46,9 @@ struct Engine::Sequence {
   int64_t cached = 0;                  // prompt tokens served by the prefix cache
   int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)
   bool first_sent = false;
+  bool done = false;                // finished; the executor forgets it
+  int64_t resume_hint = 0;          // tokens it has to run when (re)admitted
+  int64_t resume_hint_at_plan = 0;  // scheduler only: resume_hint when its admission was planned
   Clock::time_point submitted;
 };
 
@@ -67,7 +73,9 @@ Engine::Engine(const model::V41Model& model, EngineOptions options, int32_t eos_
   stats_.kv_budget_bytes = pool_->max_pages() * pool_->page_bytes();
   stats_.kv_pages_total = pool_->max_pages();
   stats_.kv_page_bytes = pool_->page_bytes();
-  thread_ = std::thread([this] { loop(); });
+  last_free_pages_ = pool_->max_pages();
+  executor_ = std::thread([this] { executor_loop(); });
+  thread_ = std::thread([this] { scheduler_loop(); });
 }
 
 Engine::~Engine() { shutdown(); }
@@ -90,10 +98,11 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
   if (request.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
   for (int32_t t : request.forced_output)
     if (t < 0 || t >= vocab_) return invalid_argument("forced output id outside the vocabulary");
-  auto s = std::make_unique<Sequence>();
+  auto s = std::make_shared<Sequence>();
   s->stream = std::make_shared<RequestStream>();
   s->submitted = Clock::now();
   s->all = request.prompt;
+  s->resume_hint = int64_t(request.prompt.size());
   s->req = std::move(request);
   auto stream = s->stream;
   {
@@ -236,23 +245,73 @@ bool Engine::evict_one(bool must_free) {
   return true;
 }
 
-void Engine::loop() {
-  std::vector<std::unique_ptr<Sequence>> running;
-  std::deque<std::unique_ptr<Sequence>> waiting;
+// ---------------------------------------------------------------------------------------
+// The scheduler thread: queues, admission choices and the batch plan. With asynchronous
+// scheduling it plans step n+1 while the executor computes step n, from the executor's last
+// report and what the plan in flight will do; the executor checks every intent against its
+// own bookkeeping, so a stale plan costs at most a share of one step's budget.
+
+void Engine::scheduler_loop() {
+  std::deque<std::shared_ptr<Sequence>> waiting;
+  std::vector<Report> view;  // the executor's running sequences as last reported
+  bool in_flight = false;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock,
-               [&] { return stop_ || !incoming_.empty() || !running.empty() || !waiting.empty(); });
+      cv_.wait(lock, [&] {
+        return stop_ || !incoming_.empty() || !view.empty() || !waiting.empty() || in_flight;
+      });
       if (stop_) break;
       for (auto& s : incoming_) waiting.push_back(std::move(s));
       incoming_.clear();
+      stats_.waiting = int64_t(waiting.size());
     }
-    step(running, waiting);
+    // Cancelled requests still queued go now; running ones the executor drops itself.
+    std::vector<std::shared_ptr<Sequence>> gone;
+    for (auto it = waiting.begin(); it != waiting.end();)
+      if ((*it)->stream->cancelled()) {
+        gone.push_back(*it);
+        it = waiting.erase(it);
+      } else {
+        ++it;
+      }
+    if (opt_.async_scheduling && in_flight) {
+      // Plan n+1 now, while step n computes, then hand it over as soon as n is done.
+      Plan p = make_plan(view, waiting, &*current_plan_);
+      p.cancelled = std::move(gone);
+      Outcome out = wait_outcome();
+      apply(out, view, waiting);
+      in_flight = false;
+      if (!p.empty()) {
+        submit(std::move(p));
+        in_flight = true;
+      }
+      continue;
+    }
+    if (in_flight) {
+      Outcome out = wait_outcome();
+      apply(out, view, waiting);
+      in_flight = false;
+    }
+    Plan p = make_plan(view, waiting, nullptr);
+    p.cancelled = std::move(gone);
+    if (p.empty()) continue;  // nothing to run: wait for requests
+    submit(std::move(p));
+    in_flight = true;
   }
-  for (auto& s : running) finish(*s, FinishCause::kCancelled);
+  if (in_flight) {
+    Outcome out = wait_outcome();
+    apply(out, view, waiting);
+  }
+  {
+    std::lock_guard<std::mutex> lock(hmu_);
+    exec_stop_ = true;
+  }
+  hcv_.notify_all();
+  if (executor_.joinable()) executor_.join();
+  // The executor is gone: its fields may be touched here.
   for (auto& s : waiting) finish(*s, FinishCause::kCancelled);
-  std::vector<std::unique_ptr<Sequence>> late;
+  std::vector<std::shared_ptr<Sequence>> late;
   {
     std::lock_guard<std::mutex> lock(mu_);
     late.swap(incoming_);
@@ -260,61 +319,193 @@ void Engine::loop() {
   for (auto& s : late) finish(*s, FinishCause::kCancelled);
 }
 
-void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
-                  std::deque<std::unique_ptr<Sequence>>& waiting) {
-  const Clock::time_point t_begin = Clock::now();
-  // Drop cancelled requests.
-  auto cancelled = [&](std::unique_ptr<Sequence>& s) {
-    if (!s->stream->cancelled()) return false;
-    finish(*s, FinishCause::kCancelled);
-    return true;
+Engine::Plan Engine::make_plan(const std::vector<Report>& view,
+                               std::deque<std::shared_ptr<Sequence>>& waiting,
+                               const Plan* in_flight) {
+  // What each running sequence has left once the step in flight has run: a chunk of N over
+  // L tokens left leaves L - N, or 1 (the sampled token) when it completes the prompt.
+  // The executor's chunk for an intent of n: what is left, cut at the next prefix block.
+  auto chunk = [&](const Report& r, int64_t n) {
+    n = std::min(n, r.left);
+    if (cache_on_ && r.left > 1) {
+      const int64_t next_block = (r.prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
+      if (next_block <= int64_t(r.s->req.prompt.size())) n = std::min(n, next_block - r.prefilled);
+    }
+    return n;
   };
-  running.erase(std::remove_if(running.begin(), running.end(), cancelled), running.end());
-  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), cancelled), waiting.end());
+  std::vector<Report> now = view;
+  if (in_flight) {
+    for (const auto& [s, want] : in_flight->work) {
+      auto it = std::find_if(now.begin(), now.end(), [&](const Report& r) { return r.s == s; });
+      if (it != now.end()) {
+        const int64_t n = chunk(*it, want);
+        if (it->left > 1) it->left = n >= it->left ? 1 : it->left - n;
+        it->prefilled += n;
+        continue;
+      }
+      // A sequence the plan in flight admits: not in the report yet (its resume point is the
+      // executor's to find; assume none).
+      if (std::find(in_flight->admit.begin(), in_flight->admit.end(), s) != in_flight->admit.end())
+        now.push_back({s, std::max<int64_t>(1, s->resume_hint_at_plan - want), want});
+    }
+  }
+  Plan p;
+  int64_t budget = opt_.max_step_tokens;
+  for (const Report& r : now)
+    if (r.left == 1) {
+      p.work.emplace_back(r.s, 1);
+      --budget;
+    }
+  for (const Report& r : now) {
+    if (r.left <= 1 || budget <= 0) continue;
+    const int64_t n = chunk(r, budget);
+    p.work.emplace_back(r.s, n);
+    budget -= n;
+  }
+  // Admissions, while the pool looks like it has room (the executor decides for good).
+  int64_t running = int64_t(now.size()), room = last_free_pages_;
+  while (!waiting.empty() && running < opt_.max_running && budget > 0) {
+    const auto& s = waiting.front();
+    const int64_t left = std::max<int64_t>(1, s->resume_hint);
+    auto fresh = model_.new_sequence(pool_.get());
+    const int64_t need = model_.pages_needed(*fresh, std::min(left, budget));
+    if (running > 0 && need > room) break;
+    room -= need;
+    const int64_t n = std::min(left, budget);
+    s->resume_hint_at_plan = left;
+    p.admit.push_back(s);
+    p.work.emplace_back(s, n);
+    budget -= n;
+    ++running;
+    waiting.pop_front();
+  }
+  return p;
+}
+
+void Engine::submit(Plan p) {
+  current_plan_ = p;
+  {
+    std::lock_guard<std::mutex> lock(hmu_);
+    plan_ = std::move(p);
+  }
+  hcv_.notify_all();
+}
+
+Engine::Outcome Engine::wait_outcome() {
+  std::unique_lock<std::mutex> lock(hmu_);
+  hcv_.wait(lock, [&] { return outcome_.has_value(); });
+  Outcome out = std::move(*outcome_);
+  outcome_.reset();
+  return out;
+}
+
+void Engine::apply(Outcome& out, std::vector<Report>& view,
+                   std::deque<std::shared_ptr<Sequence>>& waiting) {
+  view = std::move(out.running);
+  // Back to the queue's front, in their order: preempted first (they were running).
+  for (auto it = out.deferred.rbegin(); it != out.deferred.rend(); ++it) waiting.push_front(*it);
+  for (auto it = out.preempted.rbegin(); it != out.preempted.rend(); ++it) waiting.push_front(*it);
+  last_free_pages_ = out.free_pages;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.waiting = int64_t(waiting.size() + incoming_.size());
+}
+
+// ---------------------------------------------------------------------------------------
+// The executor thread: owns every sequence's state, the page pool's allocations and the
+// prefix cache; runs one plan per step.
+
+void Engine::executor_loop() {
+  std::vector<std::shared_ptr<Sequence>> running;
+  for (;;) {
+    Plan p;
+    {
+      std::unique_lock<std::mutex> lock(hmu_);
+      hcv_.wait(lock, [&] { return exec_stop_ || plan_.has_value(); });
+      if (!plan_) break;
+      p = std::move(*plan_);
+      plan_.reset();
+    }
+    Outcome out = execute(p, running);
+    {
+      std::lock_guard<std::mutex> lock(hmu_);
+      outcome_ = std::move(out);
+    }
+    hcv_.notify_all();
+    cv_.notify_all();
+  }
+  for (auto& s : running) finish(*s, FinishCause::kCancelled);
+}
+
+Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running) {
+  const Clock::time_point t_begin = Clock::now();
+  Outcome out;
+  for (auto& s : plan.cancelled) {
+    finish(*s, FinishCause::kCancelled);
+    s->done = true;
+  }
+  // Drop cancelled requests.
+  for (auto& s : running)
+    if (s->stream->cancelled() && !s->done) {
+      finish(*s, FinishCause::kCancelled);
+      s->done = true;
+    }
+  running.erase(std::remove_if(running.begin(), running.end(), [](auto& s) { return s->done; }),
+                running.end());
 
   // Admission by KV pages: a request is admitted when its prompt's pages (less what a
   // prefix hit shares) fit what the pool has free, evicting cached blocks for room; the
   // first always is. Growth in decode is met by eviction, then by preemption below.
   const int64_t watermark = pool_->max_pages() / 100;
-  while (!waiting.empty() && int64_t(running.size()) < opt_.max_running) {
-    Sequence& s = *waiting.front();
-    admit(s);
-    const int64_t need =
-        model_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
-    while (pool_->available() < need && evict_one(true)) {
+  for (size_t i = 0; i < plan.admit.size(); ++i) {
+    Sequence& s = *plan.admit[i];
+    if (s.stream->cancelled()) {
+      finish(s, FinishCause::kCancelled);
+      s.done = true;
+      continue;
     }
-    if (!running.empty() && pool_->available() < need) {
-      s.state.reset();
-      s.prefilled = 0;
+    bool fits = int64_t(running.size()) < opt_.max_running;
+    if (fits) {
+      admit(s);
+      const int64_t need =
+          model_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
+      while (pool_->available() < need && evict_one(true)) {
+      }
+      fits = running.empty() || pool_->available() >= need;
+    }
+    if (!fits) {
+      for (size_t j = i; j < plan.admit.size(); ++j) {
+        plan.admit[j]->state.reset();
+        plan.admit[j]->prefilled = 0;
+        plan.admit[j]->resume_hint = int64_t(plan.admit[j]->all.size());
+        out.deferred.push_back(plan.admit[j]);
+      }
       break;
     }
-    running.push_back(std::move(waiting.front()));
-    waiting.pop_front();
+    running.push_back(plan.admit[i]);
   }
 
-  // The batch: one token for every decoding sequence, then prefill chunks under the budget
-  // (cut at prefix-cache block boundaries so their blocks can be kept).
-  int64_t budget = opt_.max_step_tokens, step_tokens = 0, batch = 0;
+  // The batch: the plan's intents, each checked against this thread's bookkeeping (a plan
+  // made ahead may name a sequence that has finished, or ask for more than is left), prefill
+  // chunks cut at prefix-cache block boundaries so their blocks can be kept.
+  int64_t step_tokens = 0, batch = 0;
   struct Work {
     Sequence* s;
     int64_t n;
   };
   std::vector<Work> work;
-  for (auto& s : running)
-    if (s->prefilled == int64_t(s->all.size()) - 1) {
-      work.push_back({s.get(), 1});
-      --budget;
-    }
-  for (auto& s : running) {
+  for (const auto& [sp, want] : plan.work) {
+    Sequence* s = sp.get();
+    if (s->done || !s->state) continue;
+    if (std::find_if(work.begin(), work.end(), [&](const Work& w) { return w.s == s; }) !=
+        work.end())
+      continue;
     const int64_t left = int64_t(s->all.size()) - s->prefilled;
-    if (left <= 1 || budget <= 0) continue;
-    int64_t n = std::min(left, budget);
-    if (cache_on_) {
+    int64_t n = std::min(left, want);
+    if (cache_on_ && left > 1) {
       const int64_t next_block = (s->prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
       if (next_block <= int64_t(s->req.prompt.size())) n = std::min(n, next_block - s->prefilled);
     }
-    work.push_back({s.get(), n});
-    budget -= n;
+    if (n >= 1) work.push_back({s, n});
   }
   // Pages for the step: evict cached blocks, then preempt the newest sequences (dropped and
   // recomputed later) until the step fits the pool.
@@ -327,31 +518,32 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
     if (running.size() <= 1) {
       // One sequence that does not fit the whole pool: it fails rather than waits forever.
       for (const Work& w : work) {
-        w.s->stream->cancel();
         finish(*w.s, FinishCause::kError,
                Status(StatusCode::kResourceExhausted, "the request needs more KV than the budget"));
+        w.s->done = true;
       }
       work.clear();
       break;
     }
-    Sequence* victim = running.back().get();
+    std::shared_ptr<Sequence> victim = running.back();
     victim->state.reset();
     victim->prefilled = 0;
-    work.erase(
-        std::remove_if(work.begin(), work.end(), [&](const Work& w) { return w.s == victim; }),
-        work.end());
-    waiting.push_front(std::move(running.back()));
+    victim->resume_hint = int64_t(victim->all.size());
+    work.erase(std::remove_if(work.begin(), work.end(),
+                              [&](const Work& w) { return w.s == victim.get(); }),
+               work.end());
+    out.preempted.push_back(victim);
     running.pop_back();
     ++preempted;
   }
+  const Clock::time_point t_plan = Clock::now();
+  int64_t promised = 0;
+  for (const Work& w : work) promised += model_.pages_needed(*w.s->state, w.n);
   int64_t replayed = 0;
   // Bodies one sequence at a time; the head once for every sequence that needs logits.
   const int64_t D = model_.config().dim;
   std::vector<float> hidden(work.size() * size_t(D));
   std::vector<Sequence*> heads;
-  const Clock::time_point t_plan = Clock::now();
-  int64_t promised = 0;
-  for (const Work& w : work) promised += model_.pages_needed(*w.s->state, w.n);
   for (const Work& w : work) {
     Sequence& s = *w.s;
     promised -= model_.pages_needed(*s.state, w.n);
@@ -363,8 +555,8 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
     step_tokens += w.n;
     ++batch;
     if (!st.is_ok()) {
-      s.stream->cancel();
       finish(s, FinishCause::kError, st);
+      s.done = true;
       continue;
     }
     if (s.prefilled < s.cached) replayed += std::min(w.n, s.cached - s.prefilled);
@@ -374,8 +566,8 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
         s.prefilled / B <= int64_t(s.block_hashes.size()))
       cache_insert(s, promised);
   }
-  std::vector<float> logits(heads.size() * size_t(vocab_));
   const Clock::time_point t_body = Clock::now();
+  std::vector<float> logits(heads.size() * size_t(vocab_));
   if (!heads.empty()) model_.head_logits(hidden.data(), int64_t(heads.size()), logits.data());
   const Clock::time_point t_head = Clock::now();
   double sample_s = 0;
@@ -413,19 +605,22 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
       cause = FinishCause::kLength;
     if (cause != FinishCause::kNone) {
       finish(s, cause);
-      s.stream->cancel();  // marks it for removal below
+      s.done = true;
     }
   }
   int64_t finished = 0;
   for (auto& s : running)
-    if (s->stream->cancelled()) {
-      if (s->state) finish(*s, FinishCause::kCancelled);
-      ++finished;
+    if (!s->done && s->stream->cancelled()) {
+      finish(*s, FinishCause::kCancelled);
+      s->done = true;
     }
-  running.erase(std::remove_if(running.begin(), running.end(),
-                               [](auto& s) { return s->stream->cancelled(); }),
+  for (auto& s : running) finished += s->done;
+  running.erase(std::remove_if(running.begin(), running.end(), [](auto& s) { return s->done; }),
                 running.end());
+  for (auto& s : running)
+    out.running.push_back({s, int64_t(s->all.size()) - s->prefilled, s->prefilled});
   const kv::PoolStats ps = pool_->stats();
+  out.free_pages = pool_->available() + cache_bytes_ / pool_->page_bytes();
   auto secs = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
@@ -436,7 +631,6 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
   stats_.head_seconds += secs(t_body, t_head);
   stats_.sample_seconds += sample_s;
   stats_.post_seconds += secs(t_head, t_end) - sample_s;
-  stats_.waiting = int64_t(waiting.size() + incoming_.size());
   stats_.running = int64_t(running.size());
   ++stats_.steps;
   stats_.step_tokens_last = step_tokens;
@@ -449,6 +643,7 @@ void Engine::step(std::vector<std::unique_ptr<Sequence>>& running,
   stats_.requests_finished += finished;
   stats_.generated_tokens += generated;
   stats_.preemptions += preempted;
+  return out;
 }
 
 }  // namespace fathom::engine

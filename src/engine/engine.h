@@ -15,8 +15,11 @@
 // needs pages or the cache outgrows prefix_cache_bytes. Decoder-side bounded replay
 // (decoder_replay_keep > 0) is an approximation, off by default.
 //
-// submit() and the RequestStream methods may be called from any thread; all model work
-// happens on the engine thread. Scheduling takes one lock per step, not per token.
+// submit() and the RequestStream methods may be called from any thread. Two engine threads:
+// the scheduler (queues, admission choices, the batch plan) and the executor (every model
+// call, the sequence states, the page pool's allocations, the prefix cache, sampling and the
+// token events). With async_scheduling the scheduler plans step n+1 while the executor
+// computes step n. Locks are taken per step, not per token.
 #pragma once
 
 #include <atomic>
@@ -25,6 +28,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -55,6 +59,8 @@ struct EngineOptions {
   // Decoder-side SWA bounded replay: the layers after the last kv source prefill only the
   // prompt's last `decoder_replay_keep` tokens (140 for V4.1). 0 = off (exact).
   int64_t decoder_replay_keep = 0;
+  // Plan step n+1 on the scheduler thread while the executor computes step n.
+  bool async_scheduling = true;
 };
 
 enum class FinishCause { kNone, kEos, kStopToken, kLength, kCancelled, kError };
@@ -128,9 +134,33 @@ class Engine {
  private:
   struct Sequence;
   struct CacheEntry;
-  void loop();
-  void step(std::vector<std::unique_ptr<Sequence>>& running,
-            std::deque<std::unique_ptr<Sequence>>& waiting);
+  // A step's plan: queued requests to admit, and for each sequence the most tokens to run
+  // (the executor clamps each intent to what the sequence has left).
+  struct Plan {
+    std::vector<std::shared_ptr<Sequence>> admit, cancelled;
+    std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> work;
+    bool empty() const { return admit.empty() && cancelled.empty() && work.empty(); }
+  };
+  struct Report {
+    std::shared_ptr<Sequence> s;
+    int64_t left = 0;       // tokens not yet run (1 = decoding)
+    int64_t prefilled = 0;  // tokens run
+  };
+  // What a step did, for the scheduler: the sequences still running, and those handed back.
+  struct Outcome {
+    std::vector<Report> running;
+    std::vector<std::shared_ptr<Sequence>> deferred, preempted;
+    int64_t free_pages = 0;  // pool pages free or held only by the prefix cache
+  };
+  void scheduler_loop();
+  Plan make_plan(const std::vector<Report>& view, std::deque<std::shared_ptr<Sequence>>& waiting,
+                 const Plan* in_flight);
+  void submit(Plan p);
+  Outcome wait_outcome();
+  void apply(Outcome& out, std::vector<Report>& view,
+             std::deque<std::shared_ptr<Sequence>>& waiting);
+  void executor_loop();
+  Outcome execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running);
   void admit(Sequence& s);
   // Caches the block the sequence's prefill just completed; `pages_promised` are pages the
   // rest of the step needs, which a side object may not take.
@@ -148,14 +178,22 @@ class Engine {
   std::unique_ptr<kv::PagePool> pool_;  // before cache_: cached blocks go first
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::unique_ptr<Sequence>> incoming_;                  // guarded by mu_
+  std::vector<std::shared_ptr<Sequence>> incoming_;                  // guarded by mu_
   bool stop_ = false;                                                // guarded by mu_
   EngineStats stats_;                                                // guarded by mu_
   uint64_t next_id_ = 1;                                             // guarded by mu_
-  std::unordered_map<uint64_t, std::unique_ptr<CacheEntry>> cache_;  // engine thread only
-  int64_t cache_bytes_ = 0, cache_clock_ = 0;                        // engine thread only
-  SamplerScratch sampler_;                                           // engine thread only
-  std::thread thread_;
+  std::unordered_map<uint64_t, std::unique_ptr<CacheEntry>> cache_;  // executor only
+  int64_t cache_bytes_ = 0, cache_clock_ = 0;                        // executor only
+  SamplerScratch sampler_;                                           // executor only
+  // Handoff between the scheduler and the executor: one plan in, one outcome out per step.
+  std::mutex hmu_;
+  std::condition_variable hcv_;
+  std::optional<Plan> plan_;          // guarded by hmu_
+  std::optional<Outcome> outcome_;    // guarded by hmu_
+  bool exec_stop_ = false;            // guarded by hmu_
+  std::optional<Plan> current_plan_;  // scheduler only: the plan in flight
+  int64_t last_free_pages_ = 0;       // scheduler only
+  std::thread executor_, thread_;
 };
 
 }  // namespace fathom::engine

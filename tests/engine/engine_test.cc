@@ -212,6 +212,28 @@ TEST(Engine, SmallPoolEvictsCachedBlocksAndPreemptsYetEveryAnswerIsExact) {
   EXPECT_GT(st.kv_pages_total, 0);
 }
 
+TEST(Engine, ConcurrentGreedyRequestsAreExactWithAndWithoutAsyncScheduling) {
+  // Plans made a step ahead (async) and plans made after each step give every request the
+  // model's own greedy chain, whatever the batch around it.
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 5; ++i) reqs.push_back(greedy(prompt(20 + 9 * i, 30 + i), 6 + 3 * i));
+  for (bool async : {true, false}) {
+    EngineOptions o;
+    o.async_scheduling = async;
+    o.max_step_tokens = 32;  // prefill spreads over several steps, beside decodes
+    Engine e(tiny(), o, -1);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(*e.submit(r));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      StreamEvent last;
+      EXPECT_EQ(drain(*streams[i], &last), argmax_chain(reqs[i].prompt, int(reqs[i].max_tokens)))
+          << "async " << async << " request " << i;
+      EXPECT_EQ(last.completion_tokens, reqs[i].max_tokens);
+    }
+    EXPECT_EQ(e.stats().running, 0);
+  }
+}
+
 TEST(Engine, CancelStopsAndBadRequestsAreRefused) {
   const auto& m = tiny();
   Engine e(m, EngineOptions{}, -1);

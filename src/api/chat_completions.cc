@@ -104,16 +104,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
       *dst = t;
     }
   }
-  if (const Value* v = field(r, "min_p")) {
-    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "min_p"));
-    if (!(t >= 0 && t <= 1)) return bad("'min_p' must be in [0, 1]");
-    sp.min_p = t;
-  }
-  if (const Value* v = field(r, "repetition_penalty")) {
-    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "repetition_penalty"));
-    if (!(t > 0 && t <= 10)) return bad("'repetition_penalty' must be in (0, 10]");
-    sp.repetition_penalty = t;
-  }
+  FATHOM_RETURN_IF_ERROR(read_min_p_repetition_penalty(r, sp));
   if (const Value* v = field(r, "seed")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t s, integer(*v, "seed"));
     sp.seed = s;

@@ -112,6 +112,21 @@ inline Status check_no_placeholder(const Value& v) {
   return Status::ok();
 }
 
+// vLLM's sampling extensions: min_p in [0, 1], repetition_penalty in (0, 10].
+inline Status read_min_p_repetition_penalty(const Value& r, SamplingParams& sp) {
+  if (const Value* v = field(r, "min_p")) {
+    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "min_p"));
+    if (!(t >= 0 && t <= 1)) return bad("'min_p' must be in [0, 1]");
+    sp.min_p = t;
+  }
+  if (const Value* v = field(r, "repetition_penalty")) {
+    FATHOM_ASSIGN_OR_RETURN(double t, number(*v, "repetition_penalty"));
+    if (!(t > 0 && t <= 10)) return bad("'repetition_penalty' must be in (0, 10]");
+    sp.repetition_penalty = t;
+  }
+  return Status::ok();
+}
+
 // temperature in [0, 2] and top_p in (0, 1], the rules all three protocols share.
 inline Status read_temperature_top_p(const Value& r, SamplingParams& sp) {
   if (const Value* v = field(r, "temperature")) {

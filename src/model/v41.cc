@@ -934,7 +934,9 @@ Result<KvBlock> V41Model::export_block(const SequenceState& s, int64_t block_tok
       out.pages[size_t(l)].push_back(e.pages()[size_t(pg)]);
     out.bytes += (last - first) / per_page * s.pool->page_bytes();
   }
-  if (with_swa) {
+  // Under decoder-side bounded replay the decoder layers' windows before the tail were never
+  // filled: such a boundary gets no side object (a resume from it replays instead).
+  if (with_swa && s.decoder_tail_start <= s.pos) {
     auto swa = std::unique_ptr<SequenceState>(new SequenceState());
     swa->pool = s.pool;
     swa->pos = s.pos;

@@ -234,6 +234,19 @@ TEST(Engine, ConcurrentGreedyRequestsAreExactWithAndWithoutAsyncScheduling) {
   }
 }
 
+TEST(Engine, DecoderReplayWithATailCoveringTheDecodersReachIsExact) {
+  // The tiny model's decoder layers (the last kv source's attention and the 3 after it) see
+  // 4 windows of 16: a tail of 64 leaves the last prompt row and every decode step exact.
+  EngineOptions o;
+  o.decoder_replay_keep = 64;
+  o.max_step_tokens = 40;  // the prefill crosses the tail start inside a chunk
+  Engine e(tiny(), o, -1);
+  GenerationRequest r = greedy(prompt(100, 7), 10);
+  StreamEvent last;
+  EXPECT_EQ(drain(**e.submit(r), &last), argmax_chain(r.prompt, 10));
+  EXPECT_EQ(last.cause, FinishCause::kLength);
+}
+
 TEST(Engine, CancelStopsAndBadRequestsAreRefused) {
   const auto& m = tiny();
   Engine e(m, EngineOptions{}, -1);

@@ -138,15 +138,25 @@ int run_serve(const ServeArgs& a) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& c = (*m)->config();
+    const engine::EngineStats es = eng.stats();
     std::printf(
         "fathom serve: model %s (%s; %lld layers, dim %lld, vocab %lld), tokenizer %s\n"
+        "  KV pool %lld pages of %lld KiB (%.0f MiB), prefix cache %s%s, %s scheduling%s\n"
         "  numerics %s, ready in %.1f s, listening on http://%s:%d\n"
         "  try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s"
         " -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],"
         "\"max_tokens\":32}'\n",
         name.c_str(), model_dir.c_str(), (long long)c.n_layers, (long long)c.dim,
-        (long long)c.vocab_size, tok_path.c_str(), a.numerics.c_str(), secs, a.host.c_str(),
-        server.port(), a.host.c_str(), server.port(),
+        (long long)c.vocab_size, tok_path.c_str(), (long long)es.kv_pages_total,
+        (long long)(es.kv_page_bytes >> 10), double(es.kv_budget_bytes) / double(1 << 20),
+        a.no_prefix_cache ? "off" : "on",
+        a.no_prefix_cache
+            ? ""
+            : (a.swa_side_objects ? " (window side objects)" : " (SWA bounded replay)"),
+        a.no_async ? "synchronous" : "asynchronous",
+        a.decoder_keep > 0 ? (", decoder replay keep " + std::to_string(a.decoder_keep)).c_str()
+                           : "",
+        a.numerics.c_str(), secs, a.host.c_str(), server.port(), a.host.c_str(), server.port(),
         a.api_key.empty() ? "" : (" -H 'Authorization: Bearer " + a.api_key + "'").c_str(),
         name.c_str());
     std::fflush(stdout);

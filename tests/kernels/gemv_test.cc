@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -115,6 +116,31 @@ TEST(Kernels, FastEqualsReferenceWithinBound) {
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
       cpu::matmul_bf16(fb, x8.data(), c.n, f.data(), p);
       expect_close(f, r, magb);
+    }
+  }
+}
+
+TEST(Kernels, Bf16MatmulIsBatchInvariant) {
+  // The model's head multiplies every sequence of a step at once: each row of a batch must
+  // equal that row alone (the GEMV), bit for bit, whatever the batch size or thread count.
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  std::uniform_real_distribution<float> ux(-2, 2);
+  for (int64_t k : {int64_t(16), int64_t(37), int64_t(256), int64_t(301)}) {
+    const int64_t m = 45, n = 9;
+    std::vector<uint16_t> wb(size_t(m * k));
+    for (auto& h : wb) h = uint16_t(0x3C00 + rng() % 0x0800) | uint16_t((rng() & 1) << 15);
+    Bf16Matrix fb{wb.data(), m, k};
+    std::vector<float> x(static_cast<size_t>(n * k)), batched(static_cast<size_t>(n * m)),
+        alone(static_cast<size_t>(m));
+    for (auto& v : x) v = ux(rng);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      cpu::matmul_bf16(fb, x.data(), n, batched.data(), p);
+      for (int64_t r = 0; r < n; ++r) {
+        cpu::matmul_bf16(fb, x.data() + r * k, 1, alone.data(), p);
+        EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
+            << "k " << k << " row " << r;
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -201,7 +202,8 @@ void gemv_bf16_rows(const Bf16Matrix& w, const float* x, float* y, int64_t r0, i
       acc1 = _mm256_fmadd_ps(bf16x8(wr + k + 8), _mm256_loadu_ps(x + k + 8), acc1);
     }
     float tail = 0;
-    for (int64_t k = full * 16; k < w.cols; ++k) tail += bf16_to_float(wr[k]) * x[k];
+    // An explicit FMA: the batched matmul_bf16 repeats this arithmetic exactly.
+    for (int64_t k = full * 16; k < w.cols; ++k) tail = std::fma(bf16_to_float(wr[k]), x[k], tail);
     y[m] = hsum(_mm256_add_ps(acc0, acc1)) + tail;
   }
 }
@@ -291,10 +293,39 @@ void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, T
     over_rows(w.rows, pool, [&](int64_t a, int64_t b) { gemv_bf16_rows(w, x, y, a, b); });
     return;
   }
-  over_rows(w.rows, pool, [&](int64_t a, int64_t b) {
-    matmul_tiled(w.rows, w.cols, x, batch, y, a, b, [&](int64_t m, float* out) {
-      for (int64_t k = 0; k < w.cols; ++k) out[k] = bf16_to_float(w.weight[m * w.cols + k]);
-    });
+  // Batch-invariant: every output is computed exactly as gemv_bf16_rows computes it (two
+  // accumulators over alternate 8-lane halves of each 16 columns, then the scalar tail), so a
+  // row's result does not depend on how many rows share the call (the batched head gives a
+  // sequence the logits it would get alone). Four weight rows are decoded once per tile.
+  const int64_t full = w.cols / 16, kpad = (w.cols + 15) / 16 * 16;
+  over_rows(w.rows, pool, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> tile;
+    tile.assign(size_t(4 * kpad), 0.0f);
+    for (int64_t m0 = r0; m0 < r1; m0 += 4) {
+      const int64_t nr = std::min<int64_t>(4, r1 - m0);
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t k = 0; k < w.cols; ++k)
+          tile[size_t(r * kpad + k)] = bf16_to_float(w.weight[(m0 + r) * w.cols + k]);
+      for (int64_t n = 0; n < batch; ++n) {
+        const float* xn = x + n * w.cols;
+        __m256 acc[4][2];
+        for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+        for (int64_t k = 0; k < full * 16; k += 16) {
+          const __m256 x0 = _mm256_loadu_ps(xn + k), x1 = _mm256_loadu_ps(xn + k + 8);
+          for (int64_t r = 0; r < 4; ++r) {
+            const float* t = tile.data() + r * kpad + k;
+            acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(t), x0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(t + 8), x1, acc[r][1]);
+          }
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+          float tail = 0;
+          for (int64_t k = full * 16; k < w.cols; ++k)
+            tail = std::fma(tile[size_t(r * kpad + k)], xn[k], tail);
+          y[n * w.rows + m0 + r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + tail;
+        }
+      }
+    }
   });
 }
 

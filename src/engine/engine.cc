@@ -538,19 +538,51 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   }
   const Clock::time_point t_plan = Clock::now();
   int64_t promised = 0;
-  for (const Work& w : work) promised += model_.pages_needed(*w.s->state, w.n);
+  std::vector<int64_t> needs;
+  for (const Work& w : work) {
+    needs.push_back(model_.pages_needed(*w.s->state, w.n));
+    promised += needs.back();
+  }
   int64_t replayed = 0;
-  // Bodies one sequence at a time; the head once for every sequence that needs logits.
+  // Bodies: the decoding sequences side by side, one per thread (forward_each gives each
+  // exactly what it gets alone), then the prefill chunks one at a time over the whole pool;
+  // the head once for every sequence that needs logits.
   const int64_t D = model_.config().dim;
   std::vector<float> hidden(work.size() * size_t(D));
+  std::vector<size_t> decodes;
+  for (size_t i = 0; i < work.size(); ++i)
+    if (work[i].n == 1 && work[i].s->prefilled + 1 == int64_t(work[i].s->all.size()))
+      decodes.push_back(i);
+  std::vector<Status> decoded;
+  std::vector<float> decoded_hidden;
+  if (decodes.size() >= 2) {
+    std::vector<model::SequenceState*> states;
+    std::vector<std::span<const int32_t>> chunks;
+    for (size_t i : decodes) {
+      Sequence& s = *work[i].s;
+      states.push_back(s.state.get());
+      chunks.push_back(std::span(s.all).subspan(size_t(s.prefilled), 1));
+    }
+    decoded_hidden.resize(decodes.size() * size_t(D));
+    decoded = model_.forward_each(states, chunks, decoded_hidden.data());
+  }
   std::vector<Sequence*> heads;
-  for (const Work& w : work) {
+  size_t next_decoded = 0;
+  for (size_t wi = 0; wi < work.size(); ++wi) {
+    const Work& w = work[wi];
     Sequence& s = *w.s;
-    promised -= model_.pages_needed(*s.state, w.n);
+    promised -= needs[wi];
     const bool completes = s.prefilled + w.n == int64_t(s.all.size());
-    Status st = model_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
-                               nullptr, nullptr, false,
-                               completes ? &hidden[heads.size() * size_t(D)] : nullptr);
+    Status st;
+    if (next_decoded < decoded.size() && decodes[next_decoded] == wi) {
+      st = decoded[next_decoded];
+      std::copy_n(&decoded_hidden[next_decoded * size_t(D)], D, &hidden[heads.size() * size_t(D)]);
+      ++next_decoded;
+    } else {
+      st = model_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
+                          nullptr, nullptr, false,
+                          completes ? &hidden[heads.size() * size_t(D)] : nullptr);
+    }
     if (st.is_ok() && completes) heads.push_back(&s);
     step_tokens += w.n;
     ++batch;

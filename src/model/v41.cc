@@ -1010,6 +1010,32 @@ void set_decoder_tail_start(SequenceState& s, int64_t position) {
 
 Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, float* logits,
                          ForwardTrace* trace, bool all_rows, float* hidden_out) const {
+  return forward_on(pool_.get(), st, tokens, logits, trace, all_rows, hidden_out);
+}
+
+std::vector<Status> V41Model::forward_each(std::span<SequenceState* const> states,
+                                           std::span<const std::span<const int32_t>> chunks,
+                                           float* hidden_out) const {
+  std::vector<Status> out(states.size());
+  if (states.size() != chunks.size()) {
+    for (auto& s : out) s = invalid_argument("forward_each needs one chunk per sequence");
+    return out;
+  }
+  const int64_t D = w_->cfg.dim;
+  auto one = [&](size_t i) {
+    out[i] = forward_on(nullptr, *states[i], chunks[i], nullptr, nullptr, false,
+                        hidden_out + int64_t(i) * D);
+  };
+  if (pool_ && states.size() > 1)
+    pool_->parallel_for(states.size(), one);
+  else
+    for (size_t i = 0; i < states.size(); ++i) one(i);
+  return out;
+}
+
+Status V41Model::forward_on(ThreadPool* pool, SequenceState& st, std::span<const int32_t> tokens,
+                            float* logits, ForwardTrace* trace, bool all_rows,
+                            float* hidden_out) const {
   const ModelWeights& W = *w_;
   const ModelConfig& c = W.cfg;
   const int64_t T = int64_t(tokens.size()), D = c.dim;
@@ -1018,7 +1044,7 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
     if (id < 0 || id >= c.vocab_size)
       return out_of_range("token id " + std::to_string(id) + " outside the vocabulary");
   ForwardScratch f;
-  f.ex = Exec{options_.numerics == Numerics::kFast, pool_.get()};
+  f.ex = Exec{options_.numerics == Numerics::kFast, pool};
   f.start = st.pos;
   f.T = T;
   st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());

@@ -146,6 +146,13 @@ class V41Model {
   Status forward(SequenceState& state, std::span<const int32_t> tokens, float* logits,
                  ForwardTrace* trace = nullptr, bool all_rows = true,
                  float* hidden_out = nullptr) const;
+  // forward() of several sequences at once, each chunk on one thread of the model's pool
+  // with no threading inside it (for steps with many decoding sequences): bit for bit what
+  // forward() gives each alone, since no kernel's per-row arithmetic depends on its thread
+  // split. Writes every sequence's last-row normed hidden to hidden_out [n, dim].
+  std::vector<Status> forward_each(std::span<SequenceState* const> states,
+                                   std::span<const std::span<const int32_t>> chunks,
+                                   float* hidden_out) const;
   // logits [rows, vocab] = head · hidden [rows, dim].
   void head_logits(const float* hidden, int64_t rows, float* logits) const;
 
@@ -158,6 +165,8 @@ class V41Model {
 
  private:
   V41Model() = default;
+  Status forward_on(ThreadPool* pool, SequenceState& state, std::span<const int32_t> tokens,
+                    float* logits, ForwardTrace* trace, bool all_rows, float* hidden_out) const;
   ModelOptions options_;
   std::unique_ptr<ModelWeights> w_;
   std::unique_ptr<ThreadPool> pool_;

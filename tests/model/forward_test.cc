@@ -336,6 +336,38 @@ TEST(Fast, LogitsStayWithinTheNativeFp32Band) {
   }
 }
 
+// Several sequences forwarded side by side (forward_each: one thread each, no threading
+// inside) get bit for bit what forward() on the pool gives each alone: prefill chunks and
+// decode steps of the decode cases' tokens, at different positions.
+TEST(Fast, ForwardEachEqualsForwardAlone) {
+  const V41Model& m = fast_model();
+  const std::vector<int32_t> a = tokens_of("decode_9_33"), b = tokens_of("decode_100_130");
+  const std::vector<std::vector<int32_t>> prompts = {
+      {a.begin(), a.begin() + 9}, {b.begin(), b.begin() + 100}, {b.begin() + 3, b.begin() + 40}};
+  const int64_t D = m.config().dim;
+  std::vector<std::unique_ptr<SequenceState>> alone, together;
+  std::vector<float> want(static_cast<size_t>(D)), got(prompts.size() * size_t(D));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    alone.push_back(m.new_sequence());
+    together.push_back(m.new_sequence());
+  }
+  for (int step = 0; step < 6; ++step) {
+    std::vector<SequenceState*> states;
+    std::vector<std::vector<int32_t>> chunks;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      states.push_back(together[i].get());
+      chunks.push_back(step == 0 ? prompts[i] : std::vector<int32_t>{int32_t(7 + 31 * step + i)});
+    }
+    std::vector<std::span<const int32_t>> spans(chunks.begin(), chunks.end());
+    for (const Status& st : m.forward_each(states, spans, got.data())) ASSERT_TRUE(st.is_ok());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(m.forward(*alone[i], chunks[i], nullptr, nullptr, false, want.data()).is_ok());
+      EXPECT_EQ(std::memcmp(want.data(), &got[i * size_t(D)], size_t(D) * 4), 0)
+          << "sequence " << i << " step " << step;
+    }
+  }
+}
+
 // Fast DSpark drafts against the golden drafts, handed the golden main tokens. The README's
 // native-fp32 band for the draft logits is wide (max ~10, mean ~0.12, top-1 85-89%): a
 // flipped draft token changes the next position's Markov bias.

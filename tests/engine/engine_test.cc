@@ -5,6 +5,7 @@
 // answers (waiting, eviction, preemption); a cancelled request stops; bad requests are refused.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -109,6 +110,17 @@ TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
   EXPECT_EQ(batched, alone);
   for (size_t i = 0; i < others.size(); ++i)
     if (i != 4) drain(*others[i], &last);
+}
+
+// The engine's stats once its step after the last event is accounted (they are updated at
+// the end of a step, after the events): polls up to 10 s for no running or waiting request.
+EngineStats idle_stats(const Engine& e) {
+  EngineStats st = e.stats();
+  for (int i = 0; i < 1000 && (st.running != 0 || st.waiting != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    st = e.stats();
+  }
+  return st;
 }
 
 // The model's own greedy chain (independent of the engine).
@@ -230,7 +242,7 @@ TEST(Engine, ConcurrentGreedyRequestsAreExactWithAndWithoutAsyncScheduling) {
           << "async " << async << " request " << i;
       EXPECT_EQ(last.completion_tokens, reqs[i].max_tokens);
     }
-    EXPECT_EQ(e.stats().running, 0);
+    EXPECT_EQ(idle_stats(e).running, 0);
   }
 }
 
@@ -245,6 +257,49 @@ TEST(Engine, DecoderReplayWithATailCoveringTheDecodersReachIsExact) {
   StreamEvent last;
   EXPECT_EQ(drain(**e.submit(r), &last), argmax_chain(r.prompt, 10));
   EXPECT_EQ(last.cause, FinishCause::kLength);
+}
+
+TEST(Engine, CancellationsAtEveryStageLeaveNothingBehind) {
+  // Requests cancelled while queued, while prefilling and while decoding, beside ones that
+  // run to the end, under a pool small enough to defer and preempt: every stream gets one
+  // final event, the survivors their exact chains, and the engine ends empty.
+  for (bool async : {true, false}) {
+    const auto& m = tiny();
+    kv::PagePool probe_pool(m.page_bytes(8), 0);
+    auto probe = m.new_sequence(&probe_pool);
+    EngineOptions o;
+    o.prefix_block = 16;
+    o.async_scheduling = async;
+    o.max_step_tokens = 24;
+    o.kv_budget_bytes = 3 * m.pages_needed(*probe, 90) * m.page_bytes(8);
+    Engine e(m, o, -1);
+    std::vector<GenerationRequest> reqs;
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 12; ++i) {
+      reqs.push_back(greedy(prompt(30 + 5 * i, 50 + i), 20));
+      streams.push_back(*e.submit(reqs.back()));
+    }
+    streams[11]->cancel();  // most likely still queued
+    StreamEvent ev;
+    ASSERT_TRUE(streams[0]->next(&ev, 60000));  // the first is decoding
+    streams[0]->cancel();
+    streams[5]->cancel();  // queued or prefilling
+    for (size_t i = 0; i < streams.size(); ++i) {
+      StreamEvent last;
+      std::vector<int32_t> got = drain(*streams[i], &last);
+      ASSERT_TRUE(last.finished) << i;
+      if (i == 0 || i == 5 || i == 11) {
+        EXPECT_TRUE(last.cause == FinishCause::kCancelled || last.cause == FinishCause::kLength)
+            << i;
+        continue;
+      }
+      EXPECT_EQ(last.cause, FinishCause::kLength) << i << " " << last.error.to_string();
+      EXPECT_EQ(got, argmax_chain(reqs[i].prompt, 20)) << "async " << async << " request " << i;
+    }
+    EngineStats st = idle_stats(e);
+    EXPECT_EQ(st.running, 0);
+    EXPECT_EQ(st.waiting, 0);
+  }
 }
 
 TEST(Engine, CancelStopsAndBadRequestsAreRefused) {

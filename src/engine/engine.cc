@@ -138,6 +138,7 @@ void Engine::finish(Sequence& s, FinishCause cause, Status error) {
   }
   s.stream->push(std::move(ev));
   s.state.reset();
+  s.done = true;
 }
 
 // Resumes from the longest chain of cached blocks the hit rule allows, else starts empty.
@@ -319,20 +320,21 @@ void Engine::scheduler_loop() {
   for (auto& s : late) finish(*s, FinishCause::kCancelled);
 }
 
+int64_t Engine::chunk_size(const Sequence& s, int64_t prefilled, int64_t left, int64_t want) const {
+  int64_t n = std::min(left, want);
+  if (cache_on_ && left > 1) {
+    const int64_t next_block = (prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
+    if (next_block <= int64_t(s.req.prompt.size())) n = std::min(n, next_block - prefilled);
+  }
+  return n;
+}
+
 Engine::Plan Engine::make_plan(const std::vector<Report>& view,
                                std::deque<std::shared_ptr<Sequence>>& waiting,
                                const Plan* in_flight) {
   // What each running sequence has left once the step in flight has run: a chunk of N over
   // L tokens left leaves L - N, or 1 (the sampled token) when it completes the prompt.
-  // The executor's chunk for an intent of n: what is left, cut at the next prefix block.
-  auto chunk = [&](const Report& r, int64_t n) {
-    n = std::min(n, r.left);
-    if (cache_on_ && r.left > 1) {
-      const int64_t next_block = (r.prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
-      if (next_block <= int64_t(r.s->req.prompt.size())) n = std::min(n, next_block - r.prefilled);
-    }
-    return n;
-  };
+  auto chunk = [&](const Report& r, int64_t n) { return chunk_size(*r.s, r.prefilled, r.left, n); };
   std::vector<Report> now = view;
   if (in_flight) {
     for (const auto& [s, want] : in_flight->work) {
@@ -431,7 +433,6 @@ void Engine::executor_loop() {
       outcome_ = std::move(out);
     }
     hcv_.notify_all();
-    cv_.notify_all();
   }
   for (auto& s : running) finish(*s, FinishCause::kCancelled);
 }
@@ -441,13 +442,11 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   Outcome out;
   for (auto& s : plan.cancelled) {
     finish(*s, FinishCause::kCancelled);
-    s->done = true;
   }
   // Drop cancelled requests.
   for (auto& s : running)
     if (s->stream->cancelled() && !s->done) {
       finish(*s, FinishCause::kCancelled);
-      s->done = true;
     }
   running.erase(std::remove_if(running.begin(), running.end(), [](auto& s) { return s->done; }),
                 running.end());
@@ -460,7 +459,6 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     Sequence& s = *plan.admit[i];
     if (s.stream->cancelled()) {
       finish(s, FinishCause::kCancelled);
-      s.done = true;
       continue;
     }
     bool fits = int64_t(running.size()) < opt_.max_running;
@@ -499,28 +497,28 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     if (std::find_if(work.begin(), work.end(), [&](const Work& w) { return w.s == s; }) !=
         work.end())
       continue;
-    const int64_t left = int64_t(s->all.size()) - s->prefilled;
-    int64_t n = std::min(left, want);
-    if (cache_on_ && left > 1) {
-      const int64_t next_block = (s->prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
-      if (next_block <= int64_t(s->req.prompt.size())) n = std::min(n, next_block - s->prefilled);
-    }
+    const int64_t n = chunk_size(*s, s->prefilled, int64_t(s->all.size()) - s->prefilled, want);
     if (n >= 1) work.push_back({s, n});
   }
   // Pages for the step: evict cached blocks, then preempt the newest sequences (dropped and
   // recomputed later) until the step fits the pool.
   int64_t preempted = 0;
+  std::vector<int64_t> needs;  // pages each work item may take
+  int64_t promised = 0;        // of them, what the items not yet run still need
   for (;;) {
-    int64_t need = 0;
-    for (const Work& w : work) need += model_.pages_needed(*w.s->state, w.n);
-    if (need <= pool_->available()) break;
+    needs.clear();
+    promised = 0;
+    for (const Work& w : work) {
+      needs.push_back(model_.pages_needed(*w.s->state, w.n));
+      promised += needs.back();
+    }
+    if (promised <= pool_->available()) break;
     if (evict_one(true)) continue;
     if (running.size() <= 1) {
       // One sequence that does not fit the whole pool: it fails rather than waits forever.
       for (const Work& w : work) {
         finish(*w.s, FinishCause::kError,
                Status(StatusCode::kResourceExhausted, "the request needs more KV than the budget"));
-        w.s->done = true;
       }
       work.clear();
       break;
@@ -537,12 +535,6 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     ++preempted;
   }
   const Clock::time_point t_plan = Clock::now();
-  int64_t promised = 0;
-  std::vector<int64_t> needs;
-  for (const Work& w : work) {
-    needs.push_back(model_.pages_needed(*w.s->state, w.n));
-    promised += needs.back();
-  }
   int64_t replayed = 0;
   // Bodies: the decoding sequences side by side, one per thread (forward_each gives each
   // exactly what it gets alone), then the prefill chunks one at a time over the whole pool;
@@ -588,7 +580,6 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     ++batch;
     if (!st.is_ok()) {
       finish(s, FinishCause::kError, st);
-      s.done = true;
       continue;
     }
     if (s.prefilled < s.cached) replayed += std::min(w.n, s.cached - s.prefilled);
@@ -637,14 +628,12 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       cause = FinishCause::kLength;
     if (cause != FinishCause::kNone) {
       finish(s, cause);
-      s.done = true;
     }
   }
   int64_t finished = 0;
   for (auto& s : running)
     if (!s->done && s->stream->cancelled()) {
       finish(*s, FinishCause::kCancelled);
-      s->done = true;
     }
   for (auto& s : running) finished += s->done;
   running.erase(std::remove_if(running.begin(), running.end(), [](auto& s) { return s->done; }),

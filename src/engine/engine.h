@@ -160,6 +160,10 @@ class Engine {
   void apply(Outcome& out, std::vector<Report>& view,
              std::deque<std::shared_ptr<Sequence>>& waiting);
   void executor_loop();
+  // Tokens the executor runs for an intent of `want` on a sequence with `left` tokens to go
+  // after `prefilled`: prefill chunks end at the next prefix-cache block of the prompt. The
+  // scheduler projects the step in flight with the same rule.
+  int64_t chunk_size(const Sequence& s, int64_t prefilled, int64_t left, int64_t want) const;
   Outcome execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running);
   void admit(Sequence& s);
   // Caches the block the sequence's prefill just completed; `pages_promised` are pages the

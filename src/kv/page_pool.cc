@@ -117,18 +117,13 @@ Status PagedRows::append_pages(const std::vector<PageRef>& pages, int64_t rows) 
   return Status::ok();
 }
 
-Result<PagedRows> PagedRows::copy_to(PagePool* pool, bool share_full_pages) const {
+Result<PagedRows> PagedRows::copy_to(PagePool* pool) const {
   if (pool->page_bytes() != pool_->page_bytes())
     return invalid_argument("KV pages copied into a pool of another page size");
   PagedRows out(pool, width_);
-  for (size_t i = 0; i < pages_.size(); ++i) {
-    const bool full = int64_t(i + 1) * per_page_ <= rows_;
-    if (share_full_pages && full && pool == pool_) {
-      out.pages_.push_back(pages_[i]);
-      continue;
-    }
+  for (const PageRef& page : pages_) {
     FATHOM_ASSIGN_OR_RETURN(PageRef p, pool->allocate());
-    std::memcpy(p.data(), pages_[i].data(), size_t(pool_->page_bytes()));
+    std::memcpy(p.data(), page.data(), size_t(pool_->page_bytes()));
     out.pages_.push_back(std::move(p));
   }
   out.rows_ = rows_;

@@ -101,10 +101,8 @@ class PagedRows {
   // Appends whole shared pages (the rows of a cached prefix block); the table must end on a
   // page boundary.
   Status append_pages(const std::vector<PageRef>& pages, int64_t rows);
-  // A copy in `pool`: full pages are shared when `share_full_pages` and the pool is this
-  // table's (rows already written are never rewritten in an append-only table), the rest
-  // copied into new pages.
-  Result<PagedRows> copy_to(PagePool* pool, bool share_full_pages) const;
+  // A copy of every page into new pages of `pool` (same page size).
+  Result<PagedRows> copy_to(PagePool* pool) const;
   int64_t bytes() const;
 
  private:

@@ -897,9 +897,8 @@ Status ensure_ring(SequenceState& st, size_t block, int64_t window, int64_t head
 
 int64_t V41Model::pages_needed(const SequenceState& s, int64_t tokens) const {
   const ModelConfig& c = w_->cfg;
-  const int64_t page_floats = s.pool->page_bytes() / int64_t(sizeof(float));
-  const int64_t ring_pages =
-      (c.window_size + page_floats / c.head_dim - 1) / (page_floats / c.head_dim);
+  const int64_t ring_pages = kv::PagedRows(s.pool, c.head_dim).pages_to_grow(c.window_size);
+  const kv::PagedRows no_entries(s.pool, c.head_dim + c.index_head_dim);
   int64_t pages = 0;
   for (int64_t l = 0; l < c.n_layers; ++l)  // forward() fills the backbone's rings only
     if (!s.ring[size_t(l)].initialised()) pages += ring_pages;
@@ -907,9 +906,7 @@ int64_t V41Model::pages_needed(const SequenceState& s, int64_t tokens) const {
     const int64_t r = c.compress_ratios[size_t(l)];
     const int64_t fresh = (s.pos + tokens) / r - s.pos / r;
     const kv::PagedRows& e = s.src[size_t(l)].entries;
-    pages += e.initialised() ? e.pages_to_grow(fresh)
-                             : (fresh + page_floats / (c.head_dim + c.index_head_dim) - 1) /
-                                   (page_floats / (c.head_dim + c.index_head_dim));
+    pages += (e.initialised() ? e : no_entries).pages_to_grow(fresh);
   }
   return pages;
 }
@@ -949,7 +946,7 @@ Result<KvBlock> V41Model::export_block(const SequenceState& s, int64_t block_tok
         swa->ring.emplace_back();
         continue;
       }
-      FATHOM_ASSIGN_OR_RETURN(kv::PagedRows copy, r.copy_to(s.pool, false));
+      FATHOM_ASSIGN_OR_RETURN(kv::PagedRows copy, r.copy_to(s.pool));
       out.bytes += copy.bytes();
       swa->ring.push_back(std::move(copy));
     }
@@ -984,7 +981,7 @@ Result<std::unique_ptr<SequenceState>> V41Model::resume(std::span<const KvBlock*
     const SequenceState& w = *last.swa;
     for (size_t i = 0; i < w.ring.size() && i < s->ring.size(); ++i) {
       if (!w.ring[i].initialised()) continue;
-      FATHOM_ASSIGN_OR_RETURN(s->ring[i], w.ring[i].copy_to(s->pool, false));
+      FATHOM_ASSIGN_OR_RETURN(s->ring[i], w.ring[i].copy_to(s->pool));
     }
     s->window_floor = w.window_floor;
     s->main_hidden = w.main_hidden;
@@ -1145,40 +1142,6 @@ void V41Model::head_logits(const float* hidden, int64_t rows, float* logits) con
     kernels::cpu::matmul_bf16(head, hidden, rows, logits, pool_.get());
   else
     kernels::ref::matmul_bf16(head, hidden, rows, logits);
-}
-
-Result<std::unique_ptr<SequenceState>> clone_sequence(const SequenceState& s) {
-  auto out = std::unique_ptr<SequenceState>(new SequenceState());
-  if (s.own_pool) {
-    out->own_pool = std::make_unique<kv::PagePool>(s.own_pool->page_bytes(), 0);
-    out->pool = out->own_pool.get();
-  } else {
-    out->pool = s.pool;
-  }
-  out->pos = s.pos;
-  out->tokens = s.tokens;
-  out->window_floor = s.window_floor;
-  out->published_keys = s.published_keys;
-  out->decoder_tail_start = s.decoder_tail_start;
-  out->main_hidden = s.main_hidden;
-  out->main_hidden_pos = s.main_hidden_pos;
-  // Pages are shared only within one pool; a private pool's copy copies them all.
-  auto copy = [&](const kv::PagedRows& r, bool append_only) -> Result<kv::PagedRows> {
-    if (!r.initialised()) return kv::PagedRows();
-    return r.copy_to(out->pool, append_only);
-  };
-  for (const auto& r : s.ring) {
-    FATHOM_ASSIGN_OR_RETURN(kv::PagedRows c, copy(r, false));
-    out->ring.push_back(std::move(c));
-  }
-  for (const auto& src : s.src) {
-    SequenceState::Source d;
-    FATHOM_ASSIGN_OR_RETURN(d.entries, copy(src.entries, true));
-    d.kv_part = src.kv_part;
-    d.score_part = src.score_part;
-    out->src.push_back(std::move(d));
-  }
-  return out;
 }
 
 int64_t sequence_bytes(const SequenceState& s) {

@@ -174,9 +174,6 @@ class V41Model {
 
 // The position of the next token of a sequence.
 int64_t sequence_position(const SequenceState& s);
-// A copy of a sequence's state in the same pool: full pages of compressed KV are shared,
-// rings and partial pages copied.
-Result<std::unique_ptr<SequenceState>> clone_sequence(const SequenceState& s);
 // Bytes the state holds (pages of rings, compressed KV and index keys, partial groups,
 // history); shared pages count in full.
 int64_t sequence_bytes(const SequenceState& s);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "api/request_util.h"
+#include "api/stop_matcher.h"
 #include "core/utf8.h"
 
 namespace fathom::api {
@@ -114,22 +115,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     if (k < 0) return bad("'top_k' must not be negative");
     sp.top_k = k;
   }
-  if (const Value* v = field(r, "stop")) {
-    std::vector<std::string> stops;
-    if (v->is_string()) {
-      stops.push_back(v->text);
-    } else if (v->is_array()) {
-      for (const Value& s : v->items) {
-        if (!s.is_string()) return bad("'stop' must be a string or a list of strings");
-        stops.push_back(s.text);
-      }
-    } else {
-      return bad("'stop' must be a string or a list of strings");
-    }
-    if (stops.size() > 16) return bad("'stop' allows at most 16 sequences");
-    for (auto& s : stops)
-      if (!s.empty()) sp.stop.push_back(s);
-  }
+  FATHOM_RETURN_IF_ERROR(read_stop_field(r, &sp.stop));
   // Thinking and effort.
   req.thinking = opt.default_thinking;
   std::optional<std::string> effort_name;

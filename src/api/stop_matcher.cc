@@ -2,7 +2,29 @@
 
 #include <algorithm>
 
+#include "core/py_json.h"
+
 namespace fathom::api {
+
+Status read_stop_field(const pyjson::Value& request, std::vector<std::string>* out) {
+  const pyjson::Value* v = request.find("stop");
+  if (v == nullptr || v->is_null()) return Status::ok();
+  std::vector<std::string> stops;
+  if (v->is_string()) {
+    stops.push_back(v->text);
+  } else if (v->is_array()) {
+    for (const pyjson::Value& s : v->items) {
+      if (!s.is_string()) return invalid_argument("'stop' must be a string or a list of strings");
+      stops.push_back(s.text);
+    }
+  } else {
+    return invalid_argument("'stop' must be a string or a list of strings");
+  }
+  if (stops.size() > 16) return invalid_argument("'stop' allows at most 16 sequences");
+  for (auto& s : stops)
+    if (!s.empty()) out->push_back(std::move(s));
+  return Status::ok();
+}
 
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
   for (auto& s : stops)

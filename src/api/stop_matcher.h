@@ -8,7 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+
+namespace fathom::pyjson {
+struct Value;
+}
+
 namespace fathom::api {
+
+// Reads OpenAI's `stop` field of a request object: absent or null (nothing), a string, or a
+// list of at most 16 strings; empty strings stop nothing and are dropped. kInvalidArgument
+// with the client-facing message otherwise.
+Status read_stop_field(const pyjson::Value& request, std::vector<std::string>* out);
 
 class StopMatcher {
  public:

@@ -364,22 +364,7 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   if (sp.repetition_penalty && !(*sp.repetition_penalty > 0 && *sp.repetition_penalty <= 10))
     return send_error(p, res, invalid_argument("'repetition_penalty' must be in (0, 10]"));
   std::vector<std::string> stops;
-  if (const Value* v = body->find("stop"); v != nullptr && !v->is_null()) {
-    if (v->is_string()) {
-      stops.push_back(v->text);
-    } else if (v->is_array()) {
-      for (const Value& x : v->items) {
-        if (!x.is_string())
-          return send_error(p, res,
-                            invalid_argument("'stop' must be a string or a list of strings"));
-        stops.push_back(x.text);
-      }
-    } else {
-      return send_error(p, res, invalid_argument("'stop' must be a string or a list of strings"));
-    }
-    if (stops.size() > 16)
-      return send_error(p, res, invalid_argument("'stop' allows at most 16 sequences"));
-  }
+  if (Status st = api::read_stop_field(*body, &stops); !st.is_ok()) return send_error(p, res, st);
   if (auto v = number("max_tokens"))
     sp.max_tokens = int64_t(*v);
   else

@@ -23,12 +23,33 @@ bool RequestStream::next(StreamEvent* ev, int timeout_ms) {
   return true;
 }
 
+bool RequestStream::try_next(StreamEvent* ev) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (events_.empty()) return false;
+  *ev = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+void RequestStream::set_waker(std::function<void()> waker) {
+  std::function<void()> now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waker_ = std::move(waker);
+    if (!events_.empty()) now = waker_;
+  }
+  if (now) now();
+}
+
 void RequestStream::push(StreamEvent ev) {
+  std::function<void()> wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(ev));
+    wake = waker_;
   }
   cv_.notify_all();
+  if (wake) wake();
 }
 
 // One request. `id`, `req`, `stream` and `submitted` are set at submit() and then only read;

@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -93,6 +94,12 @@ class RequestStream {
  public:
   // Waits for the next event (up to `timeout_ms`); false on timeout.
   bool next(StreamEvent* ev, int timeout_ms);
+  // Takes the next event if one is queued; false otherwise. Never blocks.
+  bool try_next(StreamEvent* ev);
+  // Registers a callback run after events are queued (on the engine's thread, with no lock
+  // held): it must be cheap and must not block, e.g. post a wake-up to an event loop. It runs
+  // at once if events are already queued. The consumer then drains with try_next().
+  void set_waker(std::function<void()> waker);
   // Asks the engine to stop this request at its next step (client gone).
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
@@ -103,6 +110,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::function<void()> waker_;  // guarded by mu_
   std::atomic<bool> cancelled_{false};
 };
 

@@ -145,5 +145,48 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
   }
 }
 
+// Every row of a batched FP8/FP4 product must equal that row alone (the decode GEMV), bit for
+// bit, whatever the batch size, the row range or the thread count: prefill chunks of any
+// size, batched decode and single-token decode then give a sequence the same numbers.
+TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
+  std::mt19937 rng(17);
+  ThreadPool pool(2);
+  std::uniform_real_distribution<float> ux(-2, 2);
+  for (int64_t k : {int64_t(32), int64_t(64), int64_t(256), int64_t(320)}) {
+    for (int64_t m : {int64_t(45), int64_t(70)}) {
+      std::vector<uint8_t> w4(size_t(m * k / 2)), s4(size_t(m * k / 32));
+      for (auto& b : w4) b = uint8_t(rng());
+      for (auto& b : s4) b = uint8_t(120 + rng() % 12);
+      Fp4Matrix f4{w4.data(), s4.data(), m, k};
+      for (int64_t k8 : {k, k + 5}) {
+        std::vector<uint8_t> w8(size_t(m * k8)), s8(size_t((m + 31) / 32 * ((k8 + 31) / 32)));
+        for (auto& b : w8) b = uint8_t(rng() % 0x7F) | uint8_t(rng() & 0x80);  // no NaN
+        for (auto& b : s8) b = uint8_t(118 + rng() % 12);
+        Fp8Matrix f8{w8.data(), s8.data(), m, k8};
+        for (int64_t n : {int64_t(2), int64_t(3), int64_t(9)}) {
+          std::vector<float> x(size_t(n * k8)), batched(size_t(n * m)),
+              alone(static_cast<size_t>(m));
+          for (auto& v : x) v = ux(rng);
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            cpu::matmul_fp8(f8, x.data(), n, batched.data(), p);
+            for (int64_t r = 0; r < n; ++r) {
+              cpu::matmul_fp8(f8, x.data() + r * k8, 1, alone.data(), p);
+              EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
+                  << "fp8 m " << m << " k " << k8 << " n " << n << " row " << r;
+            }
+            if (k8 != k) continue;
+            cpu::matmul_fp4(f4, x.data(), n, batched.data(), p);
+            for (int64_t r = 0; r < n; ++r) {
+              cpu::matmul_fp4(f4, x.data() + r * k, 1, alone.data(), p);
+              EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
+                  << "fp4 m " << m << " k " << k << " n " << n << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fathom::kernels

@@ -2,7 +2,9 @@
 // (values doubled to integers), FP8 E4M3 by re-biasing to FP16 and F16C, BF16 by a shift.
 // UE8M0 scales are powers of two, so folding them into the decoded weights is exact.
 // batch == 1 streams each weight once (the decode GEMV); larger batches decode a tile of
-// four rows into a thread-local buffer and reuse it for every activation row.
+// four rows into a thread-local buffer and reuse it for every activation row, computing each
+// row with exactly the GEMV's arithmetic (batch-invariant: a row's result never depends on
+// the batch it is in).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -178,9 +180,10 @@ void gemv_fp8_rows(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int
       b1 = _mm256_fmadd_ps(hi, x1, b1);
     }
     float ta = 0, tb = 0;
+    // An explicit FMA: the batched matmul_fp8_rows repeats this arithmetic exactly.
     for (int64_t k = full16 * 16; k < w.cols; ++k) {
-      ta += kernels::e4m3_to_float(wa[k]) * xs[size_t(k)] / 256.0f;
-      tb += kernels::e4m3_to_float(wb[k]) * xs[size_t(k)] / 256.0f;
+      ta = std::fma(kernels::e4m3_to_float(wa[k]) / 256.0f, xs[size_t(k)], ta);
+      tb = std::fma(kernels::e4m3_to_float(wb[k]) / 256.0f, xs[size_t(k)], tb);
     }
     y[m] = hsum(_mm256_add_ps(a0, a1)) + ta;
     if (pair) y[m + 1] = hsum(_mm256_add_ps(b0, b1)) + tb;
@@ -208,32 +211,122 @@ void gemv_bf16_rows(const Bf16Matrix& w, const float* x, float* y, int64_t r0, i
   }
 }
 
-// Batched: decode 4 rows into `tile` (4 x K floats), then one pass per activation row.
-template <typename Decode>
-void matmul_tiled(int64_t rows, int64_t cols, const float* x, int64_t batch, float* y, int64_t r0,
-                  int64_t r1, Decode decode_row) {
+// Batched FP8, batch-invariant: every output is computed as gemv_fp8_rows computes it — the
+// same two accumulators over alternate 8-lane halves of each 16 columns, the same tail — so a
+// row's result does not depend on how many rows share the call (prefill chunks, batched
+// decode and the decode GEMV agree bit for bit). The GEMV multiplies w * 2^-8 by x * 256 s
+// (s the block's power-of-two scale); here the tile holds w * 2^-8 * 256 s and x is used as
+// is: each FMA gets the same exact product, so the sums round identically (the only
+// exception is an x so small that x * 256 s is subnormal, below 2^-126, where the GEMV's copy
+// loses bits). Four weight rows are decoded once per tile and reused for every activation row.
+void matmul_fp8_rows(const Fp8Matrix& w, const float* x, int64_t batch, float* y, int64_t r0,
+                     int64_t r1) {
+  const int64_t K = w.cols, kbs = (K + 31) / 32, full16 = K / 16, kpad = (K + 15) / 16 * 16;
   thread_local std::vector<float> tile;
-  const int64_t kpad = (cols + 7) / 8 * 8;
-  tile.assign(size_t(4 * kpad), 0.0f);
+  tile.resize(size_t(4 * kpad));
   for (int64_t m0 = r0; m0 < r1; m0 += 4) {
-    int64_t nr = std::min<int64_t>(4, r1 - m0);
-    for (int64_t r = 0; r < nr; ++r) decode_row(m0 + r, tile.data() + r * kpad);
-    for (int64_t n = 0; n < batch; ++n) {
-      const float* xn = x + n * cols;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(),
-             a3 = _mm256_setzero_ps();
-      int64_t k = 0;
-      for (; k + 8 <= cols; k += 8) {
-        __m256 xv = _mm256_loadu_ps(xn + k);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(tile.data() + k), xv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(tile.data() + kpad + k), xv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(tile.data() + 2 * kpad + k), xv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(tile.data() + 3 * kpad + k), xv, a3);
+    const int64_t nr = std::min<int64_t>(4, r1 - m0);
+    for (int64_t r = 0; r < nr; ++r) {
+      const uint8_t* wr = w.weight + (m0 + r) * K;
+      const uint8_t* sr = w.scale + ((m0 + r) / 32) * kbs;
+      float* t = tile.data() + r * kpad;
+      for (int64_t c = 0; c < full16; ++c) {
+        __m256 lo, hi;
+        e4m3x16(wr + c * 16, &lo, &hi);
+        const __m256 sv = _mm256_set1_ps(e8m0_to_float(sr[c / 2]) * 256.0f);
+        _mm256_storeu_ps(t + c * 16, _mm256_mul_ps(lo, sv));
+        _mm256_storeu_ps(t + c * 16 + 8, _mm256_mul_ps(hi, sv));
       }
-      float out[4] = {hsum(a0), hsum(a1), hsum(a2), hsum(a3)};
-      for (; k < cols; ++k)
-        for (int64_t r = 0; r < 4; ++r) out[r] += tile[size_t(r * kpad + k)] * xn[k];
-      for (int64_t r = 0; r < nr; ++r) y[n * rows + m0 + r] = out[r];
+      for (int64_t k = full16 * 16; k < K; ++k)
+        t[k] = kernels::e4m3_to_float(wr[k]) * e8m0_to_float(sr[k / 32]);
+    }
+    const float* t0 = tile.data();
+    const float* t1 = nr > 1 ? t0 + kpad : t0;
+    const float* t2 = nr > 2 ? t0 + 2 * kpad : t0;
+    const float* t3 = nr > 3 ? t0 + 3 * kpad : t0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xn = x + n * K;
+      __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0,
+             b3 = a0;
+      for (int64_t k = 0; k < full16 * 16; k += 16) {
+        const __m256 x0 = _mm256_loadu_ps(xn + k), x1 = _mm256_loadu_ps(xn + k + 8);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(t0 + k), x0, a0);
+        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(t0 + k + 8), x1, b0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(t1 + k), x0, a1);
+        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(t1 + k + 8), x1, b1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(t2 + k), x0, a2);
+        b2 = _mm256_fmadd_ps(_mm256_loadu_ps(t2 + k + 8), x1, b2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(t3 + k), x0, a3);
+        b3 = _mm256_fmadd_ps(_mm256_loadu_ps(t3 + k + 8), x1, b3);
+      }
+      const __m256 sums[4] = {_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), _mm256_add_ps(a2, b2),
+                              _mm256_add_ps(a3, b3)};
+      const float* rows[4] = {t0, t1, t2, t3};
+      for (int64_t r = 0; r < nr; ++r) {
+        float tail = 0;
+        for (int64_t k = full16 * 16; k < K; ++k) tail = std::fma(rows[r][k], xn[k], tail);
+        y[n * w.rows + m0 + r] = hsum(sums[r]) + tail;
+      }
+    }
+  }
+}
+
+// Batched FP4, batch-invariant like matmul_fp8_rows: each 32-weight block is multiplied as
+// fp4_block_dot_eo does (codes as 2x-valued floats in even/odd order against x in even/odd
+// order, the block's scale applied to the two partial sums), so every row equals the GEMV's.
+void matmul_fp4_rows(const Fp4Matrix& w, const float* x, int64_t batch, float* y, int64_t r0,
+                     int64_t r1) {
+  const int64_t K = w.cols, kbs = K / 32, stride = K / 2;
+  thread_local std::vector<float> tile, scales, xp;
+  tile.resize(size_t(4 * K));
+  scales.resize(size_t(4 * kbs));
+  xp.resize(size_t(batch * K));
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t kb = 0; kb < kbs; ++kb)
+      for (int i = 0; i < 16; ++i) {
+        xp[size_t(n * K + kb * 32 + i)] = x[n * K + kb * 32 + 2 * i];
+        xp[size_t(n * K + kb * 32 + 16 + i)] = x[n * K + kb * 32 + 2 * i + 1];
+      }
+  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  for (int64_t m0 = r0; m0 < r1; m0 += 4) {
+    const int64_t nr = std::min<int64_t>(4, r1 - m0);
+    for (int64_t r = 0; r < 4; ++r) {
+      const int64_t m = m0 + std::min(r, nr - 1);  // pad rows repeat the last (unused)
+      for (int64_t kb = 0; kb < kbs; ++kb) {
+        const __m128i b =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.weight + m * stride + kb * 16));
+        const __m128i ev = _mm_shuffle_epi8(lut, _mm_and_si128(b, _mm_set1_epi8(0x0F)));
+        const __m128i od =
+            _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F)));
+        float* t = tile.data() + r * K + kb * 32;
+        _mm256_storeu_ps(t, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(ev)));
+        _mm256_storeu_ps(t + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(ev, 8))));
+        _mm256_storeu_ps(t + 16, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(od)));
+        _mm256_storeu_ps(t + 24, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(od, 8))));
+        scales[size_t(r * kbs + kb)] = e8m0_to_float(w.scale[m * kbs + kb]) * 0.5f;
+      }
+    }
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xn = xp.data() + n * K;
+      __m256 acc[4][2];
+      for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+      for (int64_t kb = 0; kb < kbs; ++kb) {
+        const float* p = xn + kb * 32;
+        const __m256 x0 = _mm256_loadu_ps(p), x1 = _mm256_loadu_ps(p + 8),
+                     x2 = _mm256_loadu_ps(p + 16), x3 = _mm256_loadu_ps(p + 24);
+        for (int64_t r = 0; r < 4; ++r) {
+          const float* t = tile.data() + r * K + kb * 32;
+          __m256 tv = _mm256_mul_ps(_mm256_loadu_ps(t), x0);
+          tv = _mm256_fmadd_ps(_mm256_loadu_ps(t + 8), x1, tv);
+          __m256 uv = _mm256_mul_ps(_mm256_loadu_ps(t + 16), x2);
+          uv = _mm256_fmadd_ps(_mm256_loadu_ps(t + 24), x3, uv);
+          const __m256 sc = _mm256_set1_ps(scales[size_t(r * kbs + kb)]);
+          acc[r][0] = _mm256_fmadd_ps(tv, sc, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(uv, sc, acc[r][1]);
+        }
+      }
+      for (int64_t r = 0; r < nr; ++r)
+        y[n * w.rows + m0 + r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
     }
   }
 }
@@ -258,11 +351,7 @@ void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y, Thr
     over_rows(w.rows, pool, [&](int64_t a, int64_t b) { gemv_fp4_rows(w, x, y, a, b); });
     return;
   }
-  over_rows(w.rows, pool, [&](int64_t a, int64_t b) {
-    matmul_tiled(w.rows, w.cols, x, batch, y, a, b, [&](int64_t m, float* out) {
-      for (int64_t kb = 0; kb < w.cols / 32; ++kb) decode_fp4_block(w, m, kb, out + kb * 32);
-    });
-  });
+  over_rows(w.rows, pool, [&](int64_t a, int64_t b) { matmul_fp4_rows(w, x, batch, y, a, b); });
 }
 
 void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool) {
@@ -270,22 +359,7 @@ void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, Thr
     over_rows(w.rows, pool, [&](int64_t a, int64_t b) { gemv_fp8_rows(w, x, y, a, b); });
     return;
   }
-  const float* table = e4m3_table();
-  const int64_t kbs = (w.cols + 31) / 32;
-  over_rows(w.rows, pool, [&](int64_t a, int64_t b) {
-    matmul_tiled(w.rows, w.cols, x, batch, y, a, b, [&](int64_t m, float* out) {
-      const uint8_t* wr = w.weight + m * w.cols;
-      const uint8_t* sr = w.scale + (m / 32) * kbs;
-      int64_t k = 0;
-      for (; k + 16 <= w.cols; k += 16) {
-        __m256 lo, hi, sv = _mm256_set1_ps(e8m0_to_float(sr[k / 32]) * 256.0f);
-        e4m3x16(wr + k, &lo, &hi);
-        _mm256_storeu_ps(out + k, _mm256_mul_ps(lo, sv));
-        _mm256_storeu_ps(out + k + 8, _mm256_mul_ps(hi, sv));
-      }
-      for (; k < w.cols; ++k) out[k] = table[wr[k]] * e8m0_to_float(sr[k / 32]);
-    });
-  });
+  over_rows(w.rows, pool, [&](int64_t a, int64_t b) { matmul_fp8_rows(w, x, batch, y, a, b); });
 }
 
 void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/conversation.h"
+#include "api/models.h"
 #include "core/py_json.h"
 #include "core/status.h"
 
@@ -42,6 +43,49 @@ inline Status read_model_and_stream(const Value& r, ConversationRequest& req) {
     if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
     req.stream = s->boolean;
   }
+  return Status::ok();
+}
+
+// Resolves req.model against the served models (when the server gave a list): the resolved
+// name replaces req.model, and its default thinking mode is returned; `fallback` without a list.
+inline Result<bool> apply_served_model(const std::vector<ServedModel>* models, bool fallback,
+                                       ConversationRequest& req) {
+  if (models == nullptr) return fallback;
+  FATHOM_ASSIGN_OR_RETURN(const ServedModel* m, resolve_model(*models, req.model));
+  req.model = m->name;
+  return m->default_thinking;
+}
+
+// Fields this build does not implement: any that is present (not null) is a 400 naming it, in
+// the OpenAI wording ('name' is not supported) or Anthropic's (name: not supported).
+inline Status reject_fields(const Value& r, std::initializer_list<std::string_view> names,
+                            bool anthropic = false) {
+  for (std::string_view n : names) {
+    if (field(r, n) == nullptr) continue;
+    return bad(anthropic ? std::string(n) + ": not supported by this server"
+                         : "'" + std::string(n) + "' is not supported by this server");
+  }
+  return Status::ok();
+}
+
+// A boolean field that is only implemented at one value (e.g. parallel_tool_calls: true).
+inline Status require_bool(const Value& r, std::string_view name, bool supported,
+                           bool anthropic = false) {
+  const Value* v = field(r, name);
+  if (v == nullptr) return Status::ok();
+  std::string q = anthropic ? std::string(name) + ": " : "'" + std::string(name) + "' ";
+  if (v->kind != Value::Kind::kBool) return bad(q + "must be a boolean");
+  if (v->boolean != supported)
+    return bad(q + (supported ? "false" : "true") + " is not supported by this server");
+  return Status::ok();
+}
+
+// A string field accepted for its documented no-effect-on-output meaning.
+inline Status optional_string(const Value& r, std::string_view name, bool anthropic = false) {
+  const Value* v = field(r, name);
+  if (v != nullptr && !v->is_string())
+    return bad(anthropic ? std::string(name) + ": must be a string"
+                         : "'" + std::string(name) + "' must be a string");
   return Status::ok();
 }
 

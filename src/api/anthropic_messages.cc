@@ -56,7 +56,7 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     req.model = m->text;
   }
   FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,
-                          apply_served_model(opt.models, opt.default_thinking, req));
+                          apply_served_model(opt.models, opt.default_thinking, req.model));
   // Fields this build does not implement; metadata, service_tier and cache_control (a caching
   // hint; the prefix cache is automatic) do not change the output and are accepted.
   FATHOM_RETURN_IF_ERROR(

@@ -81,35 +81,15 @@ Result<Value> user_content(const Value* c, size_t index, const ChatOptions& opt)
 // those accepted only at the value that means "nothing to do". Fields with no effect on the
 // output by definition (metadata, user, safety_identifier, prompt_cache_key) are accepted.
 Status reject_unimplemented(const Value& r) {
-  FATHOM_RETURN_IF_ERROR(reject_fields(r, {"audio",
-                                           "prediction",
-                                           "web_search_options",
-                                           "logit_bias",
-                                           "functions",
-                                           "function_call",
-                                           "guided_json",
-                                           "guided_regex",
-                                           "guided_choice",
-                                           "guided_grammar",
-                                           "structured_outputs",
-                                           "min_tokens",
-                                           "stop_token_ids",
-                                           "bad_words",
-                                           "allowed_token_ids",
-                                           "prompt_logprobs",
-                                           "use_beam_search",
-                                           "best_of",
-                                           "truncate_prompt_tokens",
-                                           "chat_template",
-                                           "documents",
-                                           "mm_processor_kwargs"}));
+  FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r));
+  FATHOM_RETURN_IF_ERROR(
+      reject_fields(r, {"audio", "prediction", "web_search_options", "functions", "function_call",
+                        "best_of", "chat_template", "documents", "mm_processor_kwargs"}));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "parallel_tool_calls", true));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "store", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "echo", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "continue_final_message", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "add_generation_prompt", true));
-  FATHOM_RETURN_IF_ERROR(require_bool(r, "include_stop_str_in_output", false));
-  FATHOM_RETURN_IF_ERROR(require_bool(r, "skip_special_tokens", true));
   for (const char* k : {"user", "safety_identifier", "prompt_cache_key"})
     FATHOM_RETURN_IF_ERROR(optional_string(r, k));
   if (const Value* m = field(r, "metadata"); m && !m->is_object())
@@ -138,7 +118,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   ConversationRequest req;
   FATHOM_RETURN_IF_ERROR(read_model_and_stream(r, req));
   FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,
-                          apply_served_model(opt.models, opt.default_thinking, req));
+                          apply_served_model(opt.models, opt.default_thinking, req.model));
   FATHOM_RETURN_IF_ERROR(reject_unimplemented(r));
   req.include_usage = !req.stream;
   if (const Value* so = field(r, "stream_options")) {

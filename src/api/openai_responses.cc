@@ -120,7 +120,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
   req.include_usage = true;
   FATHOM_RETURN_IF_ERROR(read_model_and_stream(r, req));
   FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,
-                          apply_served_model(opt.models, opt.default_thinking, req));
+                          apply_served_model(opt.models, opt.default_thinking, req.model));
   FATHOM_RETURN_IF_ERROR(reject_unimplemented(r));
   if (const Value* v = field(r, "max_output_tokens")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, "max_output_tokens"));

@@ -46,13 +46,14 @@ inline Status read_model_and_stream(const Value& r, ConversationRequest& req) {
   return Status::ok();
 }
 
-// Resolves req.model against the served models (when the server gave a list): the resolved
-// name replaces req.model, and its default thinking mode is returned; `fallback` without a list.
+// Resolves a request's model against the served models (when the server gave a list): the
+// resolved name replaces `model`, and its default thinking mode is returned; `fallback`
+// without a list.
 inline Result<bool> apply_served_model(const std::vector<ServedModel>* models, bool fallback,
-                                       ConversationRequest& req) {
+                                       std::string& model) {
   if (models == nullptr) return fallback;
-  FATHOM_ASSIGN_OR_RETURN(const ServedModel* m, resolve_model(*models, req.model));
-  req.model = m->name;
+  FATHOM_ASSIGN_OR_RETURN(const ServedModel* m, resolve_model(*models, model));
+  model = m->name;
   return m->default_thinking;
 }
 
@@ -86,6 +87,18 @@ inline Status optional_string(const Value& r, std::string_view name, bool anthro
   if (v != nullptr && !v->is_string())
     return bad(anthropic ? std::string(name) + ": must be a string"
                          : "'" + std::string(name) + "' must be a string");
+  return Status::ok();
+}
+
+// OpenAI's logit_bias and the vLLM sampling extensions this build does not implement, in both
+// OpenAI protocols that vLLM extends (Chat Completions, Completions).
+inline Status reject_unimplemented_sampling_extensions(const Value& r) {
+  FATHOM_RETURN_IF_ERROR(reject_fields(
+      r, {"logit_bias", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+          "structured_outputs", "min_tokens", "stop_token_ids", "bad_words", "allowed_token_ids",
+          "prompt_logprobs", "use_beam_search", "truncate_prompt_tokens"}));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "include_stop_str_in_output", false));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "skip_special_tokens", true));
   return Status::ok();
 }
 

@@ -124,8 +124,11 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   if (const Value* so = field(r, "stream_options")) {
     if (!req.stream) return bad("'stream_options' is only allowed with stream=true");
     if (!so->is_object()) return bad("'stream_options' must be an object");
-    if (const Value* iu = field(*so, "include_usage"))
-      req.include_usage = iu->kind == Value::Kind::kBool && iu->boolean;
+    if (const Value* iu = field(*so, "include_usage")) {
+      if (iu->kind != Value::Kind::kBool)
+        return bad("'stream_options.include_usage' must be a boolean");
+      req.include_usage = iu->boolean;
+    }
   }
   if (const Value* n = field(r, "n")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t v, integer(*n, "n"));
@@ -258,6 +261,8 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
           return bad(where + ": 'parameters.properties' must be an object");
         }
       }
+      // Strict mode promises arguments that match the schema; nothing enforces that yet.
+      FATHOM_RETURN_IF_ERROR(reject_strict_tool(*fn, where + ".function.strict"));
       if (const Value* d = field(*fn, "description"); d && !d->is_string())
         return bad(where + ": 'description' must be a string");
       // The renderer writes the function object as given, as the official encoder does.

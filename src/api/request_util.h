@@ -81,6 +81,20 @@ inline Status require_bool(const Value& r, std::string_view name, bool supported
   return Status::ok();
 }
 
+// A function tool's `strict: true` asks for arguments guaranteed to match the schema, which
+// needs constrained decoding this build does not have: a 400 at `path` rather than a promise
+// silently not kept. strict false or absent is fine.
+inline Status reject_strict_tool(const Value& fn, const std::string& path) {
+  const Value* s = field(fn, "strict");
+  if (s == nullptr) return Status::ok();
+  if (s->kind != Value::Kind::kBool) return bad(path + ": must be a boolean");
+  if (s->boolean)
+    return bad(path +
+               ": strict function calling (schema-constrained arguments) is not "
+               "supported yet; send strict: false");
+  return Status::ok();
+}
+
 // A string field accepted for its documented no-effect-on-output meaning.
 inline Status optional_string(const Value& r, std::string_view name, bool anthropic = false) {
   const Value* v = field(r, name);

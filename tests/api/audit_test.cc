@@ -83,6 +83,10 @@ TEST(MessagesAudit, UnimplementedInputIsRejectedNamingIt) {
                 .find("unsupported block type 'image'"),
             std::string::npos);
   EXPECT_TRUE(starts_with(messages_rejected(messages(R"("mcp_servers":[{}])")), "mcp_servers:"));
+  EXPECT_TRUE(starts_with(
+      messages_rejected(
+          messages(R"("tools":[{"name":"f","strict":true,"input_schema":{"type":"object"}}])")),
+      "tools.0.strict:"));
   EXPECT_TRUE(starts_with(messages_rejected(messages(R"("container":"c")")), "container:"));
   EXPECT_TRUE(starts_with(
       messages_rejected(messages(
@@ -122,6 +126,8 @@ TEST(ResponsesAudit, UnimplementedFieldsAreA400NamingThem) {
       {R"({"input":"hi","conversation":"conv_1"})", "conversation"},
       {R"({"input":"hi","service_tier":"flex"})", "service_tier"},
       {R"({"input":"hi","text":{"verbosity":"high"}})", "text.verbosity"},
+      {R"({"input":"hi","tools":[{"type":"function","name":"f","strict":true}]})",
+       "tools[0].strict"},
       {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AA=="}]}]})",
        "input[0].content[0]"},
   };

@@ -113,6 +113,11 @@ TEST(ChatParams, UnimplementedFieldsAreA400NamingThem) {
     EXPECT_EQ(err["param"], name) << body;
     EXPECT_EQ(err["type"], "invalid_request_error");
   }
+  json strict = rejected(req(
+      R"("tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object"}}}])"));
+  EXPECT_EQ(strict["param"], "tools[0].function.strict");
+  EXPECT_EQ(rejected(req(R"("stream":true,"stream_options":{"include_usage":"yes"})"))["param"],
+            "stream_options.include_usage");
   // response_format json_schema: not silently treated as text.
   json js = rejected(req(
       R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}})"));

@@ -320,6 +320,12 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     if (role->text != "tool" && !pending_calls.empty()) {
       return bad(where + ": tool call '" + pending_calls.front() + "' has no tool message");
     }
+    // A participant name would tell the model who speaks; the template has no place for it.
+    // (On a tool message it repeats the function's name, which tool_call_id already gives.)
+    if (role->text != "tool" && field(m, "name"))
+      return bad(where + ".name: participant names are not supported by this server");
+    for (const char* k : {"audio", "function_call"})
+      if (field(m, k)) return bad(where + "." + k + ": not supported by this server");
     Value out = Value::object();
     if (role->text == "system" || role->text == "developer") {
       FATHOM_ASSIGN_OR_RETURN(std::string text, text_content(field(m, "content"), where));

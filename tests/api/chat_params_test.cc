@@ -14,9 +14,9 @@ namespace {
 using nlohmann::json;
 using K = prompt::ParserEvent::Kind;
 
-std::string req(const std::string& extra) {
-  return R"({"model":"m","messages":[{"role":"user","content":"hi"}])" +
-         (extra.empty() ? "" : "," + extra) + "}";
+std::string req(const std::string& extra,
+                const std::string& messages = R"([{"role":"user","content":"hi"}])") {
+  return R"({"model":"m","messages":)" + messages + (extra.empty() ? "" : "," + extra) + "}";
 }
 
 // The OpenAI error body of a rejected request (and that it is a 400).
@@ -118,6 +118,11 @@ TEST(ChatParams, UnimplementedFieldsAreA400NamingThem) {
   EXPECT_EQ(strict["param"], "tools[0].function.strict");
   EXPECT_EQ(rejected(req(R"("stream":true,"stream_options":{"include_usage":"yes"})"))["param"],
             "stream_options.include_usage");
+  EXPECT_EQ(rejected(req("", R"([{"role":"user","name":"alice","content":"hi"}])"))["param"],
+            "messages[0].name");
+  EXPECT_EQ(rejected(req("", R"([{"role":"user","content":"hi"},{"role":"assistant","content":"",)"
+                             R"("function_call":{"name":"f","arguments":"{}"}}])"))["param"],
+            "messages[1].function_call");
   // response_format json_schema: not silently treated as text.
   json js = rejected(req(
       R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}})"));

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "api/errors.h"
 #include "api/request_util.h"
 
 namespace fathom::api {
@@ -26,8 +27,6 @@ Result<std::string> block_text(const Value* c, const std::string& where) {
       const Value* t = field(b, "text");
       if (t == nullptr || !t->is_string()) return bad(where + ": a text block needs 'text'");
       piece = t->text;
-    } else if (type->text == "image") {
-      piece = "[Unsupported image]";
     } else {
       return bad(where + ": unsupported block type '" + type->text + "' here");
     }
@@ -56,6 +55,18 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     if (!m->is_string()) return bad("model: must be a string");
     req.model = m->text;
   }
+  FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,
+                          apply_served_model(opt.models, opt.default_thinking, req.model));
+  // Fields this build does not implement; metadata, service_tier and cache_control (a caching
+  // hint; the prefix cache is automatic) do not change the output and are accepted.
+  FATHOM_RETURN_IF_ERROR(
+      reject_fields(r, {"container", "mcp_servers", "context_management"}, true));
+  if (const Value* m = field(r, "metadata"); m && !m->is_object())
+    return bad("metadata: must be an object");
+  if (const Value* t = field(r, "service_tier")) {
+    if (!t->is_string() || (t->text != "auto" && t->text != "standard_only"))
+      return bad("service_tier: must be \"auto\" or \"standard_only\"");
+  }
   if (const Value* s = field(r, "stream")) {
     if (s->kind != Value::Kind::kBool) return bad("stream: must be a boolean");
     req.stream = s->boolean;
@@ -81,7 +92,7 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     }
   }
   // Thinking: thinking.type, else output_config.effort turns it on, else the default.
-  req.thinking = opt.default_thinking;
+  req.thinking = default_thinking;
   if (const Value* oc = field(r, "output_config")) {
     if (const Value* e = oc->is_object() ? field(*oc, "effort") : nullptr) {
       if (!e->is_string()) return bad("output_config.effort: must be a string");
@@ -104,12 +115,16 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     const Value* type = t->is_object() ? field(*t, "type") : nullptr;
     if (type == nullptr || !type->is_string() ||
         (type->text != "enabled" && type->text != "disabled" && type->text != "adaptive")) {
-      return bad("thinking.type: must be \"enabled\" or \"disabled\"");
+      return bad("thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
     }
     req.thinking = type->text != "disabled";
     if (const Value* b = field(*t, "budget_tokens")) {
+      if (type->text != "enabled")
+        return bad("thinking.budget_tokens: only allowed with thinking.type \"enabled\"");
       FATHOM_ASSIGN_OR_RETURN(int64_t budget, integer(*b, "thinking.budget_tokens"));
-      if (budget <= 0) return bad("thinking.budget_tokens: must be positive");
+      if (budget < 1024) return bad("thinking.budget_tokens: must be at least 1024");
+      if (budget >= max_tokens) return bad("thinking.budget_tokens: must be less than max_tokens");
+      req.reasoning_budget = budget;
     }
   }
   // Tools.
@@ -130,6 +145,9 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
         return bad(where + ".name: must be 1-128 characters of [A-Za-z0-9_-]");
       if (!names.insert(name->text).second)
         return bad(where + ".name: duplicate tool name '" + name->text + "'");
+      if (const Value* s = field(t, "strict"); s && s->kind == Value::Kind::kBool && s->boolean)
+        return bad(where +
+                   ".strict: strict tool input (constrained decoding) is not supported yet");
       const Value* schema = field(t, "input_schema");
       const Value* st = schema && schema->is_object() ? field(*schema, "type") : nullptr;
       if (st == nullptr || !st->is_string() || st->text != "object")
@@ -149,6 +167,12 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   if (const Value* tc = field(r, "tool_choice")) {
     const Value* type = tc->is_object() ? field(*tc, "type") : nullptr;
     if (type == nullptr || !type->is_string()) return bad("tool_choice.type: required");
+    if (const Value* d = field(*tc, "disable_parallel_tool_use")) {
+      if (d->kind != Value::Kind::kBool)
+        return bad("tool_choice.disable_parallel_tool_use: must be a boolean");
+      if (d->boolean)
+        return bad("tool_choice.disable_parallel_tool_use: true is not supported by this server");
+    }
     if (type->text == "auto") {
       req.tool_choice = ToolChoice::kAuto;
     } else if (type->text == "any") {
@@ -301,6 +325,10 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
         tb.set("text", *t);
         user_blocks.items.push_back(std::move(tb));
       } else if (type->text == "image") {
+        if (!opt.images) {
+          return bad(where + ".content." + std::to_string(&b - content->items.data()) +
+                     ": image blocks are not supported: this model has no vision input");
+        }
         if (opt.format == PromptFormat::kV4)
           return bad(where + ": this model does not take images");
         const Value* src = field(b, "source");
@@ -311,10 +339,10 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
         ib.set("source", *src);
         user_blocks.items.push_back(std::move(ib));
       } else if (type->text == "document") {
-        Value tb = Value::object();
-        tb.set("type", Value::from_string("text"));
-        tb.set("text", Value::from_string("[Unsupported Document]"));
-        user_blocks.items.push_back(std::move(tb));
+        // The recipe replaces a document with "[Unsupported Document]"; dropping what the
+        // client sent without a word is worse than saying so.
+        return bad(where + ".content." + std::to_string(&b - content->items.data()) +
+                   ": document blocks are not supported by this server");
       } else {
         return bad(where + ": unsupported block type '" + type->text + "'");
       }
@@ -353,6 +381,10 @@ Value usage_json(const Usage& u, bool final_only_output = false) {
 }
 
 }  // namespace
+
+std::string MessagesResponder::stream_error(const Status& s) const {
+  return anthropic_stream_error(s);
+}
 
 std::string MessagesResponder::event(const char* name, const Value& data) const {
   return std::string("event: ") + name + "\ndata: " + pyjson::dumps(data, false, true) + "\n\n";

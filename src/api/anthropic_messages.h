@@ -10,12 +10,18 @@
 
 #include "api/chat_completions.h"
 #include "api/conversation.h"
+#include "api/models.h"
+#include "api/usage.h"
 #include "prompt/output_parser.h"
 
 namespace fathom::api {
 
 struct MessagesOptions {
+  // The names the server answers to; null accepts any `model` and uses default_thinking.
+  const std::vector<ServedModel>* models = nullptr;
   bool default_thinking = true;
+  // Image blocks are accepted only when the served model has a vision tower.
+  bool images = false;
   PromptFormat format = PromptFormat::kV41;
   size_t max_body_bytes = 32 << 20;
 };
@@ -31,6 +37,9 @@ class MessagesResponder {
   // The SSE events (`event: X\ndata: {...}\n\n`) for these parser events; the first call
   // also sends message_start (and opens the thinking block in thinking mode).
   std::string stream(const std::vector<prompt::ParserEvent>& events, const Usage& usage);
+  // Ends the stream with Anthropic's `event: error` (anthropic_stream_error) instead of
+  // message_delta / message_stop, so an engine failure never reads as a normal end.
+  std::string stream_error(const Status& s) const;
   void add(const std::vector<prompt::ParserEvent>& events);
   std::string complete(const Usage& usage) const;
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "api/errors.h"
 #include "api/request_util.h"
 #include "api/stop_matcher.h"
 #include "core/utf8.h"
@@ -17,14 +18,15 @@ namespace {
 
 using namespace detail;
 
-Result<Value> user_content(const Value* c, size_t index, PromptFormat format) {
+Result<Value> user_content(const Value* c, size_t index, const ChatOptions& opt) {
   std::string where = "messages[" + std::to_string(index) + "]";
   if (c == nullptr) return bad(where + ": a user message needs 'content'");
   if (c->is_string()) return *c;
   if (!c->is_array()) return bad(where + ": 'content' must be a string or a list of parts");
   Value blocks = Value::array();
   bool has_image = false;
-  for (const Value& p : c->items) {
+  for (size_t k = 0; k < c->items.size(); ++k) {
+    const Value& p = c->items[k];
     const Value* type = p.is_object() ? field(p, "type") : nullptr;
     if (type == nullptr || !type->is_string())
       return bad(where + ": each content part needs a 'type'");
@@ -37,6 +39,10 @@ Result<Value> user_content(const Value* c, size_t index, PromptFormat format) {
       b.set("text", *t);
       blocks.items.push_back(std::move(b));
     } else if (type->text == "image_url" || type->text == "file") {
+      if (!opt.images) {
+        return bad(where + ".content[" + std::to_string(k) + "]: " + type->text +
+                   " parts are not supported: this model has no vision input");
+      }
       std::string url;
       if (type->text == "image_url") {
         const Value* iu = field(p, "image_url");
@@ -56,7 +62,7 @@ Result<Value> user_content(const Value* c, size_t index, PromptFormat format) {
       bool http = url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0;
       if (!data_url && !http) return bad(where + ": an image must be a data URL or an http(s) URL");
       if (http && url.size() > 8192) return bad(where + ": image URLs are limited to 8192 bytes");
-      if (format == PromptFormat::kV4) return bad(where + ": this model does not take images");
+      if (opt.format == PromptFormat::kV4) return bad(where + ": this model does not take images");
       Value b = Value::object(), iu = Value::object();
       b.set("type", Value::from_string("image_url"));
       iu.set("url", Value::from_string(url));
@@ -64,10 +70,45 @@ Result<Value> user_content(const Value* c, size_t index, PromptFormat format) {
       blocks.items.push_back(std::move(b));
       has_image = true;
     } else {
-      return bad(where + ": unsupported content part type '" + type->text + "'");
+      return bad(where + ".content[" + std::to_string(k) + "]: unsupported content part type '" +
+                 type->text + "'");
     }
   }
   return joined_or_blocks(std::move(blocks), has_image);
+}
+
+// OpenAI and vLLM request fields this build does not implement (a 400 naming the field), and
+// those accepted only at the value that means "nothing to do". Fields with no effect on the
+// output by definition (metadata, user, safety_identifier, prompt_cache_key) are accepted.
+Status reject_unimplemented(const Value& r) {
+  FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r));
+  FATHOM_RETURN_IF_ERROR(
+      reject_fields(r, {"audio", "prediction", "web_search_options", "functions", "function_call",
+                        "best_of", "chat_template", "documents", "mm_processor_kwargs"}));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "parallel_tool_calls", true));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "store", false));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "echo", false));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "continue_final_message", false));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "add_generation_prompt", true));
+  for (const char* k : {"user", "safety_identifier", "prompt_cache_key"})
+    FATHOM_RETURN_IF_ERROR(optional_string(r, k));
+  if (const Value* m = field(r, "metadata"); m && !m->is_object())
+    return bad("'metadata' must be an object");
+  if (const Value* m = field(r, "modalities")) {
+    if (!m->is_array()) return bad("'modalities' must be a list");
+    for (const Value& x : m->items)
+      if (!x.is_string() || x.text != "text")
+        return bad("'modalities' other than \"text\" are not supported by this server");
+  }
+  if (const Value* t = field(r, "service_tier")) {
+    if (!t->is_string() || (t->text != "auto" && t->text != "default"))
+      return bad("'service_tier' must be \"auto\" or \"default\" on this server");
+  }
+  if (const Value* v = field(r, "verbosity")) {
+    if (!v->is_string() || v->text != "medium")
+      return bad("'verbosity' other than \"medium\" is not supported by this server");
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -76,16 +117,37 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
   ConversationRequest req;
   FATHOM_RETURN_IF_ERROR(read_model_and_stream(r, req));
+  FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,
+                          apply_served_model(opt.models, opt.default_thinking, req.model));
+  FATHOM_RETURN_IF_ERROR(reject_unimplemented(r));
   req.include_usage = !req.stream;
   if (const Value* so = field(r, "stream_options")) {
     if (!req.stream) return bad("'stream_options' is only allowed with stream=true");
     if (!so->is_object()) return bad("'stream_options' must be an object");
-    if (const Value* iu = field(*so, "include_usage"))
-      req.include_usage = iu->kind == Value::Kind::kBool && iu->boolean;
+    if (const Value* iu = field(*so, "include_usage")) {
+      if (iu->kind != Value::Kind::kBool)
+        return bad("'stream_options.include_usage' must be a boolean");
+      req.include_usage = iu->boolean;
+    }
   }
   if (const Value* n = field(r, "n")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t v, integer(*n, "n"));
-    if (v != 1) return bad("'n' must be 1");
+    if (v < 1 || v > 128) return bad("'n' must be in [1, 128]");
+    req.n = int(v);
+  }
+  if (const Value* v = field(r, "logprobs")) {
+    if (v->kind != Value::Kind::kBool) return bad("'logprobs' must be a boolean");
+    req.logprobs = v->boolean;
+  }
+  if (const Value* v = field(r, "top_logprobs")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "top_logprobs"));
+    if (k < 0 || k > 20) return bad("'top_logprobs' must be in [0, 20]");
+    if (!req.logprobs) return bad("'top_logprobs' requires 'logprobs' to be true");
+    req.top_logprobs = int(k);
+  }
+  if (const Value* v = field(r, "ignore_eos")) {
+    if (v->kind != Value::Kind::kBool) return bad("'ignore_eos' must be a boolean");
+    req.sampling.ignore_eos = v->boolean;
   }
   SamplingParams& sp = req.sampling;
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
@@ -117,7 +179,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   }
   FATHOM_RETURN_IF_ERROR(read_stop_field(r, &sp.stop));
   // Thinking and effort.
-  req.thinking = opt.default_thinking;
+  req.thinking = default_thinking;
   std::optional<std::string> effort_name;
   const Value* effort_field = field(r, "reasoning_effort");
   if (effort_field != nullptr && effort_field->kind == Value::Kind::kInt) {
@@ -147,6 +209,28 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
       return bad("'thinking.type' must be \"enabled\" or \"disabled\"");
     }
     req.thinking = type->text == "enabled";
+    // Anthropic's reasoning budget, with Anthropic's rules, on the DeepSeek thinking object.
+    if (const Value* b = field(*t, "budget_tokens")) {
+      if (!req.thinking) return bad("'thinking.budget_tokens' requires thinking.type \"enabled\"");
+      FATHOM_ASSIGN_OR_RETURN(int64_t budget, integer(*b, "thinking.budget_tokens"));
+      if (budget < 1024) return bad("'thinking.budget_tokens' must be at least 1024");
+      if (sp.max_tokens && budget >= *sp.max_tokens)
+        return bad("'thinking.budget_tokens' must be less than max_tokens");
+      req.reasoning_budget = budget;
+    }
+  }
+  if (const Value* kw = field(r, "chat_template_kwargs")) {
+    // vLLM's way to switch DeepSeek thinking: {"thinking": bool}; nothing else is honoured.
+    if (!kw->is_object()) return bad("'chat_template_kwargs' must be an object");
+    for (size_t i = 0; i < kw->keys.size(); ++i) {
+      const Value& v = kw->items[i];
+      if (v.is_null()) continue;
+      if (kw->keys[i] != "thinking" || v.kind != Value::Kind::kBool) {
+        return bad("'chat_template_kwargs." + kw->keys[i] +
+                   "' is not supported by this server (only a boolean 'thinking' is)");
+      }
+      req.thinking = v.boolean;
+    }
   }
   // Tools.
   std::set<std::string> tool_names;
@@ -177,6 +261,8 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
           return bad(where + ": 'parameters.properties' must be an object");
         }
       }
+      // Strict mode promises arguments that match the schema; nothing enforces that yet.
+      FATHOM_RETURN_IF_ERROR(reject_strict_tool(*fn, where + ".function.strict"));
       if (const Value* d = field(*fn, "description"); d && !d->is_string())
         return bad(where + ": 'description' must be a string");
       // The renderer writes the function object as given, as the official encoder does.
@@ -213,7 +299,9 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     if (type == nullptr || !type->is_string()) return bad("'response_format.type' is required");
     if (type->text == "json_object") {
       req.json_object = true;
-    } else if (type->text != "text" && type->text != "json_schema") {
+    } else if (type->text == "json_schema") {
+      return bad("'response_format' of type json_schema is not supported yet; use json_object");
+    } else if (type->text != "text") {
       return bad("'response_format.type' must be text, json_object or json_schema");
     }
   }
@@ -232,6 +320,12 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     if (role->text != "tool" && !pending_calls.empty()) {
       return bad(where + ": tool call '" + pending_calls.front() + "' has no tool message");
     }
+    // A participant name would tell the model who speaks; the template has no place for it.
+    // (On a tool message it repeats the function's name, which tool_call_id already gives.)
+    if (role->text != "tool" && field(m, "name"))
+      return bad(where + ".name: participant names are not supported by this server");
+    for (const char* k : {"audio", "function_call"})
+      if (field(m, k)) return bad(where + "." + k + ": not supported by this server");
     Value out = Value::object();
     if (role->text == "system" || role->text == "developer") {
       FATHOM_ASSIGN_OR_RETURN(std::string text, text_content(field(m, "content"), where));
@@ -239,7 +333,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
       out.set("role", Value::from_string("system"));
       out.set("content", Value::from_string(text));
     } else if (role->text == "user") {
-      FATHOM_ASSIGN_OR_RETURN(Value content, user_content(field(m, "content"), i, opt.format));
+      FATHOM_ASSIGN_OR_RETURN(Value content, user_content(field(m, "content"), i, opt));
       out.set("role", Value::from_string("user"));
       out.set("content", std::move(content));
     } else if (role->text == "latest_reminder") {
@@ -331,50 +425,116 @@ const char* chat_finish_reason(prompt::FinishReason r) {
 namespace {
 
 Value usage_json(const Usage& u) {
-  Value v = Value::object(), details = Value::object();
+  Value v = Value::object(), details = Value::object(), out_details = Value::object();
   v.set("prompt_tokens", Value::from_int(u.prompt_tokens));
   v.set("completion_tokens", Value::from_int(u.completion_tokens));
   v.set("total_tokens", Value::from_int(u.prompt_tokens + u.completion_tokens));
   details.set("cached_tokens", Value::from_int(u.cached_tokens));
   v.set("prompt_tokens_details", details);
+  out_details.set("reasoning_tokens", Value::from_int(u.reasoning_tokens));
+  v.set("completion_tokens_details", out_details);
   v.set("prompt_cache_hit_tokens", Value::from_int(u.cached_tokens));
   v.set("prompt_cache_miss_tokens", Value::from_int(u.prompt_tokens - u.cached_tokens));
   return v;
 }
 
+Value logprob_value(float lp) { return Value::from_float(std::isfinite(lp) ? lp : -9999.0); }
+
+Value token_entry(const std::string& token, float lp) {
+  Value e = Value::object(), bytes = Value::array();
+  e.set("token", Value::from_string(utf8::to_lossy(token)));
+  e.set("logprob", logprob_value(lp));
+  for (unsigned char c : token) bytes.items.push_back(Value::from_int(c));
+  e.set("bytes", std::move(bytes));
+  return e;
+}
+
 }  // namespace
 
+Value chat_logprobs_json(const std::vector<TokenLogprob>& tokens) {
+  Value content = Value::array();
+  for (const TokenLogprob& t : tokens) {
+    Value e = token_entry(t.token, t.logprob), top = Value::array();
+    for (const auto& [tok, lp] : t.top) top.items.push_back(token_entry(tok, lp));
+    e.set("top_logprobs", std::move(top));
+    content.items.push_back(std::move(e));
+  }
+  Value v = Value::object();
+  v.set("content", std::move(content));
+  return v;
+}
+
+std::string ChatResponder::tool_id(int index) const {
+  // Choice 0 keeps the recipe's call_{id}_{i}; other choices name their index too.
+  return "call_" + id_ + "_" + (choice_.index ? std::to_string(choice_.index) + "_" : "") +
+         std::to_string(index);
+}
+
 std::string ChatResponder::chunk(const std::string& delta_json, const char* finish_reason,
-                                 bool with_usage, const Usage& u) const {
+                                 const Value* logprobs) const {
   Value c = Value::object();
   c.set("id", Value::from_string(id_));
   c.set("object", Value::from_string("chat.completion.chunk"));
   c.set("created", Value::from_int(created_));
   c.set("model", Value::from_string(model_));
-  Value choices = Value::array();
-  if (!delta_json.empty()) {
-    Value choice = Value::object();
-    choice.set("index", Value::from_int(0));
-    choice.set("delta", std::move(pyjson::parse(delta_json)).value());
-    choice.set("logprobs", Value());
-    choice.set("finish_reason", finish_reason ? Value::from_string(finish_reason) : Value());
-    choices.items.push_back(std::move(choice));
-  }
+  Value choices = Value::array(), choice = Value::object();
+  choice.set("index", Value::from_int(choice_.index));
+  choice.set("delta", std::move(pyjson::parse(delta_json)).value());
+  choice.set("logprobs", logprobs ? *logprobs : Value());
+  choice.set("finish_reason", finish_reason ? Value::from_string(finish_reason) : Value());
+  choices.items.push_back(std::move(choice));
   c.set("choices", std::move(choices));
-  if (include_usage_) c.set("usage", with_usage ? usage_json(u) : Value());
+  if (include_usage_) c.set("usage", Value());
   return "data: " + pyjson::dumps(c, false, true) + "\n\n";
 }
 
+std::string ChatResponder::stream_tail(const Usage& total) const {
+  std::string out;
+  if (include_usage_) {
+    Value c = Value::object();
+    c.set("id", Value::from_string(id_));
+    c.set("object", Value::from_string("chat.completion.chunk"));
+    c.set("created", Value::from_int(created_));
+    c.set("model", Value::from_string(model_));
+    c.set("choices", Value::array());
+    c.set("usage", usage_json(total));
+    out += "data: " + pyjson::dumps(c, false, true) + "\n\n";
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+std::string ChatResponder::stream_error(const Status& s) const { return openai_stream_error(s); }
+
+std::vector<TokenLogprob> ChatResponder::take_content_logprobs(
+    const std::vector<prompt::ParserEvent>& events, const std::vector<TokenLogprob>& logprobs) {
+  if (!choice_.logprobs) return {};
+  pending_.insert(pending_.end(), logprobs.begin(), logprobs.end());
+  if (events.empty()) return {};
+  bool content = false;
+  for (const auto& e : events) content |= e.kind == prompt::ParserEvent::Kind::kContent;
+  std::vector<TokenLogprob> out;
+  if (content) out = std::move(pending_);
+  pending_.clear();
+  return out;
+}
+
 std::string ChatResponder::stream(const std::vector<prompt::ParserEvent>& events,
-                                  const Usage& usage) {
+                                  const Usage& usage, const std::vector<TokenLogprob>& logprobs) {
   std::string out;
   if (!opened_) {
     opened_ = true;
     out += chunk(thinking_ ? R"({"role":"assistant","content":null,"reasoning_content":""})"
                            : R"({"role":"assistant","content":""})",
-                 nullptr, false, usage);
+                 nullptr, nullptr);
   }
-  for (const auto& e : events) {
+  std::vector<TokenLogprob> lp = take_content_logprobs(events, logprobs);
+  content_logprobs_.insert(content_logprobs_.end(), lp.begin(), lp.end());
+  // The step's log probabilities ride on its last content chunk.
+  size_t last_content = events.size();
+  for (size_t i = 0; i < events.size(); ++i)
+    if (events[i].kind == prompt::ParserEvent::Kind::kContent) last_content = i;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i];
     Value d = Value::object();
     switch (e.kind) {
       case prompt::ParserEvent::Kind::kReasoning:
@@ -407,18 +567,31 @@ std::string ChatResponder::stream(const std::vector<prompt::ParserEvent>& events
       case prompt::ParserEvent::Kind::kToolCallEnd:
         continue;
       case prompt::ParserEvent::Kind::kFinish:
-        out += chunk("{}", chat_finish_reason(e.finish), false, usage);
-        if (include_usage_) out += chunk("", nullptr, true, usage);
-        out += "data: [DONE]\n\n";
+        out += chunk("{}", chat_finish_reason(e.finish), nullptr);
+        finish_ = e.finish;
+        finished_ = true;
+        if (choice_.n == 1) out += stream_tail(usage);
         continue;
     }
-    out += chunk(pyjson::dumps(d, false, true), nullptr, false, usage);
+    if (i == last_content && choice_.logprobs) {
+      Value l = chat_logprobs_json(lp);
+      out += chunk(pyjson::dumps(d, false, true), nullptr, &l);
+    } else {
+      out += chunk(pyjson::dumps(d, false, true), nullptr, nullptr);
+    }
   }
-  add(events);
+  fold(events);
   return out;
 }
 
-void ChatResponder::add(const std::vector<prompt::ParserEvent>& events) {
+void ChatResponder::add(const std::vector<prompt::ParserEvent>& events,
+                        const std::vector<TokenLogprob>& logprobs) {
+  std::vector<TokenLogprob> lp = take_content_logprobs(events, logprobs);
+  content_logprobs_.insert(content_logprobs_.end(), lp.begin(), lp.end());
+  fold(events);
+}
+
+void ChatResponder::fold(const std::vector<prompt::ParserEvent>& events) {
   for (const auto& e : events) {
     switch (e.kind) {
       case prompt::ParserEvent::Kind::kReasoning:
@@ -443,13 +616,8 @@ void ChatResponder::add(const std::vector<prompt::ParserEvent>& events) {
   }
 }
 
-std::string ChatResponder::complete(const Usage& usage) const {
-  Value r = Value::object(), choices = Value::array(), choice = Value::object(),
-        msg = Value::object();
-  r.set("id", Value::from_string(id_));
-  r.set("object", Value::from_string("chat.completion"));
-  r.set("created", Value::from_int(created_));
-  r.set("model", Value::from_string(model_));
+Value ChatResponder::choice_json() const {
+  Value choice = Value::object(), msg = Value::object();
   msg.set("role", Value::from_string("assistant"));
   msg.set("content", content_.empty() && !calls_.empty() ? Value() : Value::from_string(content_));
   if (thinking_) msg.set("reasoning_content", Value::from_string(reasoning_));
@@ -466,15 +634,33 @@ std::string ChatResponder::complete(const Usage& usage) const {
     }
     msg.set("tool_calls", std::move(calls));
   }
-  choice.set("index", Value::from_int(0));
+  choice.set("index", Value::from_int(choice_.index));
   choice.set("message", std::move(msg));
-  choice.set("logprobs", Value());
+  choice.set("logprobs", choice_.logprobs ? chat_logprobs_json(content_logprobs_) : Value());
   choice.set("finish_reason", Value::from_string(chat_finish_reason(
                                   finished_ ? finish_ : prompt::FinishReason::kEndOfStream)));
-  choices.items.push_back(std::move(choice));
-  r.set("choices", std::move(choices));
+  return choice;
+}
+
+std::string chat_completion_json(const std::vector<ChatResponder>& choices, const Usage& usage) {
+  std::vector<const ChatResponder*> sorted;
+  for (const ChatResponder& c : choices) sorted.push_back(&c);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](auto* a, auto* b) { return a->index() < b->index(); });
+  const ChatResponder& first = *sorted.front();
+  Value r = Value::object(), out = Value::array();
+  r.set("id", Value::from_string(first.id_));
+  r.set("object", Value::from_string("chat.completion"));
+  r.set("created", Value::from_int(first.created_));
+  r.set("model", Value::from_string(first.model_));
+  for (const ChatResponder* c : sorted) out.items.push_back(c->choice_json());
+  r.set("choices", std::move(out));
   r.set("usage", usage_json(usage));
   return pyjson::dumps(r, false, true);
+}
+
+std::string ChatResponder::complete(const Usage& usage) const {
+  return chat_completion_json({*this}, usage);
 }
 
 }  // namespace fathom::api

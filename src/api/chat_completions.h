@@ -1,7 +1,7 @@
 // OpenAI Chat Completions: request JSON -> ConversationRequest, with deepseek-recipe's
-// validation rules (each failure a kInvalidArgument Status whose message is client-facing),
-// and parser events -> the protocol's chunks (SSE) and complete response. A ChatResponder
-// serves one response; not thread-safe.
+// validation rules (each failure a kInvalidArgument Status whose message is client-facing
+// and names the field), and parser events -> the protocol's chunks (SSE) and complete
+// response. A ChatResponder serves one choice of one response; not thread-safe.
 #pragma once
 
 #include <string>
@@ -9,50 +9,88 @@
 #include <vector>
 
 #include "api/conversation.h"
+#include "api/models.h"
+#include "api/usage.h"
+#include "core/status.h"
 #include "prompt/output_parser.h"
 
 namespace fathom::api {
 
 struct ChatOptions {
+  // The names the server answers to; null accepts any `model` and uses default_thinking.
+  const std::vector<ServedModel>* models = nullptr;
   bool default_thinking = true;
+  // Image parts are accepted only when the served model has a vision tower.
+  bool images = false;
   PromptFormat format = PromptFormat::kV41;
   size_t max_body_bytes = 32 << 20;
 };
 
 Result<ConversationRequest> parse_chat_request(std::string_view body, const ChatOptions& options);
 
-struct Usage {
-  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+// Which choice a responder serves: choice `index` of `n` (a request's `n`); `logprobs` as
+// the request asked (ConversationRequest::logprobs).
+struct ChatChoice {
+  int index = 0;
+  int n = 1;
+  bool logprobs = false;
 };
 
 class ChatResponder {
  public:
   ChatResponder(std::string id, std::string model, int64_t created, bool thinking,
-                bool include_usage)
+                bool include_usage, ChatChoice choice = {})
       : id_(std::move(id)),
         model_(std::move(model)),
         created_(created),
         thinking_(thinking),
-        include_usage_(include_usage) {}
+        include_usage_(include_usage),
+        choice_(choice) {}
 
   // Streaming: the SSE `data:` lines for these events (the first call also opens the
-  // message). After the finish event, `data: [DONE]` follows the usage chunk.
-  std::string stream(const std::vector<prompt::ParserEvent>& events, const Usage& usage);
-  // Folds events into the complete response (call once with all events, or repeatedly).
-  void add(const std::vector<prompt::ParserEvent>& events);
+  // message). `logprobs` are those of the tokens that produced the events; they go with the
+  // content chunks of this call (log probabilities of tokens that produced only reasoning or
+  // tool calls are not returned, as the field covers message content; those of tokens that
+  // produced nothing yet wait for the next call). With n == 1 the finish event is followed by
+  // stream_tail(usage); with n > 1 the server sends stream_tail once all choices finished.
+  std::string stream(const std::vector<prompt::ParserEvent>& events, const Usage& usage,
+                     const std::vector<TokenLogprob>& logprobs = {});
+  // The usage chunk (when the request asked for usage) and `data: [DONE]`.
+  std::string stream_tail(const Usage& total) const;
+  // Ends the stream with an error instead of a finish: openai_stream_error(s). Call once per
+  // response, not per choice.
+  std::string stream_error(const Status& s) const;
+
+  // Folds events (and their tokens' log probabilities) into the complete response.
+  void add(const std::vector<prompt::ParserEvent>& events,
+           const std::vector<TokenLogprob>& logprobs = {});
+  // The complete chat.completion of a response with this single choice.
   std::string complete(const Usage& usage) const;
 
+  int index() const { return choice_.index; }
+  bool finished() const { return finished_; }
+
  private:
-  std::string chunk(const std::string& delta_json, const char* finish_reason, bool with_usage,
-                    const Usage& u) const;
-  std::string tool_id(int index) const { return "call_" + id_ + "_" + std::to_string(index); }
+  friend std::string chat_completion_json(const std::vector<ChatResponder>& choices,
+                                          const Usage& usage);
+  std::string chunk(const std::string& delta_json, const char* finish_reason,
+                    const pyjson::Value* logprobs) const;
+  pyjson::Value choice_json() const;
+  void fold(const std::vector<prompt::ParserEvent>& events);
+  // Appends `logprobs` to pending_ and returns what content events of this call may carry.
+  std::vector<TokenLogprob> take_content_logprobs(const std::vector<prompt::ParserEvent>& events,
+                                                  const std::vector<TokenLogprob>& logprobs);
+  std::string tool_id(int index) const;
 
   std::string id_, model_;
   int64_t created_;
   bool thinking_, include_usage_;
+  ChatChoice choice_;
   bool opened_ = false;
+  std::vector<TokenLogprob> pending_;  // tokens that produced no event yet
   // Folded state.
   std::string content_, reasoning_;
+  std::vector<TokenLogprob> content_logprobs_;
   struct Call {
     std::string name, arguments;
   };
@@ -61,6 +99,13 @@ class ChatResponder {
   bool finished_ = false;
 };
 
+// The complete chat.completion of a response with n choices (in index order) and one usage.
+// REQUIRES: choices is not empty; all serve the same response.
+std::string chat_completion_json(const std::vector<ChatResponder>& choices, const Usage& usage);
+
 const char* chat_finish_reason(prompt::FinishReason r);
+
+// OpenAI's chat logprobs {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}.
+pyjson::Value chat_logprobs_json(const std::vector<TokenLogprob>& tokens);
 
 }  // namespace fathom::api

@@ -29,6 +29,7 @@ struct SamplingParams {
   std::optional<double> min_p, repetition_penalty;  // vLLM's extensions
   std::optional<int64_t> max_tokens, seed, top_k;
   std::vector<std::string> stop;
+  bool ignore_eos = false;  // vLLM's extension: generate past the end-of-sentence token
 };
 
 struct ConversationRequest {
@@ -38,11 +39,17 @@ struct ConversationRequest {
   bool thinking = true;
   std::optional<Effort> effort;   // none: the default for thinking (High)
   std::optional<int64_t> budget;  // V4.1 integer effort 1..100 (overrides effort)
-  bool json_object = false;       // response_format {"type": "json_object"}
+  // Most tokens the reasoning may take (Anthropic's thinking.budget_tokens); -1: no limit.
+  // The server ends the reasoning when it is spent.
+  int64_t reasoning_budget = -1;
+  bool json_object = false;  // response_format {"type": "json_object"}
   SamplingParams sampling;
   std::string model;
   bool stream = false;
   bool include_usage = true;
+  int n = 1;              // choices to generate (Chat Completions 1..128)
+  bool logprobs = false;  // return each content token's log probability
+  int top_logprobs = 0;   // and this many alternatives per token (0..20)
 
   prompt::OutputParserOptions parsing_options() const;
 };

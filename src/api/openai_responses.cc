@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "api/errors.h"
 #include "api/request_util.h"
 
 namespace fathom::api {
@@ -21,13 +22,14 @@ Value make_msg(const char* role, Value content) {
 
 // The text of a Responses message content: a string, or input_text/output_text parts.
 Result<Value> message_content(const Value* c, const std::string& where, bool allow_images,
-                              PromptFormat format) {
+                              const ResponsesOptions& opt) {
   if (c == nullptr) return bad(where + ": 'content' is required");
   if (c->is_string()) return *c;
   if (!c->is_array()) return bad(where + ": 'content' must be a string or a list of parts");
   Value blocks = Value::array();
   bool images = false;
-  for (const Value& p : c->items) {
+  for (size_t k = 0; k < c->items.size(); ++k) {
+    const Value& p = c->items[k];
     const Value* type = p.is_object() ? field(p, "type") : nullptr;
     if (type == nullptr || !type->is_string())
       return bad(where + ": each content part needs a 'type'");
@@ -39,7 +41,11 @@ Result<Value> message_content(const Value* c, const std::string& where, bool all
       b.set("text", *t);
       blocks.items.push_back(std::move(b));
     } else if (type->text == "input_image" && allow_images) {
-      if (format == PromptFormat::kV4) return bad(where + ": this model does not take images");
+      if (!opt.images) {
+        return bad(where + ".content[" + std::to_string(k) +
+                   "]: input_image parts are not supported: this model has no vision input");
+      }
+      if (opt.format == PromptFormat::kV4) return bad(where + ": this model does not take images");
       const Value* u = field(p, "image_url");
       if (u == nullptr || !u->is_string())
         return bad(where + ": an input_image needs 'image_url' (file_id is not supported)");
@@ -62,6 +68,47 @@ constexpr std::string_view kApplyPatchDescription =
     "'*** Update File: PATH' (optionally '*** Move to: PATH') with hunks whose lines start with "
     "' ', '-' or '+', then '*** End Patch'.";
 
+// Responses fields this build does not implement (a 400 naming the field), and those accepted
+// only at the value that means "nothing to do". metadata, user, safety_identifier and
+// prompt_cache_key do not change the output and are accepted; so is reasoning.summary (OpenAI
+// documents summaries as best effort; none is produced) and include
+// "reasoning.encrypted_content" (reasoning items carry their text in `content`, which this
+// adapter reads back, so the round trip the field exists for works without encryption).
+Status reject_unimplemented(const Value& r) {
+  FATHOM_RETURN_IF_ERROR(
+      reject_fields(r, {"max_tool_calls", "top_logprobs", "prompt", "conversation", "logit_bias"}));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "background", false));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "store", false));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "parallel_tool_calls", true));
+  for (const char* k : {"user", "safety_identifier", "prompt_cache_key"})
+    FATHOM_RETURN_IF_ERROR(optional_string(r, k));
+  if (const Value* m = field(r, "metadata"); m && !m->is_object())
+    return bad("'metadata' must be an object");
+  if (const Value* t = field(r, "service_tier")) {
+    if (!t->is_string() || (t->text != "auto" && t->text != "default"))
+      return bad("'service_tier' must be \"auto\" or \"default\" on this server");
+  }
+  if (const Value* t = field(r, "truncation")) {
+    if (!t->is_string() || t->text != "disabled")
+      return bad("'truncation' other than \"disabled\" is not supported by this server");
+  }
+  if (const Value* inc = field(r, "include")) {
+    if (!inc->is_array()) return bad("'include' must be a list");
+    for (const Value& x : inc->items) {
+      if (!x.is_string() || x.text != "reasoning.encrypted_content") {
+        return bad("'include' value " + (x.is_string() ? "'" + x.text + "'" : "") +
+                   " is not supported by this server");
+      }
+    }
+  }
+  if (const Value* text = field(r, "text")) {
+    const Value* v = text->is_object() ? field(*text, "verbosity") : nullptr;
+    if (v != nullptr && (!v->is_string() || v->text != "medium"))
+      return bad("'text.verbosity' other than \"medium\" is not supported by this server");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ConversationRequest> parse_responses_request(std::string_view body,
@@ -72,13 +119,16 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
   ConversationRequest req;
   req.include_usage = true;
   FATHOM_RETURN_IF_ERROR(read_model_and_stream(r, req));
+  FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,
+                          apply_served_model(opt.models, opt.default_thinking, req.model));
+  FATHOM_RETURN_IF_ERROR(reject_unimplemented(r));
   if (const Value* v = field(r, "max_output_tokens")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, "max_output_tokens"));
     if (t <= 0) return bad("'max_output_tokens' must be positive");
     req.sampling.max_tokens = t;
   }
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
-  req.thinking = opt.default_thinking;
+  req.thinking = default_thinking;
   if (const Value* rs = field(r, "reasoning")) {
     if (const Value* e = rs->is_object() ? field(*rs, "effort") : nullptr) {
       if (!e->is_string()) return bad("'reasoning.effort' must be a string");
@@ -105,7 +155,9 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
       if (type == nullptr || !type->is_string()) return bad("'text.format.type' is required");
       if (type->text == "json_object") {
         req.json_object = true;
-      } else if (type->text != "text" && type->text != "json_schema") {
+      } else if (type->text == "json_schema") {
+        return bad("'text.format' of type json_schema is not supported yet; use json_object");
+      } else if (type->text != "text") {
         return bad("'text.format.type' must be text, json_object or json_schema");
       }
     }
@@ -152,6 +204,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
           return bad(where + ": the name must be 1-128 characters of [A-Za-z0-9_-]");
         if (names.count(name->text))
           return bad(where + ": duplicate tool name '" + name->text + "'");
+        FATHOM_RETURN_IF_ERROR(reject_strict_tool(t, where + ".strict"));
         FATHOM_RETURN_IF_ERROR(add_function(name->text, d, field(t, "parameters"), where));
       } else if (type->text == "namespace") {
         const Value* inner = field(t, "tools");
@@ -182,7 +235,8 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
         FATHOM_RETURN_IF_ERROR(
             add_function("apply_patch", std::string(kApplyPatchDescription), &params, where));
       } else if (type->text.rfind("web_search", 0) == 0) {
-        continue;  // ignored (ResponsesOptions could reject)
+        if (opt.ignore_web_search_tools) continue;
+        return bad(where + ": server tools (" + type->text + ") are not supported by this server");
       } else {
         return bad(where + ": unsupported tool type '" + type->text + "'");
       }
@@ -260,7 +314,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
         if (role->text == "assistant") {
           if (!calls.empty()) FATHOM_RETURN_IF_ERROR(flush());
           FATHOM_ASSIGN_OR_RETURN(Value c,
-                                  message_content(field(it, "content"), where, false, opt.format));
+                                  message_content(field(it, "content"), where, false, opt));
           ensure_assistant();
           std::string prev = assistant.find("content")->text;
           assistant.set("content",
@@ -269,12 +323,11 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
         }
         FATHOM_RETURN_IF_ERROR(flush());
         if (role->text == "user" || role->text == "developer") {
-          FATHOM_ASSIGN_OR_RETURN(Value c,
-                                  message_content(field(it, "content"), where, true, opt.format));
+          FATHOM_ASSIGN_OR_RETURN(Value c, message_content(field(it, "content"), where, true, opt));
           req.messages.items.push_back(make_msg("user", std::move(c)));
         } else if (role->text == "system") {
           FATHOM_ASSIGN_OR_RETURN(Value c,
-                                  message_content(field(it, "content"), where, false, opt.format));
+                                  message_content(field(it, "content"), where, false, opt));
           if (!c.text.empty()) req.messages.items.push_back(make_msg("system", std::move(c)));
         } else {
           return bad(where + ": unsupported role '" + role->text + "'");
@@ -331,7 +384,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
         if (out != nullptr && out->is_string()) {
           text = out->text;
         } else if (out != nullptr) {
-          FATHOM_ASSIGN_OR_RETURN(Value c, message_content(out, where, false, opt.format));
+          FATHOM_ASSIGN_OR_RETURN(Value c, message_content(out, where, false, opt));
           text = c.text;
         }
         Value tm = make_msg("tool", Value::from_string(text));
@@ -408,15 +461,25 @@ Value ResponsesResponder::item_json(const Item& it, bool done) const {
   return v;
 }
 
-Value ResponsesResponder::response_json(const Usage& u, bool final) const {
+Value ResponsesResponder::response_json(const Usage& u, bool final, const Status* error) const {
   Value r = Value::object();
   r.set("id", Value::from_string("resp_" + id_));
   r.set("object", Value::from_string("response"));
   r.set("created_at", Value::from_int(created_));
-  bool incomplete = final && finish_ == prompt::FinishReason::kLength;
-  r.set("status", Value::from_string(!final       ? "in_progress"
+  bool incomplete = final && !error && finish_ == prompt::FinishReason::kLength;
+  r.set("status", Value::from_string(error        ? "failed"
+                                     : !final     ? "in_progress"
                                      : incomplete ? "incomplete"
                                                   : "completed"));
+  if (error) {
+    Value e = Value::object();
+    e.set("code",
+          Value::from_string(http_status_of(*error) < 500 ? "invalid_prompt" : "server_error"));
+    e.set("message", Value::from_string(error->message()));
+    r.set("error", std::move(e));
+  } else {
+    r.set("error", Value());
+  }
   if (incomplete) {
     Value d = Value::object();
     d.set("reason", Value::from_string("max_output_tokens"));
@@ -445,7 +508,7 @@ Value ResponsesResponder::response_json(const Usage& u, bool final) const {
     in_details.set("cached_tokens", Value::from_int(u.cached_tokens));
     usage.set("input_tokens_details", in_details);
     usage.set("output_tokens", Value::from_int(u.completion_tokens));
-    out_details.set("reasoning_tokens", Value::from_int(0));
+    out_details.set("reasoning_tokens", Value::from_int(u.reasoning_tokens));
     usage.set("output_tokens_details", out_details);
     usage.set("total_tokens", Value::from_int(u.prompt_tokens + u.completion_tokens));
     r.set("usage", usage);
@@ -577,6 +640,22 @@ std::string ResponsesResponder::stream(const std::vector<prompt::ParserEvent>& e
       }
     }
   }
+  return out;
+}
+
+std::string ResponsesResponder::stream_error(const Status& s, const Usage& usage) {
+  std::string out;
+  Value e = Value::object();
+  e.set("code", Value::from_string(http_status_of(s) < 500 ? "invalid_prompt" : "server_error"));
+  e.set("message", Value::from_string(s.message()));
+  std::string param = error_param(s);
+  e.set("param", param.empty() ? Value() : Value::from_string(param));
+  out += event("error", std::move(e));
+  item_open_ = false;
+  finished_ = true;
+  Value d = Value::object();
+  d.set("response", response_json(usage, true, &s));
+  out += event("response.failed", std::move(d));
   return out;
 }
 

@@ -11,12 +11,20 @@
 
 #include "api/chat_completions.h"
 #include "api/conversation.h"
+#include "api/models.h"
+#include "api/usage.h"
 #include "prompt/output_parser.h"
 
 namespace fathom::api {
 
 struct ResponsesOptions {
+  // The names the server answers to; null accepts any `model` and uses default_thinking.
+  const std::vector<ServedModel>* models = nullptr;
   bool default_thinking = true;
+  // input_image parts are accepted only when the served model has a vision tower.
+  bool images = false;
+  // deepseek-recipe's responses_web_search = Ignore: drop web_search tools instead of a 400.
+  bool ignore_web_search_tools = false;
   PromptFormat format = PromptFormat::kV41;
   size_t max_body_bytes = 32 << 20;
 };
@@ -30,8 +38,14 @@ class ResponsesResponder {
       : id_(std::move(id)), model_(std::move(model)), created_(created) {}
 
   // SSE events (`event: X\ndata: {...}\n\n`); the first call sends response.created and
-  // response.in_progress, the finish event response.completed (or .incomplete).
+  // response.in_progress, the finish event response.completed (or .incomplete). The usage's
+  // reasoning_tokens become output_tokens_details.reasoning_tokens.
   std::string stream(const std::vector<prompt::ParserEvent>& events, const Usage& usage);
+  // Ends the stream with an error instead of a finish: an `error` event ({code, message,
+  // param}) and then `response.failed`, whose response has status "failed" and `error`
+  // {code, message} (code "invalid_prompt" for a client fault, else "server_error"), with
+  // the output produced so far.
+  std::string stream_error(const Status& s, const Usage& usage);
   void add(const std::vector<prompt::ParserEvent>& events);
   std::string complete(const Usage& usage) const;
 
@@ -41,7 +55,7 @@ class ResponsesResponder {
     std::string id, text, name, call_id;
   };
   pyjson::Value item_json(const Item& it, bool done) const;
-  pyjson::Value response_json(const Usage& u, bool final) const;
+  pyjson::Value response_json(const Usage& u, bool final, const Status* error = nullptr) const;
   std::string event(const char* type, pyjson::Value data);
   std::string open_item(Item::Kind k, const std::string& name);
   std::string close_item();

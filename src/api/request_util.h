@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/conversation.h"
+#include "api/models.h"
 #include "core/py_json.h"
 #include "core/status.h"
 
@@ -42,6 +43,76 @@ inline Status read_model_and_stream(const Value& r, ConversationRequest& req) {
     if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
     req.stream = s->boolean;
   }
+  return Status::ok();
+}
+
+// Resolves a request's model against the served models (when the server gave a list): the
+// resolved name replaces `model`, and its default thinking mode is returned; `fallback`
+// without a list.
+inline Result<bool> apply_served_model(const std::vector<ServedModel>* models, bool fallback,
+                                       std::string& model) {
+  if (models == nullptr) return fallback;
+  FATHOM_ASSIGN_OR_RETURN(const ServedModel* m, resolve_model(*models, model));
+  model = m->name;
+  return m->default_thinking;
+}
+
+// Fields this build does not implement: any that is present (not null) is a 400 naming it, in
+// the OpenAI wording ('name' is not supported) or Anthropic's (name: not supported).
+inline Status reject_fields(const Value& r, std::initializer_list<std::string_view> names,
+                            bool anthropic = false) {
+  for (std::string_view n : names) {
+    if (field(r, n) == nullptr) continue;
+    return bad(anthropic ? std::string(n) + ": not supported by this server"
+                         : "'" + std::string(n) + "' is not supported by this server");
+  }
+  return Status::ok();
+}
+
+// A boolean field that is only implemented at one value (e.g. parallel_tool_calls: true).
+inline Status require_bool(const Value& r, std::string_view name, bool supported,
+                           bool anthropic = false) {
+  const Value* v = field(r, name);
+  if (v == nullptr) return Status::ok();
+  std::string q = anthropic ? std::string(name) + ": " : "'" + std::string(name) + "' ";
+  if (v->kind != Value::Kind::kBool) return bad(q + "must be a boolean");
+  if (v->boolean != supported)
+    return bad(q + (supported ? "false" : "true") + " is not supported by this server");
+  return Status::ok();
+}
+
+// A function tool's `strict: true` asks for arguments guaranteed to match the schema, which
+// needs constrained decoding this build does not have: a 400 at `path` rather than a promise
+// silently not kept. strict false or absent is fine.
+inline Status reject_strict_tool(const Value& fn, const std::string& path) {
+  const Value* s = field(fn, "strict");
+  if (s == nullptr) return Status::ok();
+  if (s->kind != Value::Kind::kBool) return bad(path + ": must be a boolean");
+  if (s->boolean)
+    return bad(path +
+               ": strict function calling (schema-constrained arguments) is not "
+               "supported yet; send strict: false");
+  return Status::ok();
+}
+
+// A string field accepted for its documented no-effect-on-output meaning.
+inline Status optional_string(const Value& r, std::string_view name, bool anthropic = false) {
+  const Value* v = field(r, name);
+  if (v != nullptr && !v->is_string())
+    return bad(anthropic ? std::string(name) + ": must be a string"
+                         : "'" + std::string(name) + "' must be a string");
+  return Status::ok();
+}
+
+// OpenAI's logit_bias and the vLLM sampling extensions this build does not implement, in both
+// OpenAI protocols that vLLM extends (Chat Completions, Completions).
+inline Status reject_unimplemented_sampling_extensions(const Value& r) {
+  FATHOM_RETURN_IF_ERROR(reject_fields(
+      r, {"logit_bias", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+          "structured_outputs", "min_tokens", "stop_token_ids", "bad_words", "allowed_token_ids",
+          "prompt_logprobs", "use_beam_search", "truncate_prompt_tokens"}));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "include_stop_str_in_output", false));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "skip_special_tokens", true));
   return Status::ok();
 }
 

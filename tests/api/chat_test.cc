@@ -21,6 +21,7 @@ void expect_rejected(const std::string& body, const std::string& mention,
                      PromptFormat f = PromptFormat::kV41) {
   ChatOptions o;
   o.format = f;
+  o.images = true;  // the image rules below apply to a model with vision input
   auto r = parse_chat_request(body, o);
   ASSERT_FALSE(r.is_ok()) << "accepted: " << body.substr(0, 300);
   EXPECT_EQ(http_status_of(r.status()), 400);
@@ -51,7 +52,8 @@ TEST(ChatRequest, SamplingRules) {
   expect_rejected(with(R"("top_p": 1.5)"), "'top_p'");
   expect_rejected(with(R"("max_tokens": 0)"), "'max_tokens' must be positive");
   expect_rejected(with(R"("max_completion_tokens": -5)"), "'max_completion_tokens'");
-  expect_rejected(with(R"("n": 2)"), "'n' must be 1");
+  expect_rejected(with(R"("n": 0)"), "'n' must be in [1, 128]");
+  expect_rejected(with(R"("n": 129)"), "'n' must be in [1, 128]");
   expect_rejected(with(R"("presence_penalty": 2.5)"), "'presence_penalty' must be in [-2, 2]");
   expect_rejected(with(R"("frequency_penalty": -3)"), "'frequency_penalty'");
   expect_rejected(with(R"("seed": 9223372036854775808)"), "'seed' is out of range");

@@ -22,6 +22,7 @@ void expect_rejected(const std::string& b, const std::string& mention,
                      PromptFormat f = PromptFormat::kV41) {
   MessagesOptions o;
   o.format = f;
+  o.images = true;  // the image rules below apply to a model with vision input
   auto r = parse_messages_request(b, o);
   ASSERT_FALSE(r.is_ok()) << "accepted: " << b.substr(0, 300);
   auto err = nlohmann::json::parse(anthropic_error_json(r.status()));

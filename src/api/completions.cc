@@ -1,0 +1,287 @@
+#include "api/completions.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "api/errors.h"
+#include "api/request_util.h"
+#include "api/stop_matcher.h"
+#include "core/utf8.h"
+
+namespace fathom::api {
+
+using pyjson::Value;
+using namespace detail;
+
+namespace {
+
+// A list of token ids, each in [0, 2^31).
+Result<std::vector<int32_t>> token_ids(const Value& list) {
+  std::vector<int32_t> ids;
+  for (const Value& v : list.items) {
+    int64_t x = 0;
+    if (v.kind != Value::Kind::kInt || !v.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
+      return bad("'prompt' token ids must be integers in [0, 2147483647]");
+    ids.push_back(int32_t(x));
+  }
+  return ids;
+}
+
+Status read_prompt(const Value& r, CompletionsRequest& req) {
+  const Value* p = field(r, "prompt");
+  if (p == nullptr) return bad("'prompt' is required");
+  if (p->is_string()) {
+    req.prompt_text = p->text;
+  } else if (p->is_array() && !p->items.empty() && p->items[0].kind == Value::Kind::kInt) {
+    FATHOM_ASSIGN_OR_RETURN(req.prompt_ids, token_ids(*p));
+    req.prompt_is_ids = true;
+  } else if (p->is_array() &&
+             (p->items.empty() || p->items[0].is_string() || p->items[0].is_array())) {
+    // A list of prompts: one is a plain prompt, more are a batch.
+    if (p->items.size() != 1)
+      return bad("'prompt': batched prompts are not supported; send one prompt per request");
+    const Value& only = p->items[0];
+    if (only.is_string()) {
+      req.prompt_text = only.text;
+    } else {
+      FATHOM_ASSIGN_OR_RETURN(req.prompt_ids, token_ids(only));
+      req.prompt_is_ids = true;
+    }
+  } else {
+    return bad("'prompt' must be a string or a list of token ids");
+  }
+  if (req.prompt_is_ids ? req.prompt_ids.empty() : req.prompt_text.empty())
+    return bad("'prompt' is empty");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<CompletionsRequest> parse_completions_request(std::string_view body,
+                                                     const CompletionsOptions& opt) {
+  FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
+  CompletionsRequest req;
+  if (const Value* m = field(r, "model")) {
+    if (!m->is_string()) return bad("'model' must be a string");
+    req.model = m->text;
+  }
+  if (auto m = apply_served_model(opt.models, false, req.model); !m.is_ok()) return m.status();
+  FATHOM_RETURN_IF_ERROR(read_prompt(r, req));
+  if (const Value* s = field(r, "stream")) {
+    if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
+    req.stream = s->boolean;
+  }
+  if (const Value* so = field(r, "stream_options")) {
+    if (!req.stream) return bad("'stream_options' is only allowed with stream=true");
+    if (!so->is_object()) return bad("'stream_options' must be an object");
+    if (const Value* iu = field(*so, "include_usage")) {
+      if (iu->kind != Value::Kind::kBool)
+        return bad("'stream_options.include_usage' must be a boolean");
+      req.include_usage = iu->boolean;
+    }
+  }
+  FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r));
+  FATHOM_RETURN_IF_ERROR(require_bool(r, "echo", false));
+  if (const Value* s = field(r, "suffix")) {
+    if (!s->is_string()) return bad("'suffix' must be a string");
+    if (!s->text.empty()) return bad("'suffix' (insertion) is not supported by this server");
+  }
+  FATHOM_RETURN_IF_ERROR(optional_string(r, "user"));
+  SamplingParams& sp = req.sampling;
+  FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, sp));
+  FATHOM_RETURN_IF_ERROR(read_min_p_repetition_penalty(r, sp));
+  sp.max_tokens = 16;
+  if (const Value* v = field(r, "max_tokens")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, "max_tokens"));
+    if (t <= 0) return bad("'max_tokens' must be positive");
+    sp.max_tokens = t;
+  }
+  for (auto [k, dst] :
+       {std::pair<const char*, std::optional<double>*>{"presence_penalty", &sp.presence_penalty},
+        {"frequency_penalty", &sp.frequency_penalty}}) {
+    if (const Value* v = field(r, k)) {
+      FATHOM_ASSIGN_OR_RETURN(double t, number(*v, k));
+      if (!(t >= -2 && t <= 2)) return bad(std::string("'") + k + "' must be in [-2, 2]");
+      *dst = t;
+    }
+  }
+  if (const Value* v = field(r, "seed")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t s, integer(*v, "seed"));
+    sp.seed = s;
+  }
+  if (const Value* v = field(r, "top_k")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "top_k"));
+    if (k < -1) return bad("'top_k' must be -1 (off) or at least 0");
+    if (k > 0) sp.top_k = k;
+  }
+  if (const Value* v = field(r, "ignore_eos")) {
+    if (v->kind != Value::Kind::kBool) return bad("'ignore_eos' must be a boolean");
+    sp.ignore_eos = v->boolean;
+  }
+  FATHOM_RETURN_IF_ERROR(read_stop_field(r, &sp.stop));
+  if (const Value* v = field(r, "n")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t n, integer(*v, "n"));
+    if (n < 1 || n > 128) return bad("'n' must be in [1, 128]");
+    req.n = int(n);
+  }
+  if (const Value* v = field(r, "best_of")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t b, integer(*v, "best_of"));
+    if (b != req.n)
+      return bad("'best_of' other than n is not supported by this server (choices are not ranked)");
+  }
+  if (const Value* v = field(r, "logprobs")) {
+    if (v->kind == Value::Kind::kBool) return bad("'logprobs' must be an integer in [0, 20]");
+    FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "logprobs"));
+    if (k < 0 || k > 20) return bad("'logprobs' must be in [0, 20]");
+    req.logprobs = int(k);
+  }
+  return req;
+}
+
+// ---- output ---------------------------------------------------------------------------
+
+namespace {
+
+const char* finish_name(prompt::FinishReason r) {
+  return r == prompt::FinishReason::kLength ? "length" : "stop";
+}
+
+Value usage_json(const Usage& u) {
+  Value v = Value::object(), details = Value::object();
+  v.set("prompt_tokens", Value::from_int(u.prompt_tokens));
+  v.set("completion_tokens", Value::from_int(u.completion_tokens));
+  v.set("total_tokens", Value::from_int(u.prompt_tokens + u.completion_tokens));
+  details.set("cached_tokens", Value::from_int(u.cached_tokens));
+  v.set("prompt_tokens_details", details);
+  return v;
+}
+
+Value logprob_value(float lp) { return Value::from_float(std::isfinite(lp) ? lp : -9999.0); }
+
+// Characters (code points) a token's bytes start: every byte that is not a UTF-8 continuation.
+int64_t char_count(const std::string& bytes) {
+  int64_t n = 0;
+  for (unsigned char c : bytes) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
+Value CompletionsResponder::logprobs_json(const std::vector<TokenLogprob>& tokens,
+                                          int64_t* offset) const {
+  if (!choice_.logprobs) return Value();
+  Value toks = Value::array(), lps = Value::array(), tops = Value::array(),
+        offsets = Value::array();
+  for (const TokenLogprob& t : tokens) {
+    toks.items.push_back(Value::from_string(utf8::to_lossy(t.token)));
+    lps.items.push_back(logprob_value(t.logprob));
+    Value top = Value::object();
+    for (const auto& [tok, lp] : t.top) top.set(utf8::to_lossy(tok), logprob_value(lp));
+    tops.items.push_back(std::move(top));
+    offsets.items.push_back(Value::from_int(*offset));
+    *offset += char_count(t.token);
+  }
+  Value v = Value::object();
+  v.set("tokens", std::move(toks));
+  v.set("token_logprobs", std::move(lps));
+  v.set("top_logprobs", std::move(tops));
+  v.set("text_offset", std::move(offsets));
+  return v;
+}
+
+Value CompletionsResponder::choice_json(const std::string& text, const Value& logprobs,
+                                        const char* finish_reason) const {
+  Value c = Value::object();
+  c.set("index", Value::from_int(choice_.index));
+  c.set("text", Value::from_string(text));
+  c.set("logprobs", logprobs);
+  c.set("finish_reason", finish_reason ? Value::from_string(finish_reason) : Value());
+  return c;
+}
+
+std::string CompletionsResponder::chunk(Value choice) const {
+  Value c = Value::object(), choices = Value::array();
+  c.set("id", Value::from_string(id_));
+  c.set("object", Value::from_string("text_completion"));
+  c.set("created", Value::from_int(created_));
+  c.set("model", Value::from_string(model_));
+  choices.items.push_back(std::move(choice));
+  c.set("choices", std::move(choices));
+  if (choice_.include_usage) c.set("usage", Value());
+  return "data: " + pyjson::dumps(c, false, true) + "\n\n";
+}
+
+std::string CompletionsResponder::stream(const std::string& text,
+                                         const std::vector<TokenLogprob>& logprobs) {
+  if (choice_.logprobs) pending_.insert(pending_.end(), logprobs.begin(), logprobs.end());
+  if (text.empty()) return "";
+  Value lp = logprobs_json(pending_, &stream_offset_);
+  pending_.clear();
+  return chunk(choice_json(text, lp, nullptr));
+}
+
+std::string CompletionsResponder::stream_finish(prompt::FinishReason reason, const Usage& usage) {
+  finish_ = reason;
+  finished_ = true;
+  pending_.clear();
+  std::string out = chunk(choice_json("", Value(), finish_name(reason)));
+  if (choice_.n == 1) out += stream_tail(usage);
+  return out;
+}
+
+std::string CompletionsResponder::stream_tail(const Usage& total) const {
+  std::string out;
+  if (choice_.include_usage) {
+    Value c = Value::object();
+    c.set("id", Value::from_string(id_));
+    c.set("object", Value::from_string("text_completion"));
+    c.set("created", Value::from_int(created_));
+    c.set("model", Value::from_string(model_));
+    c.set("choices", Value::array());
+    c.set("usage", usage_json(total));
+    out += "data: " + pyjson::dumps(c, false, true) + "\n\n";
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+std::string CompletionsResponder::stream_error(const Status& s) const {
+  return openai_stream_error(s);
+}
+
+void CompletionsResponder::add(const std::string& text, const std::vector<TokenLogprob>& logprobs) {
+  text_ += text;
+  if (choice_.logprobs) logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
+}
+
+void CompletionsResponder::finish(prompt::FinishReason reason) {
+  finish_ = reason;
+  finished_ = true;
+}
+
+std::string completion_json(const std::vector<CompletionsResponder>& choices, const Usage& usage) {
+  std::vector<const CompletionsResponder*> sorted;
+  for (const CompletionsResponder& c : choices) sorted.push_back(&c);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](auto* a, auto* b) { return a->index() < b->index(); });
+  const CompletionsResponder& first = *sorted.front();
+  Value r = Value::object(), out = Value::array();
+  r.set("id", Value::from_string(first.id_));
+  r.set("object", Value::from_string("text_completion"));
+  r.set("created", Value::from_int(first.created_));
+  r.set("model", Value::from_string(first.model_));
+  for (const CompletionsResponder* c : sorted) {
+    int64_t offset = 0;
+    out.items.push_back(
+        c->choice_json(c->text_, c->logprobs_json(c->logprobs_, &offset),
+                       finish_name(c->finished_ ? c->finish_ : prompt::FinishReason::kStop)));
+  }
+  r.set("choices", std::move(out));
+  r.set("usage", usage_json(usage));
+  return pyjson::dumps(r, false, true);
+}
+
+std::string CompletionsResponder::complete(const Usage& usage) const {
+  return completion_json({*this}, usage);
+}
+
+}  // namespace fathom::api

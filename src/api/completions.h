@@ -1,0 +1,110 @@
+// OpenAI (legacy) Completions, /v1/completions: request JSON -> CompletionsRequest with the
+// same typed validation as the Chat adapter (each failure a kInvalidArgument Status whose
+// message names the field), and decoded text -> `text_completion` chunks (SSE) and the
+// complete response, with `logprobs` in the legacy shape {tokens, token_logprobs,
+// top_logprobs, text_offset}. The prompt is continued as is: no chat template.
+//
+// A CompletionsResponder serves one choice of one response; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/conversation.h"
+#include "api/models.h"
+#include "api/usage.h"
+#include "core/status.h"
+#include "prompt/output_parser.h"
+
+namespace fathom::api {
+
+struct CompletionsOptions {
+  // The names the server answers to; null accepts any `model`.
+  const std::vector<ServedModel>* models = nullptr;
+  size_t max_body_bytes = 32 << 20;
+};
+
+struct CompletionsRequest {
+  std::string model;                // resolved against CompletionsOptions::models when given
+  std::string prompt_text;          // `prompt` as a string ...
+  std::vector<int32_t> prompt_ids;  // ... or as a list of token ids
+  bool prompt_is_ids = false;
+  SamplingParams sampling;  // max_tokens defaults to 16 (OpenAI's default); stop, ignore_eos
+  int n = 1;                // 1..128
+  // Legacy logprobs: the sampled token's log probability and this many alternatives (0..20).
+  std::optional<int> logprobs;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage (non-streaming always has usage)
+};
+
+// Rejected with a 400 naming the field: batched prompts (more than one prompt in a list),
+// echo=true, suffix, best_of other than n, logit_bias and the vLLM extensions this build does
+// not implement. Unknown fields are ignored, as in the Chat adapter.
+Result<CompletionsRequest> parse_completions_request(std::string_view body,
+                                                     const CompletionsOptions& options);
+
+// Which choice a responder serves: `index` of `n`; `logprobs` as the request asked.
+struct CompletionsChoice {
+  int index = 0;
+  int n = 1;
+  bool logprobs = false;
+  bool include_usage = false;
+};
+
+class CompletionsResponder {
+ public:
+  CompletionsResponder(std::string id, std::string model, int64_t created,
+                       CompletionsChoice choice = {})
+      : id_(std::move(id)), model_(std::move(model)), created_(created), choice_(choice) {}
+
+  // Streaming: a chunk with `text` (decoded text that is safe to send, after stop matching)
+  // and the log probabilities of the tokens behind it. Tokens whose text is still held back
+  // (`text` empty) wait for the next call. Empty when there is nothing to send.
+  std::string stream(const std::string& text, const std::vector<TokenLogprob>& logprobs = {});
+  // The finish chunk (finish_reason "length" for kLength, else "stop"); with n == 1 followed by
+  // stream_tail(usage).
+  std::string stream_finish(prompt::FinishReason reason, const Usage& usage);
+  // The usage chunk (when the request asked for it) and `data: [DONE]`; with n > 1 the server
+  // sends it once, after every choice finished.
+  std::string stream_tail(const Usage& total) const;
+  // Ends the stream with an error instead of a finish (openai_stream_error). Once per response.
+  std::string stream_error(const Status& s) const;
+
+  // Folds text and log probabilities into the complete response.
+  void add(const std::string& text, const std::vector<TokenLogprob>& logprobs = {});
+  void finish(prompt::FinishReason reason);
+  // The complete text_completion of a response with this single choice.
+  std::string complete(const Usage& usage) const;
+
+  int index() const { return choice_.index; }
+  bool finished() const { return finished_; }
+
+ private:
+  friend std::string completion_json(const std::vector<CompletionsResponder>& choices,
+                                     const Usage& usage);
+  // The legacy logprobs object of `tokens`, advancing the text offset; null when not asked.
+  pyjson::Value logprobs_json(const std::vector<TokenLogprob>& tokens, int64_t* offset) const;
+  pyjson::Value choice_json(const std::string& text, const pyjson::Value& logprobs,
+                            const char* finish_reason) const;
+  std::string chunk(pyjson::Value choice) const;
+
+  std::string id_, model_;
+  int64_t created_;
+  CompletionsChoice choice_;
+  std::vector<TokenLogprob> pending_;  // tokens whose text has not been sent yet
+  int64_t stream_offset_ = 0;          // characters sent so far (text_offset)
+  // Folded state.
+  std::string text_;
+  std::vector<TokenLogprob> logprobs_;
+  prompt::FinishReason finish_ = prompt::FinishReason::kEndOfStream;
+  bool finished_ = false;
+};
+
+// The complete text_completion of a response with n choices (in index order) and one usage
+// (completion tokens summed over the choices by the server). REQUIRES: choices is not empty.
+std::string completion_json(const std::vector<CompletionsResponder>& choices, const Usage& usage);
+
+}  // namespace fathom::api

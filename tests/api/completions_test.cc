@@ -1,0 +1,230 @@
+// The OpenAI (legacy) Completions adapter: typed validation with OpenAI-shaped errors that name
+// the field, the prompt forms (string, token ids, a one-element list; batches rejected), and
+// the text_completion response and chunks with the legacy logprobs object, written from
+// OpenAI's API reference.
+#include "api/completions.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "api/errors.h"
+
+namespace fathom::api {
+namespace {
+
+using nlohmann::json;
+
+std::string req(const std::string& extra, const std::string& prompt = R"("Say this is a test")") {
+  return R"({"model":"m","prompt":)" + prompt + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+json rejected(const std::string& body, const CompletionsOptions& o = {}) {
+  auto r = parse_completions_request(body, o);
+  EXPECT_FALSE(r.is_ok()) << "accepted: " << body;
+  if (r.is_ok()) return json::object();
+  EXPECT_EQ(http_status_of(r.status()), 400) << r.status().message();
+  json e = json::parse(openai_error_json(r.status()))["error"];
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  return e;
+}
+
+std::vector<json> data_frames(const std::string& sse, bool* done) {
+  std::vector<json> out;
+  *done = false;
+  size_t pos = 0;
+  while ((pos = sse.find("data: ", pos)) != std::string::npos) {
+    size_t e = sse.find("\n\n", pos);
+    std::string payload = sse.substr(pos + 6, e - pos - 6);
+    pos = e;
+    if (payload == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    out.push_back(json::parse(payload));
+  }
+  return out;
+}
+
+TEST(CompletionsRequest, PromptForms) {
+  auto s = parse_completions_request(req(""), {});
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  EXPECT_FALSE(s->prompt_is_ids);
+  EXPECT_EQ(s->prompt_text, "Say this is a test");
+  auto ids = parse_completions_request(req("", "[1, 2, 3]"), {});
+  ASSERT_TRUE(ids.is_ok());
+  EXPECT_TRUE(ids->prompt_is_ids);
+  EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  auto one = parse_completions_request(req("", R"(["only one"])"), {});
+  ASSERT_TRUE(one.is_ok());
+  EXPECT_EQ(one->prompt_text, "only one");
+  auto one_ids = parse_completions_request(req("", "[[7, 8]]"), {});
+  ASSERT_TRUE(one_ids.is_ok());
+  EXPECT_EQ(one_ids->prompt_ids, (std::vector<int32_t>{7, 8}));
+  for (const char* batch : {R"(["a", "b"])", "[[1], [2]]"}) {
+    json e = rejected(req("", batch));
+    EXPECT_EQ(e["param"], "prompt");
+    EXPECT_NE(e["message"].get<std::string>().find("batched prompts are not supported"),
+              std::string::npos);
+  }
+  EXPECT_EQ(rejected(R"({"model":"m"})")["param"], "prompt");
+  EXPECT_EQ(rejected(req("", R"("")"))["param"], "prompt");
+  EXPECT_EQ(rejected(req("", "[1, -2]"))["param"], "prompt");
+  EXPECT_EQ(rejected(req("", "[1, 2.5]"))["param"], "prompt");
+  EXPECT_EQ(rejected(req("", "{}"))["param"], "prompt");
+  EXPECT_EQ(rejected("{bad")["param"], nullptr);
+}
+
+TEST(CompletionsRequest, TypedSamplingFields) {
+  auto d = parse_completions_request(req(""), {});
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->sampling.max_tokens, 16);  // OpenAI's default for /v1/completions
+  EXPECT_EQ(d->n, 1);
+  EXPECT_FALSE(d->logprobs.has_value());
+  auto r = parse_completions_request(
+      req(R"("max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":-1,"min_p":0.1,)"
+          R"("repetition_penalty":1.1,"presence_penalty":1,"frequency_penalty":-1,"seed":42,)"
+          R"("stop":["\n"],"n":2,"best_of":2,"logprobs":3,"ignore_eos":true,"user":"u",)"
+          R"("stream":true,"stream_options":{"include_usage":true},"suffix":"","echo":false)"),
+      {});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->sampling.max_tokens, 7);
+  EXPECT_EQ(r->sampling.temperature, 0.5);
+  EXPECT_FALSE(r->sampling.top_k.has_value());
+  EXPECT_EQ(r->sampling.seed, 42);
+  EXPECT_EQ(r->sampling.stop, std::vector<std::string>{"\n"});
+  EXPECT_EQ(r->n, 2);
+  EXPECT_EQ(r->logprobs, 3);
+  EXPECT_TRUE(r->sampling.ignore_eos);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  struct Case {
+    const char* extra;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"("temperature":"hot")", "temperature"},
+      {R"("temperature":3)", "temperature"},
+      {R"("top_p":0)", "top_p"},
+      {R"("max_tokens":0)", "max_tokens"},
+      {R"("max_tokens":1.5)", "max_tokens"},
+      {R"("presence_penalty":3)", "presence_penalty"},
+      {R"("seed":"x")", "seed"},
+      {R"("top_k":-2)", "top_k"},
+      {R"("n":0)", "n"},
+      {R"("n":129)", "n"},
+      {R"("logprobs":21)", "logprobs"},
+      {R"("logprobs":true)", "logprobs"},
+      {R"("echo":true)", "echo"},
+      {R"("best_of":3)", "best_of"},
+      {R"("suffix":"tail")", "suffix"},
+      {R"("logit_bias":{"1":5})", "logit_bias"},
+      {R"("stop":[1])", "stop"},
+      {R"("stream_options":{"include_usage":true})", "stream_options"},
+      {R"("stream":"yes")", "stream"},
+      {R"("ignore_eos":1)", "ignore_eos"},
+      {R"("guided_regex":"a+")", "guided_regex"},
+      {R"("min_tokens":3)", "min_tokens"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(rejected(req(c.extra))["param"], c.param) << c.extra;
+}
+
+TEST(CompletionsRequest, ModelIsResolved) {
+  std::vector<ServedModel> models = {{"DeepSeek-V4.1", true}};
+  CompletionsOptions o;
+  o.models = &models;
+  auto r = parse_completions_request(R"({"prompt":"x"})", o);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->model, "DeepSeek-V4.1");
+  auto bad = parse_completions_request(R"({"model":"davinci-002","prompt":"x"})", o);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(http_status_of(bad.status()), 404);
+  EXPECT_EQ(json::parse(openai_error_json(bad.status()))["error"]["code"], "model_not_found");
+}
+
+TEST(CompletionsResponder, CompleteResponseInOpenAisShape) {
+  CompletionsResponder c("cmpl-1", "m", 1589478378);
+  c.add("\n\nThis is");
+  c.add(" indeed a test");
+  c.finish(prompt::FinishReason::kLength);
+  // https://platform.openai.com/docs/api-reference/completions/object
+  EXPECT_EQ(json::parse(c.complete({5, 7, 0, 0})), json::parse(R"({
+      "id":"cmpl-1","object":"text_completion","created":1589478378,"model":"m",
+      "choices":[{"index":0,"text":"\n\nThis is indeed a test","logprobs":null,
+                  "finish_reason":"length"}],
+      "usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,
+               "prompt_tokens_details":{"cached_tokens":0}}})"));
+}
+
+TEST(CompletionsResponder, LegacyLogprobsAndNChoices) {
+  std::vector<CompletionsResponder> rs;
+  for (int i : {1, 0}) rs.emplace_back("cmpl-2", "m", 1, CompletionsChoice{i, 2, true, false});
+  rs[1].add("Hi", {{"H", -0.5f, {{"H", -0.5f}, {"Y", -1.25f}}}, {"i", -0.25f, {{"i", -0.25f}}}});
+  rs[1].add("\xc3\xa9!", {{"\xc3\xa9", -1.0f, {}}, {"!", -INFINITY, {}}});
+  rs[1].finish(prompt::FinishReason::kStop);
+  rs[0].add("Yo", {{"Yo", -2.0f, {}}});
+  rs[0].finish(prompt::FinishReason::kLength);
+  json full = json::parse(completion_json(rs, {3, 5, 1, 0}));
+  ASSERT_EQ(full["choices"].size(), 2u);
+  EXPECT_EQ(full["choices"][0]["index"], 0);
+  EXPECT_EQ(full["choices"][0]["text"], "Hi\u00e9!");
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "stop");
+  // The legacy object: parallel lists, top_logprobs as {token: logprob} dicts, and
+  // text_offset the character offset of each token in the choice's text.
+  EXPECT_EQ(full["choices"][0]["logprobs"], json::parse(R"({
+      "tokens":["H","i","\u00e9","!"],
+      "token_logprobs":[-0.5,-0.25,-1.0,-9999.0],
+      "top_logprobs":[{"H":-0.5,"Y":-1.25},{"i":-0.25},{},{}],
+      "text_offset":[0,1,2,3]})"));
+  EXPECT_EQ(full["choices"][1]["index"], 1);
+  EXPECT_EQ(full["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(full["usage"]["total_tokens"], 8);
+  EXPECT_EQ(full["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+}
+
+TEST(CompletionsResponder, StreamChunksUsageAndDone) {
+  CompletionsResponder s("cmpl-3", "m", 9, {0, 1, true, true});
+  std::string out;
+  out += s.stream("", {{"\xe4\xbd", -0.5f, {}}});  // half a character: held back
+  out += s.stream("\xe4\xbd\xa0", {{"\xa0", -0.75f, {}}});
+  out += s.stream("!", {{"!", -0.125f, {}}});
+  out += s.stream_finish(prompt::FinishReason::kStop, {4, 3, 0, 0});
+  bool done = false;
+  auto f = data_frames(out, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(f.size(), 4u);  // two texts, the finish, the usage chunk
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(f[i]["object"], "text_completion");
+    EXPECT_TRUE(f[i]["usage"].is_null());
+  }
+  EXPECT_EQ(f[0]["choices"][0]["text"], "\u4f60");
+  EXPECT_EQ(f[0]["choices"][0]["logprobs"]["token_logprobs"], json::parse("[-0.5,-0.75]"));
+  EXPECT_EQ(f[0]["choices"][0]["logprobs"]["text_offset"], json::parse("[0,1]"));
+  EXPECT_EQ(f[1]["choices"][0]["logprobs"]["text_offset"], json::parse("[1]"));
+  EXPECT_TRUE(f[1]["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(f[2]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(f[2]["choices"][0]["text"], "");
+  EXPECT_TRUE(f[3]["choices"].empty());
+  EXPECT_EQ(f[3]["usage"]["total_tokens"], 7);
+
+  // n > 1: no [DONE] until the tail; without include_usage no usage field at all.
+  CompletionsResponder a("cmpl-4", "m", 9, {1, 2, false, false});
+  std::string two = a.stream("x") + a.stream_finish(prompt::FinishReason::kLength, {});
+  auto g = data_frames(two, &done);
+  EXPECT_FALSE(done);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_FALSE(g[0].contains("usage"));
+  EXPECT_EQ(g[0]["choices"][0]["index"], 1);
+  EXPECT_TRUE(g[0]["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(a.stream_tail({}), "data: [DONE]\n\n");
+  // An engine failure ends the stream in OpenAI's error shape, then [DONE] (as vLLM does).
+  auto e = data_frames(a.stream_error(internal_error("engine died")), &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["error"]["message"], "engine died");
+  EXPECT_EQ(e[0]["error"]["type"], "server_error");
+}
+
+}  // namespace
+}  // namespace fathom::api

@@ -277,7 +277,7 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
                                       asio::redirect_error(use_awaitable, ec));
     c->idle = false;
     if (ec == beast::error::timeout && buf.size() > 0) ++header_timeouts;
-    const std::string path = parser.is_header_done() ? std::string(parser.get().target()) : "";
+    const std::string path(parser.get().target());  // empty unless the request line was read
     if (ec == bhttp::error::body_limit ||
         (!ec && parser.content_length() && *parser.content_length() > opt.max_body_bytes)) {
       const std::string msg =

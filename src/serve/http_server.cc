@@ -126,7 +126,13 @@ struct HttpServer::Impl {
 
   std::string error_json(std::string_view path, int status, const std::string& message) const {
     if (error_body) return error_body(path, status, message);
-    return "{\"error\":{\"message\":\"" + message + "\"}}";
+    std::string out = "{\"error\":{\"message\":\"";
+    for (char ch : message)
+      if (ch == '"' || ch == '\\' || uint8_t(ch) < 0x20)
+        out += ' ';
+      else
+        out += ch;
+    return out + "\"}}";
   }
 
   awaitable<void> accept_loop();

@@ -1,15 +1,28 @@
 // Load benchmark of `fathom serve` (the embedded demo model unless MODEL is given): streaming
-// /v1/completions clients (token-id prompts, ignore_eos, fixed max_tokens) at 1, 8 and 32
-// concurrent streams — generated tokens/s and time to first token — and the prefix-cache TTFT
-// gain on a repeated 2k-token prompt (cold vs warm), with where the engine thread spent each
-// level's time (/metrics fathom_engine_seconds_total). Prints one JSON object.
-// Usage: node bench/serve_load.js FATHOM [SECONDS_PER_LEVEL] [MODEL]
+// /v1/completions clients (token-id prompts, ignore_eos, fixed max_tokens) at each level of
+// concurrent streams (default 1, 8 and 32) — generated tokens/s, time to first token (median,
+// p99, max), the server's resident memory (start, peak, end of each level; /proc/PID/status)
+// the server's CPU seconds and the failed requests — then the prefix-cache TTFT gain on a repeated 2k-token prompt
+// (cold vs warm), with where the engine thread spent each level's time (/metrics
+// fathom_engine_seconds_total). Each level starts requests for SECONDS_PER_LEVEL and waits for
+// the last ones. Prints one JSON object.
+// Usage: node bench/serve_load.js FATHOM [SECONDS_PER_LEVEL] [MODEL] [LEVELS] [MAX_TOKENS]
+//   LEVELS: comma-separated stream counts (e.g. 64,256,512); MODEL "" = the demo model.
 // FATHOM_SERVE_ARGS adds server flags (e.g. "--swa-side-objects" or "--no-async-scheduling").
 'use strict';
+const fs = require('fs');
 const { startServer } = require('../tests/serve/start_server.js');
-const [fathom, secondsArg, model] = process.argv.slice(2);
+const [fathom, secondsArg, model, levelsArg, maxTokensArg] = process.argv.slice(2);
 const seconds = Number(secondsArg || 20);
-
+const levels = (levelsArg || '1,8,32').split(',').map(Number);
+const maxTokens = Number(maxTokensArg || 64);
+// The server's CPU seconds (user + system, all threads) from /proc/PID/stat.
+const cpuS = (pid) => {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const x = f.slice(f.lastIndexOf(')') + 2).split(' ');
+  return (Number(x[11]) + Number(x[12])) / 100;  // utime, stime in clock ticks (USER_HZ = 100)
+};
+const rssMb = (pid) => Number(fs.readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]) / 1024;
 
 async function stream(base, prompt, maxTokens) {
   const t0 = performance.now();
@@ -38,34 +51,50 @@ async function phases(base) {
   return out;
 }
 
-const median = (a) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.floor(s.length / 2)] : null; };
+const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.min(s.length - 1, Math.floor(p * s.length))] : null; };
 
 (async () => {
   const extra = (process.env.FATHOM_SERVE_ARGS || '').split(' ').filter((x) => x);
   const { proc, port } = await startServer(fathom, [...(model ? [model] : []), ...extra]);
   const base = `http://127.0.0.1:${port}`;
-  const result = { seconds_per_level: seconds, levels: [] };
+  const result = { seconds_per_level: seconds, max_tokens: maxTokens, rss_idle_mb: rssMb(proc.pid), levels: [] };
   let salt = 0;
-  for (const n of [1, 8, 32]) {
+  for (const n of levels) {
     const deadline = performance.now() + seconds * 1000;
     const ttfts = [];
-    let tokens = 0;
+    let tokens = 0, failed = 0;
+    const errors = [];
     const before = await phases(base);
+    const rssStart = rssMb(proc.pid);
+    const cpuStart = cpuS(proc.pid);
+    let rssPeak = rssStart;
+    const sampler = setInterval(() => { rssPeak = Math.max(rssPeak, rssMb(proc.pid)); }, 250);
     const t0 = performance.now();
     await Promise.all(Array.from({ length: n }, async (_, c) => {
       while (performance.now() < deadline) {
         const prompt = [0, ...Array.from({ length: 64 }, (_, i) => 100 + ((c * 131 + i * 17 + salt++) % 50000))];
-        const r = await stream(base, prompt, 64);
-        ttfts.push(r.ttft);
-        tokens += r.tokens;
+        try {
+          const r = await stream(base, prompt, maxTokens);
+          if (r.tokens !== maxTokens) throw new Error('tokens ' + r.tokens);
+          ttfts.push(r.ttft);
+          tokens += r.tokens;
+        } catch (e) {
+          failed++;
+          if (errors.length < 3) errors.push(String(e));
+        }
       }
     }));
     const el = (performance.now() - t0) / 1000;
+    clearInterval(sampler);
     const after = await phases(base);
     const engine_s = {};
     for (const k of Object.keys(after)) engine_s[k] = Number((after[k] - (before[k] || 0)).toFixed(3));
-    result.levels.push({ concurrency: n, requests: ttfts.length, generated_tokens: tokens,
-      tokens_per_s: tokens / el, ttft_median_s: median(ttfts), ttft_max_s: Math.max(...ttfts), engine_s });
+    const r3 = (x) => (x === null ? null : Number(x.toFixed(3)));
+    result.levels.push({ concurrency: n, requests: ttfts.length, failed, errors, seconds: r3(el),
+      generated_tokens: tokens, tokens_per_s: Number((tokens / el).toFixed(1)), ttft_median_s: r3(pct(ttfts, 0.5)),
+      ttft_p99_s: r3(pct(ttfts, 0.99)), ttft_max_s: r3(Math.max(...ttfts)),
+      rss_start_mb: Number(rssStart.toFixed(1)), rss_peak_mb: Number(rssPeak.toFixed(1)),
+      rss_end_mb: Number(rssMb(proc.pid).toFixed(1)), server_cpu_s: r3(cpuS(proc.pid) - cpuStart), engine_s });
   }
   // Prefix cache: a 2,048-token prompt, cold then warm (same prefix, new last token).
   const long = [0, ...Array.from({ length: 2047 }, (_, i) => 1000 + (i * 7919) % 60000)];

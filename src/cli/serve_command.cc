@@ -3,6 +3,7 @@
 // generated deterministically on first use into ~/.cache/fathom/models/demo-seed0, with the
 // fetched V4.1 tokenizer fixture.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,8 +31,9 @@ void on_signal(int s) { g_signal.store(s); }
 
 struct ServeArgs {
   std::string model, tokenizer, host = "127.0.0.1", api_key, name, numerics = "fast";
-  int port = 8000, threads = 0;
-  int64_t kv_budget_mb = 4096, max_tokens = 4096, prefix_cache_mb = 1024, decoder_keep = 0;
+  int port = 8000, threads = 0, http_threads = 2, max_connections = 4096;
+  int64_t kv_budget_mb = 4096, max_tokens = 0, prefix_cache_mb = 1024, decoder_keep = 0;
+  double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30;
   bool forced = false, no_prefix_cache = false, swa_side_objects = false, no_async = false;
 };
 
@@ -122,8 +124,29 @@ int run_serve(const ServeArgs& a) {
   so.model_name = name;
   so.default_max_tokens = a.max_tokens;
   so.allow_forced_output = a.forced;
+  // YaRN stretches the original context by rope_factor (V4.1: 64Ki x 16 = 1Mi tokens).
+  {
+    const auto& cfg = (*m)->config();
+    so.context_length = int64_t(double(cfg.original_seq_len) * std::max(1.0, cfg.rope_factor));
+  }
+  so.header_timeout_s = a.header_timeout;
+  so.body_timeout_s = a.body_timeout;
+  so.shutdown_timeout_s = a.shutdown_timeout;
+  so.max_connections = a.max_connections;
+  so.io_threads = a.http_threads;
+  so.worker_threads = a.http_threads;
   serve::Server server(eng, **tok, *enc, so);
+  if (Status ls = server.listen(); !ls.is_ok()) {
+    std::fprintf(stderr, "fathom serve: %s\n", ls.message().c_str());
+    eng.shutdown();
+    return 2;
+  }
 
+  // Every connection is a descriptor: lift the soft limit to the hard one.
+  if (struct rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   ::signal(SIGTERM, on_signal);
   ::signal(SIGINT, on_signal);
   ::signal(SIGPIPE, SIG_IGN);
@@ -161,12 +184,11 @@ int run_serve(const ServeArgs& a) {
         name.c_str());
     std::fflush(stdout);
   });
-  Status s = server.run();
+  server.run();
   g_signal.store(g_signal.load() ? g_signal.load() : -1);
   announce.join();
   watcher.join();
   eng.shutdown();
-  if (!s.is_ok()) return fail(s);
   std::fprintf(stderr, "fathom serve: stopped\n");
   return 0;
 }
@@ -197,7 +219,23 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "Decoder-side SWA bounded replay: the layers after the last KV source prefill "
                 "only the prompt's last N tokens (an approximation; 140 for V4.1; 0 = off)")
       ->check(CLI::NonNegativeNumber);
-  c->add_option("--default-max-tokens", a->max_tokens, "max_tokens when a request sets none");
+  c->add_option("--default-max-tokens", a->max_tokens,
+                "max_tokens when a request sets none (0 = what the context leaves)");
+  c->add_option("--header-timeout", a->header_timeout,
+                "Seconds a client has to send a request's headers (and to idle between requests)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--body-timeout", a->body_timeout, "Seconds a client has to send a request body")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--shutdown-timeout", a->shutdown_timeout,
+                "On SIGTERM/SIGINT, seconds in-flight requests get to finish before they are "
+                "cancelled")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--max-connections", a->max_connections,
+                "Open connections at most; more are answered 503")
+      ->check(CLI::Range(1, 1 << 20));
+  c->add_option("--http-threads", a->http_threads,
+                "HTTP io threads (and as many request-parsing workers)")
+      ->check(CLI::Range(1, 64));
   c->add_flag("--allow-forced-output", a->forced,
               "Testing aid: accept forced_output_ids (teacher-forced output tokens)");
   c->callback([a, run] { *run = [a] { return run_serve(*a); }; });

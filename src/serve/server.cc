@@ -1,12 +1,11 @@
 #include "serve/server.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -21,12 +20,16 @@
 #include "engine/engine.h"
 #include "prompt/encoder.h"
 #include "prompt/output_parser.h"
+#include "serve/http_server.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fathom::serve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using http::Reply;
+using http::Request;
+using http::Response;
 using pyjson::Value;
 
 enum class Protocol { kChat, kMessages, kResponses, kCompletions };
@@ -84,6 +87,57 @@ Status forced_ids(std::string_view body, std::vector<int32_t>* out) {
   return Status::ok();
 }
 
+// The JSON body of an error the transport answers itself (unknown path, wrong method, body
+// too large, ...), in the shape of the API behind the path.
+std::string transport_error_json(std::string_view path, int status, const std::string& message) {
+  const bool anthropic = path == "/v1/messages";
+  const char* type = "invalid_request_error";
+  const char* code = "invalid_request";
+  switch (status) {
+    case 404:
+      type = anthropic ? "not_found_error" : "invalid_request_error";
+      code = "not_found";
+      break;
+    case 405:
+      code = "method_not_allowed";
+      break;
+    case 408:
+      code = "request_timeout";
+      break;
+    case 413:
+      type = anthropic ? "request_too_large" : "invalid_request_error";
+      code = "request_too_large";
+      break;
+    case 431:
+      code = "request_header_fields_too_large";
+      break;
+    case 503:
+      type = anthropic ? "overloaded_error" : "server_error";
+      code = "server_overloaded";
+      break;
+    default:
+      if (status >= 500) {
+        type = anthropic ? "api_error" : "server_error";
+        code = "internal_error";
+      }
+  }
+  std::string out;
+  if (anthropic) {
+    out = "{\"type\":\"error\",\"error\":{\"type\":" + quote(type) +
+          ",\"message\":" + quote(message) + "}}";
+  } else {
+    out = "{\"error\":{\"message\":" + quote(message) + ",\"type\":" + quote(type) +
+          ",\"param\":null,\"code\":" + quote(code) + "}}";
+  }
+  return out;
+}
+
+// What /health reports about the engine.
+struct EngineHealth {
+  bool alive = true;
+  double stalled_seconds = 0;  // time with work to do and no step ending
+};
+
 }  // namespace
 
 struct Server::Impl {
@@ -91,13 +145,46 @@ struct Server::Impl {
   const Tokenizer& tok;
   const prompt::PromptEncoder& encoder;
   ServerOptions opt;
-  httplib::Server http;
   Metrics metrics;
   int32_t eos = -1;
+  // The stall probe: the engine's step count when it last changed (or the engine was idle).
+  std::mutex health_mu;
+  int64_t health_steps = -1;
+  Clock::time_point health_since = Clock::now();
+  http::HttpServer http;  // last: its connections (and their producers) go first
+
+  static http::HttpServerOptions transport_options(const ServerOptions& o) {
+    http::HttpServerOptions h;
+    h.host = o.host;
+    h.port = o.port;
+    h.max_body_bytes = o.max_body_bytes;
+    h.header_timeout_s = o.header_timeout_s;
+    h.body_timeout_s = o.body_timeout_s;
+    h.shutdown_timeout_s = o.shutdown_timeout_s;
+    h.max_connections = o.max_connections;
+    h.io_threads = o.io_threads;
+    h.worker_threads = o.worker_threads;
+    return h;
+  }
 
   Impl(engine::Engine& e, const Tokenizer& t, const prompt::PromptEncoder& enc, ServerOptions o)
-      : engine(e), tok(t), encoder(enc), opt(std::move(o)) {
+      : engine(e), tok(t), encoder(enc), opt(std::move(o)), http(transport_options(opt)) {
     eos = tok.id_of("<｜end▁of▁sentence｜>");
+  }
+
+  // The one place that decides whether the engine is healthy. Today from engine.stats()
+  // (steps not advancing while requests wait or run); Engine::health() replaces it later.
+  EngineHealth engine_health() {
+    const engine::EngineStats s = engine.stats();
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> lock(health_mu);
+    if (s.steps != health_steps || (s.running == 0 && s.waiting == 0)) {
+      health_steps = s.steps;
+      health_since = now;
+    }
+    EngineHealth h;
+    h.stalled_seconds = std::chrono::duration<double>(now - health_since).count();
+    return h;
   }
 
   std::string error_body(Protocol p, const Status& s) const {
@@ -109,50 +196,62 @@ struct Server::Impl {
     ++metrics.errors[int(p)];
   }
 
-  void send_error(Protocol p, httplib::Response& res, const Status& s, int http_status = 0) {
+  Reply send_error(Protocol p, const Status& s, int http_status = 0) {
     count_error(p);
-    res.status = http_status ? http_status : api::http_status_of(s);
-    res.set_content(error_body(p, s), "application/json");
+    return Reply::of(
+        Response::json(http_status ? http_status : api::http_status_of(s), error_body(p, s)));
   }
 
-  // True when the request carries the API key (or none is configured); otherwise writes the
+  // Nothing when the request carries the API key (or none is configured); otherwise the
   // protocol's 401 (OpenAI shape unless `p` is Messages).
-  bool authorize(Protocol p, const httplib::Request& req, httplib::Response& res) const {
-    if (opt.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + opt.api_key ||
-        req.get_header_value("x-api-key") == opt.api_key)
-      return true;
-    res.status = 401;
-    res.set_content(
+  std::optional<Reply> unauthorized(Protocol p, const Request& req) const {
+    if (opt.api_key.empty() || req.header("Authorization") == "Bearer " + opt.api_key ||
+        req.header("x-api-key") == opt.api_key)
+      return std::nullopt;
+    return Reply::of(Response::json(
+        401,
         p == Protocol::kMessages
             ? R"({"type":"error","error":{"type":"authentication_error","message":"invalid or missing API key"}})"
-            : R"({"error":{"message":"invalid or missing API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})",
-        "application/json");
-    return false;
+            : R"({"error":{"message":"invalid or missing API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})"));
   }
 
-  // The start of every POST /v1/* request: counted, authorised, size-checked (413).
-  bool admit(Protocol p, const httplib::Request& req, httplib::Response& res) {
+  // The start of every POST /v1/* request: counted and authorised (the transport enforces
+  // the body limit).
+  std::optional<Reply> admit(Protocol p, const Request& req) {
     {
       std::lock_guard<std::mutex> lock(metrics.mu);
       ++metrics.requests[int(p)];
     }
-    if (!authorize(p, req, res)) {
+    if (auto r = unauthorized(p, req)) {
       count_error(p);
-      return false;
+      return r;
     }
-    if (req.body.size() > opt.max_body_bytes) {
-      send_error(p, res,
-                 invalid_argument("request body larger than " + std::to_string(opt.max_body_bytes) +
-                                  " bytes"),
-                 413);
-      return false;
-    }
-    return true;
+    return std::nullopt;
   }
 
-  void route(Protocol p, const httplib::Request& req, httplib::Response& res);
-  void completions(const httplib::Request& req, httplib::Response& res);
+  void finish_metrics(Clock::time_point t0, double ttft) {
+    std::lock_guard<std::mutex> lock(metrics.mu);
+    if (ttft > 0) {
+      metrics.ttft_sum += ttft;
+      ++metrics.ttft_count;
+    }
+    metrics.latency_sum += std::chrono::duration<double>(Clock::now() - t0).count();
+    ++metrics.latency_count;
+  }
+
+  // The prompt's token count against the context length (400 when no token would fit).
+  Status check_prompt(size_t n) const {
+    if (int64_t(n) >= opt.context_length)
+      return invalid_argument("the prompt has " + std::to_string(n) +
+                              " tokens; the model's context length is " +
+                              std::to_string(opt.context_length) + " (prompt and output together)");
+    return Status::ok();
+  }
+
+  Reply route(Protocol p, const Request& req);
+  Reply completions(const Request& req);
   std::string metrics_text();
+  Response health();
 };
 
 namespace {
@@ -172,52 +271,191 @@ engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<i
     g.sampling.seed = uint64_t(*s.seed);
     g.seeded = true;
   }
-  g.max_tokens = std::min(s.max_tokens.value_or(opt.default_max_tokens), opt.max_tokens_cap);
+  // Default and cap: what the context leaves after the prompt.
+  const int64_t room = std::max<int64_t>(1, opt.context_length - int64_t(g.prompt.size()));
+  const int64_t fallback = opt.default_max_tokens > 0 ? opt.default_max_tokens : room;
+  g.max_tokens = std::min(s.max_tokens.value_or(fallback), room);
   return g;
 }
 
-// Streams or folds one generation through the parser and a protocol responder.
-template <typename Responder>
-struct Generation {
-  std::shared_ptr<engine::RequestStream> stream;
-  prompt::OutputParser parser;
-  Responder responder;
-  api::Usage usage;
-  bool done = false;
-  double ttft = -1;
-
-  // The next piece of the response (SSE text in streaming mode); empty when done.
-  std::string step(bool streaming, int timeout_ms) {
-    std::vector<prompt::ParserEvent> events;
-    engine::StreamEvent ev;
-    if (!stream->next(&ev, timeout_ms)) return {};
-    usage.prompt_tokens = ev.prompt_tokens;
-    usage.cached_tokens = ev.cached_tokens;
-    if (ev.first_token_seconds > 0) ttft = ev.first_token_seconds;
-    for (int32_t t : ev.tokens) {
-      usage.completion_tokens += 1;
-      if (!parser.finished()) (void)parser.push(t, events);
-    }
-    if (ev.finished && !parser.finished()) {
-      parser.finish(ev.cause == engine::FinishCause::kLength ? prompt::FinishReason::kLength
-                                                             : prompt::FinishReason::kEndOfStream,
-                    events);
-    }
-    if (parser.finished()) {
-      done = true;
-      stream->cancel();  // a stop sequence ends generation early
-    }
-    if (streaming) return responder.stream(events, usage);
-    responder.add(events);
-    return {};
+// Base of the generation producers: the engine stream, woken through its waker, cancelled
+// when the producer goes (a client that left, a reply dropped at shutdown).
+class StreamProducer : public http::Producer {
+ public:
+  explicit StreamProducer(std::shared_ptr<engine::RequestStream> s) : stream_(std::move(s)) {}
+  ~StreamProducer() override {
+    stream_->set_waker(nullptr);
+    stream_->cancel();
   }
+  void start(std::function<void()> wake) override { stream_->set_waker(std::move(wake)); }
+  void cancel() override { stream_->cancel(); }
+
+ protected:
+  std::shared_ptr<engine::RequestStream> stream_;
 };
+
+// Chat Completions, Responses or Messages: engine tokens through the output parser into the
+// protocol's responder (SSE events, or one JSON body at the end).
+template <typename Responder>
+class ConversationProducer : public StreamProducer {
+ public:
+  ConversationProducer(Server::Impl* im, std::shared_ptr<engine::RequestStream> s,
+                       prompt::OutputParser parser, Responder responder, bool streaming,
+                       Clock::time_point t0)
+      : StreamProducer(std::move(s)),
+        im_(im),
+        parser_(std::move(parser)),
+        responder_(std::move(responder)),
+        streaming_(streaming),
+        t0_(t0) {}
+
+  bool poll(Response* out) override {
+    engine::StreamEvent ev;
+    while (!done_ && stream_->try_next(&ev)) {
+      std::vector<prompt::ParserEvent> events;
+      usage_.prompt_tokens = ev.prompt_tokens;
+      usage_.cached_tokens = ev.cached_tokens;
+      if (ev.first_token_seconds > 0) ttft_ = ev.first_token_seconds;
+      for (int32_t t : ev.tokens) {
+        usage_.completion_tokens += 1;
+        if (!parser_.finished()) (void)parser_.push(t, events);
+      }
+      if (ev.finished && !parser_.finished()) {
+        parser_.finish(ev.cause == engine::FinishCause::kLength
+                           ? prompt::FinishReason::kLength
+                           : prompt::FinishReason::kEndOfStream,
+                       events);
+      }
+      if (parser_.finished()) {
+        done_ = true;
+        stream_->cancel();  // a stop sequence ends generation early
+      }
+      if (streaming_)
+        out->body += responder_.stream(events, usage_);
+      else
+        responder_.add(events);
+    }
+    if (!done_) return false;
+    im_->finish_metrics(t0_, ttft_);
+    if (!streaming_) *out = Response::json(200, responder_.complete(usage_));
+    return true;
+  }
+
+ private:
+  Server::Impl* im_;
+  prompt::OutputParser parser_;
+  Responder responder_;
+  bool streaming_;
+  Clock::time_point t0_;
+  api::Usage usage_;
+  bool done_ = false;
+  double ttft_ = -1;
+};
+
+// OpenAI (legacy) Completions: the continuation decoded as text, stop strings applied, as
+// `text_completion` chunks (SSE) or one JSON body.
+class CompletionProducer : public StreamProducer {
+ public:
+  CompletionProducer(Server::Impl* im, std::shared_ptr<engine::RequestStream> s,
+                     std::vector<std::string> stops, std::string id, int64_t created,
+                     bool streaming, Clock::time_point t0)
+      : StreamProducer(std::move(s)),
+        im_(im),
+        dec_(im->tok, true),
+        stop_(std::move(stops)),
+        id_(std::move(id)),
+        created_(created),
+        streaming_(streaming),
+        t0_(t0) {}
+
+  bool poll(Response* out) override {
+    engine::StreamEvent ev;
+    while (!done_ && stream_->try_next(&ev)) {
+      std::string piece, text;
+      for (int32_t t : ev.tokens) {
+        ++n_;
+        if (t != im_->eos) (void)dec_.push(t, piece);
+      }
+      if (ev.first_token_seconds > 0) ttft_ = ev.first_token_seconds;
+      if (ev.finished) dec_.finish(piece);
+      if (stop_.push(piece, &text)) {
+        stream_->cancel();  // the engine stops at its next step
+        ev.finished = true;
+        ev.cause = engine::FinishCause::kStopToken;
+      } else if (ev.finished) {
+        stop_.finish(&text);
+      }
+      if (streaming_) {
+        if (!text.empty()) out->body += "data: " + choice(text, nullptr) + "}\n\n";
+      } else {
+        text_ += text;
+      }
+      if (!ev.finished) continue;
+      done_ = true;
+      if (streaming_) {
+        out->body += "data: " + choice("", finish_name(ev.cause)) +
+                     usage_json(ev.prompt_tokens, n_, ev.cached_tokens) + "}\n\ndata: [DONE]\n\n";
+      } else if (ev.cause == engine::FinishCause::kError) {
+        im_->count_error(Protocol::kCompletions);
+        *out = Response::json(api::http_status_of(ev.error), api::openai_error_json(ev.error));
+      } else {
+        *out = Response::json(200, choice(text_, finish_name(ev.cause)) +
+                                       usage_json(ev.prompt_tokens, n_, ev.cached_tokens) + "}");
+      }
+    }
+    if (done_) im_->finish_metrics(t0_, ttft_);
+    return done_;
+  }
+
+ private:
+  std::string choice(const std::string& text, const char* finish) const {
+    return "{\"id\":\"" + id_ +
+           "\",\"object\":\"text_completion\",\"created\":" + std::to_string(created_) +
+           ",\"model\":" + quote(im_->opt.model_name) +
+           ",\"choices\":[{\"index\":0,\"text\":" + quote(text) +
+           ",\"logprobs\":null,\"finish_reason\":" +
+           (finish ? quote(finish) : std::string("null")) + "}]";
+  }
+  static std::string usage_json(int64_t pt, int64_t ct, int64_t cached) {
+    return ",\"usage\":{\"prompt_tokens\":" + std::to_string(pt) +
+           ",\"completion_tokens\":" + std::to_string(ct) +
+           ",\"total_tokens\":" + std::to_string(pt + ct) +
+           ",\"prompt_tokens_details\":{\"cached_tokens\":" + std::to_string(cached) + "}}";
+  }
+  static const char* finish_name(engine::FinishCause c) {
+    return c == engine::FinishCause::kLength ? "length" : "stop";
+  }
+
+  Server::Impl* im_;
+  StreamDecoder dec_;
+  api::StopMatcher stop_;
+  std::string id_;
+  int64_t created_;
+  bool streaming_;
+  Clock::time_point t0_;
+  std::string text_;
+  int64_t n_ = 0;
+  bool done_ = false;
+  double ttft_ = -1;
+};
+
+// A reply that streams SSE (status 200, text/event-stream) or waits for the whole body.
+Reply producer_reply(std::unique_ptr<http::Producer> p, bool streaming) {
+  Reply r;
+  r.producer = std::move(p);
+  r.stream = streaming;
+  if (streaming) {
+    r.response.content_type = "text/event-stream";
+    r.response.headers.emplace_back("Cache-Control", "no-cache");
+  }
+  return r;
+}
 
 }  // namespace
 
-void Server::Impl::route(Protocol p, const httplib::Request& req, httplib::Response& res) {
+Reply Server::Impl::route(Protocol p, const Request& req) {
   const auto t0 = Clock::now();
-  if (!admit(p, req, res)) return;
+  if (auto r = admit(p, req)) return std::move(*r);
   Result<api::ConversationRequest> conv = invalid_argument("unreachable");
   if (p == Protocol::kChat) {
     api::ChatOptions o;
@@ -232,125 +470,77 @@ void Server::Impl::route(Protocol p, const httplib::Request& req, httplib::Respo
     o.max_body_bytes = opt.max_body_bytes;
     conv = api::parse_responses_request(req.body, o);
   }
-  if (!conv.is_ok()) return send_error(p, res, conv.status());
+  if (!conv.is_ok()) return send_error(p, conv.status());
   auto rendered = api::render_api(*conv, api::PromptFormat::kV41);
-  if (!rendered.is_ok()) return send_error(p, res, rendered.status());
+  if (!rendered.is_ok()) return send_error(p, rendered.status());
   auto ids = encoder.encode(*rendered);
-  if (!ids.is_ok()) return send_error(p, res, ids.status());
-  if (int64_t(ids->size()) > opt.max_prompt_tokens)
-    return send_error(
-        p, res,
-        invalid_argument("the prompt has " + std::to_string(ids->size()) +
-                         " tokens; the limit is " + std::to_string(opt.max_prompt_tokens)));
+  if (!ids.is_ok()) return send_error(p, ids.status());
+  if (Status st = check_prompt(ids->size()); !st.is_ok()) return send_error(p, st);
   auto parser = prompt::OutputParser::create(tok, conv->parsing_options());
-  if (!parser.is_ok()) return send_error(p, res, parser.status());
+  if (!parser.is_ok()) return send_error(p, parser.status());
   auto g = generation(conv->sampling, std::move(*ids), opt);
   if (opt.allow_forced_output) {
     Status fs = forced_ids(req.body, &g.forced_output);
-    if (!fs.is_ok()) return send_error(p, res, fs);
+    if (!fs.is_ok()) return send_error(p, fs);
   }
   auto stream = engine.submit(std::move(g));
-  if (!stream.is_ok()) return send_error(p, res, stream.status());
+  if (!stream.is_ok()) return send_error(p, stream.status());
   const std::string model = conv->model.empty() ? opt.model_name : conv->model;
   const int64_t created = int64_t(std::time(nullptr));
   const bool streaming = conv->stream;
-
-  auto finish_metrics = [this, t0](double ttft) {
-    std::lock_guard<std::mutex> lock(metrics.mu);
-    if (ttft > 0) {
-      metrics.ttft_sum += ttft;
-      ++metrics.ttft_count;
-    }
-    metrics.latency_sum += std::chrono::duration<double>(Clock::now() - t0).count();
-    ++metrics.latency_count;
-  };
-  auto run = [&](auto gen) {
-    if (!streaming) {
-      while (!gen->done) gen->step(false, 3600 * 1000);
-      finish_metrics(gen->ttft);
-      res.set_content(gen->responder.complete(gen->usage), "application/json");
-      return;
-    }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [gen, finish_metrics](size_t, httplib::DataSink& sink) {
-          while (!gen->done) {
-            if (!sink.is_writable()) {
-              gen->stream->cancel();  // the client went away
-              return false;
-            }
-            std::string out = gen->step(true, 200);
-            if (!out.empty() && !sink.write(out.data(), out.size())) {
-              gen->stream->cancel();
-              return false;
-            }
-          }
-          finish_metrics(gen->ttft);
-          sink.done();
-          return true;
-        },
-        [gen](bool) { gen->stream->cancel(); });
-  };
+  std::unique_ptr<http::Producer> producer;
   if (p == Protocol::kChat) {
-    auto gen = std::make_shared<Generation<api::ChatResponder>>(
-        Generation<api::ChatResponder>{*stream, std::move(*parser),
-                                       api::ChatResponder(random_id("chatcmpl-"), model, created,
-                                                          conv->thinking, conv->include_usage)});
-    run(gen);
+    producer = std::make_unique<ConversationProducer<api::ChatResponder>>(
+        this, *stream, std::move(*parser),
+        api::ChatResponder(random_id("chatcmpl-"), model, created, conv->thinking,
+                           conv->include_usage),
+        streaming, t0);
   } else if (p == Protocol::kMessages) {
-    auto gen =
-        std::make_shared<Generation<api::MessagesResponder>>(Generation<api::MessagesResponder>{
-            *stream, std::move(*parser),
-            api::MessagesResponder(random_id(""), model, conv->thinking)});
-    run(gen);
+    producer = std::make_unique<ConversationProducer<api::MessagesResponder>>(
+        this, *stream, std::move(*parser),
+        api::MessagesResponder(random_id(""), model, conv->thinking), streaming, t0);
   } else {
-    auto gen =
-        std::make_shared<Generation<api::ResponsesResponder>>(Generation<api::ResponsesResponder>{
-            *stream, std::move(*parser), api::ResponsesResponder(random_id(""), model, created)});
-    run(gen);
+    producer = std::make_unique<ConversationProducer<api::ResponsesResponder>>(
+        this, *stream, std::move(*parser), api::ResponsesResponder(random_id(""), model, created),
+        streaming, t0);
   }
+  return producer_reply(std::move(producer), streaming);
 }
 
 // OpenAI (legacy) Completions: `prompt` is a string or a list of token ids; the text is
 // continued as is (no chat template).
-void Server::Impl::completions(const httplib::Request& req, httplib::Response& res) {
+Reply Server::Impl::completions(const Request& req) {
   const Protocol p = Protocol::kCompletions;
   const auto t0 = Clock::now();
-  if (!admit(p, req, res)) return;
+  if (auto r = admit(p, req)) return std::move(*r);
   auto body = pyjson::parse(req.body);
   if (!body.is_ok() || !body->is_object())
-    return send_error(p, res, invalid_argument("the body must be a JSON object"));
+    return send_error(p, invalid_argument("the body must be a JSON object"));
   const Value* prompt_v = body->find("prompt");
   std::vector<int32_t> ids;
   if (prompt_v != nullptr && prompt_v->is_string()) {
     auto e = tok.encode(prompt_v->text);
-    if (!e.is_ok()) return send_error(p, res, e.status());
+    if (!e.is_ok()) return send_error(p, e.status());
     ids = std::move(*e);
   } else if (prompt_v != nullptr && prompt_v->is_array()) {
     for (const Value& v : prompt_v->items) {
       int64_t x = 0;
       if (!v.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
-        return send_error(p, res, invalid_argument("'prompt' token ids must be integers"));
+        return send_error(p, invalid_argument("'prompt' token ids must be integers"));
       ids.push_back(int32_t(x));
     }
   } else {
-    return send_error(p, res, invalid_argument("'prompt' must be a string or a list of token ids"));
+    return send_error(p, invalid_argument("'prompt' must be a string or a list of token ids"));
   }
-  if (ids.empty()) return send_error(p, res, invalid_argument("'prompt' is empty"));
-  if (int64_t(ids.size()) > opt.max_prompt_tokens)
-    return send_error(p, res, invalid_argument("the prompt is too long"));
+  if (ids.empty()) return send_error(p, invalid_argument("'prompt' is empty"));
+  if (Status st = check_prompt(ids.size()); !st.is_ok()) return send_error(p, st);
   api::SamplingParams sp;
   auto number = [&](const char* k) -> std::optional<double> {
     const Value* v = body->find(k);
     if (v == nullptr || v->is_null()) return std::nullopt;
-    double d;
     int64_t i;
     if (v->int_fits_int64(&i)) return double(i);
-    if (v->kind == Value::Kind::kFloat) {
-      d = v->number;
-      return d;
-    }
+    if (v->kind == Value::Kind::kFloat) return v->number;
     return std::nullopt;
   };
   sp.temperature = number("temperature");
@@ -360,124 +550,48 @@ void Server::Impl::completions(const httplib::Request& req, httplib::Response& r
   sp.min_p = number("min_p");
   sp.repetition_penalty = number("repetition_penalty");
   if (sp.min_p && !(*sp.min_p >= 0 && *sp.min_p <= 1))
-    return send_error(p, res, invalid_argument("'min_p' must be in [0, 1]"));
+    return send_error(p, invalid_argument("'min_p' must be in [0, 1]"));
   if (sp.repetition_penalty && !(*sp.repetition_penalty > 0 && *sp.repetition_penalty <= 10))
-    return send_error(p, res, invalid_argument("'repetition_penalty' must be in (0, 10]"));
+    return send_error(p, invalid_argument("'repetition_penalty' must be in (0, 10]"));
   std::vector<std::string> stops;
-  if (Status st = api::read_stop_field(*body, &stops); !st.is_ok()) return send_error(p, res, st);
+  if (Status st = api::read_stop_field(*body, &stops); !st.is_ok()) return send_error(p, st);
+  // OpenAI's default for this endpoint is 16; a larger request is capped by the context.
   if (auto v = number("max_tokens"))
-    sp.max_tokens = int64_t(*v);
+    sp.max_tokens = int64_t(std::min(*v, 9.0e18));
   else
     sp.max_tokens = 16;
   if (auto v = number("seed")) sp.seed = int64_t(*v);
   if (auto v = number("top_k")) sp.top_k = int64_t(*v);
   if (sp.max_tokens && *sp.max_tokens < 1)
-    return send_error(p, res, invalid_argument("'max_tokens' must be at least 1"));
+    return send_error(p, invalid_argument("'max_tokens' must be at least 1"));
   const Value* st = body->find("stream");
   const bool streaming = st != nullptr && st->kind == Value::Kind::kBool && st->boolean;
   auto g = generation(sp, ids, opt);
   if (opt.allow_forced_output) {
     Status fs = forced_ids(req.body, &g.forced_output);
-    if (!fs.is_ok()) return send_error(p, res, fs);
+    if (!fs.is_ok()) return send_error(p, fs);
   }
   const Value* ie = body->find("ignore_eos");
   g.ignore_eos = ie != nullptr && ie->kind == Value::Kind::kBool && ie->boolean;
   auto stream = engine.submit(std::move(g));
-  if (!stream.is_ok()) return send_error(p, res, stream.status());
-  const std::string id = random_id("cmpl-");
-  const int64_t created = int64_t(std::time(nullptr));
-  auto s = *stream;
-  auto choice = [id, created, model = opt.model_name](const std::string& text, const char* finish) {
-    std::string j =
-        "{\"id\":\"" + id +
-        "\",\"object\":\"text_completion\",\"created\":" + std::to_string(created) +
-        ",\"model\":" + quote(model) + ",\"choices\":[{\"index\":0,\"text\":" + quote(text) +
-        ",\"logprobs\":null,\"finish_reason\":" + (finish ? quote(finish) : std::string("null")) +
-        "}]";
-    return j;
-  };
-  auto usage_json = [](int64_t pt, int64_t ct, int64_t cached) {
-    return ",\"usage\":{\"prompt_tokens\":" + std::to_string(pt) +
-           ",\"completion_tokens\":" + std::to_string(ct) +
-           ",\"total_tokens\":" + std::to_string(pt + ct) +
-           ",\"prompt_tokens_details\":{\"cached_tokens\":" + std::to_string(cached) + "}}";
-  };
-  auto finish_name = [](engine::FinishCause c) {
-    return c == engine::FinishCause::kLength ? "length" : "stop";
-  };
-  if (!streaming) {
-    StreamDecoder dec(tok, true);
-    api::StopMatcher stop(stops);
-    std::string text;
-    engine::StreamEvent ev;
-    int64_t n = 0;
-    while (s->next(&ev, 3600 * 1000)) {
-      std::string piece;
-      for (int32_t t : ev.tokens) {
-        ++n;
-        if (t != eos) (void)dec.push(t, piece);
-      }
-      if (ev.finished) dec.finish(piece);
-      if (stop.push(piece, &text)) {
-        s->cancel();  // the engine stops at its next step
-        ev.cause = engine::FinishCause::kStopToken;
-        break;
-      }
-      if (ev.finished) break;
-    }
-    stop.finish(&text);
-    if (ev.cause == engine::FinishCause::kError) return send_error(p, res, ev.error);
-    res.set_content(choice(text, finish_name(ev.cause)) +
-                        usage_json(ev.prompt_tokens, n, ev.cached_tokens) + "}",
-                    "application/json");
-    std::lock_guard<std::mutex> lock(metrics.mu);
-    metrics.latency_sum += std::chrono::duration<double>(Clock::now() - t0).count();
-    ++metrics.latency_count;
-    return;
+  if (!stream.is_ok()) return send_error(p, stream.status());
+  return producer_reply(
+      std::make_unique<CompletionProducer>(this, *stream, std::move(stops), random_id("cmpl-"),
+                                           int64_t(std::time(nullptr)), streaming, t0),
+      streaming);
+}
+
+Response Server::Impl::health() {
+  const EngineHealth h = engine_health();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", h.stalled_seconds);
+  if (!h.alive || h.stalled_seconds > opt.health_stall_s) {
+    return Response::json(503, std::string("{\"status\":\"unhealthy\",\"engine_alive\":") +
+                                   (h.alive ? "true" : "false") +
+                                   ",\"engine_stalled_seconds\":" + buf + "}");
   }
-  res.set_header("Cache-Control", "no-cache");
-  auto dec = std::make_shared<StreamDecoder>(tok, true);
-  auto stop = std::make_shared<api::StopMatcher>(stops);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [s, dec, stop, choice, usage_json, finish_name, this](size_t, httplib::DataSink& sink) {
-        engine::StreamEvent ev;
-        int64_t n = 0;
-        for (;;) {
-          if (!sink.is_writable()) {
-            s->cancel();
-            return false;
-          }
-          if (!s->next(&ev, 200)) continue;
-          std::string piece, text;
-          for (int32_t t : ev.tokens) {
-            ++n;
-            if (t != eos) (void)dec->push(t, piece);
-          }
-          if (ev.finished) dec->finish(piece);
-          if (stop->push(piece, &text)) {
-            s->cancel();
-            ev.finished = true;
-            ev.cause = engine::FinishCause::kStopToken;
-          } else if (ev.finished) {
-            stop->finish(&text);
-          }
-          std::string out;
-          if (!text.empty()) out += "data: " + choice(text, nullptr) + "}\n\n";
-          if (ev.finished) {
-            out += "data: " + choice("", finish_name(ev.cause)) +
-                   usage_json(ev.prompt_tokens, n, ev.cached_tokens) + "}\n\ndata: [DONE]\n\n";
-          }
-          if (!out.empty() && !sink.write(out.data(), out.size())) {
-            s->cancel();
-            return false;
-          }
-          if (ev.finished) break;
-        }
-        sink.done();
-        return true;
-      },
-      [s](bool) { s->cancel(); });
+  return Response::json(200,
+                        std::string("{\"status\":\"ok\",\"engine_stalled_seconds\":") + buf + "}");
 }
 
 std::string Server::Impl::metrics_text() {
@@ -537,6 +651,16 @@ std::string Server::Impl::metrics_text() {
   gauge("fathom_swa_replay_tokens_total", "Prompt tokens recomputed by SWA bounded replay",
         double(e.replayed_tokens), "counter");
   gauge("fathom_prefix_cache_blocks", "Prefix-cache blocks held", double(e.prefix_blocks));
+  const http::HttpServer::Stats h = http.stats();
+  gauge("fathom_http_connections", "Open HTTP connections", double(h.connections));
+  gauge("fathom_http_connections_total", "Accepted HTTP connections", double(h.accepted),
+        "counter");
+  gauge("fathom_http_connections_rejected_total",
+        "Connections answered 503 at the connection limit", double(h.rejected), "counter");
+  gauge("fathom_http_header_timeouts_total", "Connections dropped for a slow request head",
+        double(h.header_timeouts), "counter");
+  gauge("fathom_http_client_disconnects_total", "Clients gone before their reply ended",
+        double(h.client_disconnects), "counter");
   return o.str();
 }
 
@@ -544,43 +668,40 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer,
                const prompt::PromptEncoder& encoder, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, tokenizer, encoder, std::move(options))) {
   Impl* im = impl_.get();
-  const int threads = im->opt.threads;
-  im->http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  im->http.set_payload_max_length(im->opt.max_body_bytes + 1);
-  im->http.Post("/v1/chat/completions", [im](const httplib::Request& q, httplib::Response& r) {
-    im->route(Protocol::kChat, q, r);
-  });
-  im->http.Post("/v1/messages", [im](const httplib::Request& q, httplib::Response& r) {
-    im->route(Protocol::kMessages, q, r);
-  });
-  im->http.Post("/v1/responses", [im](const httplib::Request& q, httplib::Response& r) {
-    im->route(Protocol::kResponses, q, r);
-  });
-  im->http.Post("/v1/completions",
-                [im](const httplib::Request& q, httplib::Response& r) { im->completions(q, r); });
-  im->http.Get("/v1/models", [im](const httplib::Request& q, httplib::Response& r) {
-    if (!im->authorize(Protocol::kCompletions, q, r)) return;
-    r.set_content("{\"object\":\"list\",\"data\":[{\"id\":" + quote(im->opt.model_name) +
-                      ",\"object\":\"model\",\"created\":0,\"owned_by\":\"fathom\"}]}",
-                  "application/json");
-  });
+  http::HttpServer& h = im->http;
+  h.set_error_body(transport_error_json);
+  h.route("POST", "/v1/chat/completions",
+          [im](const Request& q) { return im->route(Protocol::kChat, q); });
+  h.route("POST", "/v1/messages",
+          [im](const Request& q) { return im->route(Protocol::kMessages, q); });
+  h.route("POST", "/v1/responses",
+          [im](const Request& q) { return im->route(Protocol::kResponses, q); });
+  h.route("POST", "/v1/completions", [im](const Request& q) { return im->completions(q); });
+  h.route(
+      "GET", "/v1/models",
+      [im](const Request& q) {
+        if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
+        return Reply::of(Response::json(
+            200, "{\"object\":\"list\",\"data\":[{\"id\":" + quote(im->opt.model_name) +
+                     ",\"object\":\"model\",\"created\":0,\"owned_by\":\"fathom\"}]}"));
+      },
+      http::Dispatch::kInline);
   // vLLM-style /tokenize and /detokenize (text with added-token matching <-> ids).
-  im->http.Post("/tokenize", [im](const httplib::Request& q, httplib::Response& r) {
-    if (!im->authorize(Protocol::kCompletions, q, r)) return;
+  h.route("POST", "/tokenize", [im](const Request& q) {
+    if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
     auto body = pyjson::parse(q.body);
     const Value* t = body.is_ok() && body->is_object() ? body->find("prompt") : nullptr;
     if (t == nullptr || !t->is_string())
-      return im->send_error(Protocol::kCompletions, r,
-                            invalid_argument("'prompt' must be a string"));
+      return im->send_error(Protocol::kCompletions, invalid_argument("'prompt' must be a string"));
     auto ids = im->tok.encode(t->text);
-    if (!ids.is_ok()) return im->send_error(Protocol::kCompletions, r, ids.status());
+    if (!ids.is_ok()) return im->send_error(Protocol::kCompletions, ids.status());
     std::string out = "{\"tokens\":";
     json::append_int_array(out, *ids);
     out += ",\"count\":" + std::to_string(ids->size()) + "}";
-    r.set_content(out, "application/json");
+    return Reply::of(Response::json(200, std::move(out)));
   });
-  im->http.Post("/detokenize", [im](const httplib::Request& q, httplib::Response& r) {
-    if (!im->authorize(Protocol::kCompletions, q, r)) return;
+  h.route("POST", "/detokenize", [im](const Request& q) {
+    if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
     auto body = pyjson::parse(q.body);
     const Value* t = body.is_ok() && body->is_object() ? body->find("tokens") : nullptr;
     std::vector<int32_t> ids;
@@ -591,42 +712,37 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer,
       ids.push_back(int32_t(x));
     }
     if (!ok)
-      return im->send_error(Protocol::kCompletions, r,
+      return im->send_error(Protocol::kCompletions,
                             invalid_argument("'tokens' must be a list of token ids"));
     auto text = im->tok.decode(ids);
-    if (!text.is_ok()) return im->send_error(Protocol::kCompletions, r, text.status());
-    r.set_content("{\"prompt\":" + quote(*text) + "}", "application/json");
+    if (!text.is_ok()) return im->send_error(Protocol::kCompletions, text.status());
+    return Reply::of(Response::json(200, "{\"prompt\":" + quote(*text) + "}"));
   });
-  im->http.Get("/health", [](const httplib::Request&, httplib::Response& r) {
-    r.set_content("{\"status\":\"ok\"}", "application/json");
-  });
-  im->http.Get("/metrics", [im](const httplib::Request&, httplib::Response& r) {
-    r.set_content(im->metrics_text(), "text/plain; version=0.0.4");
-  });
-  im->http.set_error_handler([](const httplib::Request&, httplib::Response& r) {
-    if (r.status == 404)
-      r.set_content(
-          R"({"error":{"message":"not found","type":"invalid_request_error","param":null,"code":null}})",
-          "application/json");
-  });
+  // Served on the io threads: never behind the workers, and they only read the engine's
+  // counters (a short lock).
+  h.route(
+      "GET", "/health", [im](const Request&) { return Reply::of(im->health()); },
+      http::Dispatch::kInline);
+  h.route(
+      "GET", "/metrics",
+      [im](const Request&) {
+        Response r = Response::json(200, im->metrics_text());
+        r.content_type = "text/plain; version=0.0.4";
+        return Reply::of(std::move(r));
+      },
+      http::Dispatch::kInline);
 }
 
 Server::~Server() { stop(); }
 
-Status Server::run() {
-  const int port =
-      impl_->opt.port == 0
-          ? impl_->http.bind_to_any_port(impl_->opt.host)
-          : (impl_->http.bind_to_port(impl_->opt.host, impl_->opt.port) ? impl_->opt.port : -1);
-  if (port < 0)
-    return io_error("cannot listen on " + impl_->opt.host + ":" + std::to_string(impl_->opt.port));
-  port_.store(port);
-  if (!impl_->http.listen_after_bind()) return io_error("the HTTP server stopped with an error");
-  return Status::ok();
-}
+Status Server::listen() { return impl_->http.listen(); }
+
+void Server::run() { impl_->http.run(); }
 
 void Server::stop() {
   if (impl_) impl_->http.stop();
 }
+
+int Server::port() const { return impl_->http.port(); }
 
 }  // namespace fathom::serve

@@ -1,14 +1,16 @@
 // The HTTP server: OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and OpenAI
 // Completions (prompt text or token ids) over the engine, streaming with SSE through the
 // prompt/API layer's parser (control tokens recognised by id) and event generators; plus
-// /v1/models, /health and /metrics (Prometheus text). API keys (Authorization: Bearer or
-// x-api-key), body and token limits, client disconnect cancels generation.
+// /v1/models, /tokenize, /detokenize, /health and /metrics (Prometheus text). API keys
+// (Authorization: Bearer or x-api-key), body and token limits; a client's disconnect cancels
+// its generation, streamed or not. The routes and protocols live here; the transport
+// (connections, timeouts, SSE framing, draining) is http::HttpServer (http_server.h).
 //
-// A Server is built once and run() on one thread; stop() may be called from any thread
-// (e.g. a signal watcher) and makes run() return after in-flight requests end.
+// A Server is built once; listen() then run() on one thread; stop() may be called from any
+// thread (e.g. a signal watcher): run() returns once in-flight requests have finished, or
+// were cancelled at `shutdown_timeout_s`.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,13 +35,19 @@ struct ServerOptions {
   std::string api_key;  // empty = no authentication
   std::string model_name = "deepseek-v4.1-flash";
   size_t max_body_bytes = 32 << 20;
-  int64_t max_prompt_tokens = 1 << 20;
-  int64_t default_max_tokens = 4096;
-  int64_t max_tokens_cap = 1 << 20;
-  int threads = 64;  // HTTP worker threads (concurrent streams)
+  // The model's context length: the most prompt + generated tokens of one request. A prompt
+  // must leave room for one token; max_tokens is capped at what is left.
+  int64_t context_length = int64_t(1) << 20;
+  int64_t default_max_tokens = 0;  // max_tokens when a request sets none; 0 = all that is left
   // Testing aid: accept "forced_output_ids" in a request body (the generated tokens are
   // those ids, teacher-forced), e.g. to exercise tool calls with a random model.
   bool allow_forced_output = false;
+  // Transport (see http_server.h).
+  double header_timeout_s = 10, body_timeout_s = 60, shutdown_timeout_s = 30;
+  int max_connections = 4096;
+  int io_threads = 2, worker_threads = 2;
+  // /health reports the engine unhealthy when it has work and no step ended for this long.
+  double health_stall_s = 60;
 };
 
 class Server {
@@ -50,17 +58,18 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds and serves until stop(); kIoError if the address cannot be bound.
-  Status run();
+  // Binds the address; kIoError if it can not (e.g. the port is in use).
+  Status listen();
+  // Serves until stop() has drained. REQUIRES: listen() succeeded.
+  void run();
   void stop();
-  // The bound port (after run() started listening), for port 0.
-  int port() const { return port_.load(); }
+  // The bound port (after listen()), for port 0.
+  int port() const;
 
   struct Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
-  std::atomic<int> port_{0};
 };
 
 }  // namespace fathom::serve

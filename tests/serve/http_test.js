@@ -1,0 +1,242 @@
+// The HTTP layer's failure modes against the real `fathom serve` (embedded demo model): a
+// second server on the same port exits 2; 404/405/413 come back as JSON in the API's error
+// shape; a client that dribbles its headers is dropped at --header-timeout while /health
+// stays fast; the connection cap answers 503; a non-streaming client that disconnects frees
+// its sequence within a second; SIGTERM drains an in-flight stream that fits the deadline and
+// cuts one that does not, exiting 0 either way.
+// Usage: node http_test.js FATHOM NODE_MODULES
+'use strict';
+const net = require('net');
+const { spawn } = require('child_process');
+const assert = require('assert');
+const { startServer } = require('./start_server.js');
+
+const [fathom] = process.argv.slice(2);
+
+let failures = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log('ok   ' + name);
+  } catch (e) {
+    failures++;
+    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
+  }
+}
+
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+const exitOf = (proc) => new Promise((res) => {
+  if (proc.exitCode !== null) res(proc.exitCode);
+  else proc.on('exit', (c) => res(c));
+});
+
+// Sends `text` on a fresh connection; resolves to everything read until the server closes
+// (or 5 s pass).
+function rawRequest(port, text) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    let out = '';
+    s.on('connect', () => s.write(text));
+    s.on('data', (d) => { out += d; });
+    s.on('error', () => {});
+    s.on('close', () => resolve(out));
+    setTimeout(() => { s.destroy(); resolve(out); }, 5000);
+  });
+}
+
+async function running(base) {
+  const m = await (await fetch(base + '/metrics')).text();
+  return Number(m.match(/fathom_running_sequences (\d+)/)[1]);
+}
+
+// Reads an SSE response to its end; resolves to { text, chunks, done } (done: saw [DONE]).
+async function readAll(res) {
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let text = '', chunks = 0;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      chunks++;
+      text += dec.decode(value, { stream: true });
+    }
+  } catch (e) {
+    return { text, chunks, done: false, error: String(e) };
+  }
+  return { text, chunks, done: text.includes('data: [DONE]') };
+}
+
+function streamRequest(base, maxTokens) {
+  return fetch(base + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: [0, 5, 6, 7], max_tokens: maxTokens, ignore_eos: true, stream: true }) });
+}
+
+(async () => {
+  const { proc, port } = await startServer(fathom, ['--header-timeout', '2', '--max-connections', '16']);
+  const base = `http://127.0.0.1:${port}`;
+  try {
+    await check('a second server on the same port exits 2 with a clear message', async () => {
+      const p2 = spawn(fathom, ['serve', '--port', String(port)], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let err = '';
+      p2.stderr.on('data', (d) => { err += d; });
+      const code = await Promise.race([exitOf(p2), sleep(60000).then(() => 'timeout')]);
+      if (code === 'timeout') p2.kill('SIGKILL');
+      assert.equal(code, 2, err);
+      assert.ok(/in use/i.test(err), err);
+      // The first server still answers.
+      assert.equal((await fetch(base + '/health')).status, 200);
+    });
+
+    await check('404, 405 (with Allow) and 413 are JSON in the API\'s shape', async () => {
+      let r = await fetch(base + '/v1/nope');
+      assert.equal(r.status, 404);
+      let j = await r.json();
+      assert.equal(typeof j.error.message, 'string');
+      r = await fetch(base + '/v1/chat/completions');
+      assert.equal(r.status, 405);
+      assert.equal(r.headers.get('allow'), 'POST');
+      j = await r.json();
+      assert.equal(j.error.code, 'method_not_allowed');
+      r = await fetch(base + '/health', { method: 'POST', body: '{}' });
+      assert.equal(r.status, 405);
+      assert.equal(r.headers.get('allow'), 'GET');
+      r = await fetch(base + '/v1/messages', { method: 'GET' });
+      assert.equal(r.status, 405);
+      j = await r.json();
+      assert.equal(j.type, 'error');
+      assert.equal(typeof j.error.message, 'string');
+      const big = 'x'.repeat((32 << 20) + 10);
+      r = await fetch(base + '/v1/chat/completions', { method: 'POST', body: big,
+        headers: { 'Content-Type': 'application/json' } });
+      assert.equal(r.status, 413);
+      j = await r.json();
+      assert.ok(/larger than/.test(j.error.message), JSON.stringify(j));
+      r = await fetch(base + '/v1/messages', { method: 'POST', body: big });
+      assert.equal(r.status, 413);
+      j = await r.json();
+      assert.equal(j.type, 'error');
+      assert.equal(j.error.type, 'request_too_large');
+    });
+
+    await check('a client dribbling its headers is dropped at --header-timeout; /health stays fast', async () => {
+      const sock = net.connect(port, '127.0.0.1');
+      await new Promise((res, rej) => { sock.on('connect', res); sock.on('error', rej); });
+      const t0 = Date.now();
+      const closed = new Promise((res) => sock.on('close', () => res(Date.now() - t0)));
+      sock.on('error', () => {});
+      sock.write('GET /health HTTP/1.1\r\nHost: x\r\n');
+      let i = 0, closedAt = null;
+      closed.then((ms) => { closedAt = ms; });
+      const lat = [];
+      while (closedAt === null && Date.now() - t0 < 8000) {
+        if (i % 5 === 0 && !sock.destroyed) sock.write('X-Slow-' + i + ': 1\r\n');
+        i++;
+        const h0 = performance.now();
+        const r = await fetch(base + '/health');
+        assert.equal(r.status, 200);
+        await r.json();
+        lat.push(performance.now() - h0);
+        await sleep(100);
+      }
+      sock.destroy();
+      assert.ok(closedAt !== null, 'not dropped after 8 s');
+      assert.ok(closedAt >= 1500 && closedAt < 4000, 'dropped after ' + closedAt + ' ms');
+      const max = Math.max(...lat);
+      assert.ok(max < 100, '/health max ' + max.toFixed(1) + ' ms');
+      const m = await (await fetch(base + '/metrics')).text();
+      assert.ok(Number(m.match(/fathom_http_header_timeouts_total (\d+)/)[1]) >= 1);
+    });
+
+    await check('connections beyond --max-connections get a JSON 503', async () => {
+      const idle = [];
+      try {
+        for (let i = 0; i < 16; i++) {
+          const s = net.connect(port, '127.0.0.1');
+          s.on('error', () => {});
+          await new Promise((res) => s.on('connect', res));
+          idle.push(s);
+        }
+        await sleep(100);
+        const r = await rawRequest(port, 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n');
+        assert.ok(r.startsWith('HTTP/1.1 503'), r);
+        const j = JSON.parse(r.slice(r.indexOf('\r\n\r\n') + 4));
+        assert.ok(/connection limit/.test(j.error.message), JSON.stringify(j));
+      } finally {
+        for (const s of idle) s.destroy();
+      }
+      for (let i = 0; i < 50; i++) {
+        await sleep(20);
+        const r = await rawRequest(port, 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+        if (r.startsWith('HTTP/1.1 200')) return;
+      }
+      assert.fail('the server did not recover after the idle connections closed');
+    });
+
+    await check('a non-streaming client that disconnects frees its sequence within 1 s', async () => {
+      const ctl = new AbortController();
+      const pending = fetch(base + '/v1/completions', { method: 'POST', signal: ctl.signal,
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: [0, 5, 6], max_tokens: 1000000, ignore_eos: true }) }).catch(() => null);
+      let n = 0;
+      for (let i = 0; i < 100 && n === 0; i++) { await sleep(20); n = await running(base); }
+      assert.equal(n, 1, 'the request never ran');
+      ctl.abort();
+      await pending;
+      const t0 = Date.now();
+      while (Date.now() - t0 < 1000 && (n = await running(base)) !== 0) await sleep(20);
+      assert.equal(n, 0, 'still running 1 s after the disconnect');
+    });
+  } finally {
+    proc.kill('SIGTERM');
+    const code = await exitOf(proc);
+    if (code !== 0) { failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
+  }
+
+  await check('SIGTERM: an in-flight stream that fits --shutdown-timeout completes; new connections are refused', async () => {
+    const s = await startServer(fathom, ['--shutdown-timeout', '20']);
+    const b = `http://127.0.0.1:${s.port}`;
+    const r = await streamRequest(b, 200);
+    const reader = r.body.getReader();
+    await reader.read();  // the stream is under way
+    const t0 = Date.now();
+    s.proc.kill('SIGTERM');
+    await sleep(200);
+    const refused = await fetch(b + '/health').then(() => false, () => true);
+    const dec = new TextDecoder();
+    let text = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += dec.decode(value, { stream: true });
+    }
+    const code = await exitOf(s.proc);
+    assert.ok(text.includes('"finish_reason":"length"') && text.includes('data: [DONE]'), text.slice(-300));
+    assert.ok(/"completion_tokens":200/.test(text), text.slice(-300));
+    assert.ok(refused, 'a new connection was served while draining');
+    assert.equal(code, 0);
+    console.log('     drained in ' + (Date.now() - t0) + ' ms');
+  });
+
+  await check('SIGTERM with --shutdown-timeout 1: a long stream is cut and the process exits 0 promptly', async () => {
+    const s = await startServer(fathom, ['--shutdown-timeout', '1']);
+    const b = `http://127.0.0.1:${s.port}`;
+    const r = await streamRequest(b, 1000000);
+    const all = readAll(r);
+    await sleep(300);
+    const t0 = Date.now();
+    s.proc.kill('SIGTERM');
+    const code = await Promise.race([exitOf(s.proc), sleep(10000).then(() => 'timeout')]);
+    const took = Date.now() - t0;
+    if (code === 'timeout') s.proc.kill('SIGKILL');
+    const res = await all;
+    assert.equal(code, 0);
+    assert.ok(took < 4000, 'exit took ' + took + ' ms');
+    assert.ok(took >= 900, 'exit after ' + took + ' ms, before the deadline');
+    assert.ok(res.chunks > 1, 'no tokens streamed');
+    console.log('     exited ' + took + ' ms after SIGTERM; stream ended ' + (res.done ? 'with [DONE]' : 'cut'));
+  });
+
+  console.log(`serve http: ${failures} failures`);
+  process.exit(failures ? 1 : 0);
+})().catch((e) => { console.error(e); process.exit(1); });

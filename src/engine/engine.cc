@@ -177,8 +177,8 @@ void Engine::admit(Sequence& s) {
   }
   // A hit leaves the window and the speculative slots to compute (SWA bounded replay), or
   // at least one token with the exact side objects.
-  const int64_t limit =
-      opt_.swa_side_objects ? L - 1 : L - model_.config().window_size - opt_.speculative_slots;
+  const bool side = !opt_.swa_bounded_replay;
+  const int64_t limit = side ? L - 1 : L - model_.config().window_size - opt_.speculative_slots;
   std::vector<CacheEntry*> chain;
   for (size_t b = 0; b < s.block_hashes.size() && int64_t(b + 1) * B <= limit; ++b) {
     auto it = cache_.find(s.block_hashes[b]);
@@ -186,7 +186,7 @@ void Engine::admit(Sequence& s) {
     chain.push_back(it->second.get());
   }
   // With side objects, back off to the last block that has one.
-  while (opt_.swa_side_objects && !chain.empty() && !chain.back()->kv.swa) chain.pop_back();
+  while (side && !chain.empty() && !chain.back()->kv.swa) chain.pop_back();
   if (!chain.empty()) {
     std::vector<const model::KvBlock*> blocks;
     for (CacheEntry* e : chain) blocks.push_back(&e->kv);
@@ -221,7 +221,7 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
     if (p == cache_.end()) return;  // an orphan could never be reached
     up = p->second.get();
   }
-  auto kvb = model_.export_block(*s.state, B, opt_.swa_side_objects);
+  auto kvb = model_.export_block(*s.state, B, !opt_.swa_bounded_replay);
   if (!kvb.is_ok()) return;
   // A side object may not take pages the rest of the step was promised: without it the block
   // is still a valid chain link.

@@ -9,9 +9,10 @@
 // a chained XXH3 hash (previous block's hash, the block's ids, a tenant/model salt); a cached
 // block holds the pages of compressed KV and index keys its tokens added (shared, never
 // copied, never rewritten), not the sliding-window state. A hit resumes from the longest
-// chain of cached blocks (at most prompt - window - speculative slots tokens) and replays the
-// last window through the model to rebuild the windows (SWA bounded replay; exact instead when
-// swa_side_objects keeps each boundary's windows). Leaf blocks are evicted LRU when the pool
+// chain of cached blocks and, by default, restores the windows from the last block's side
+// object (exact). With swa_bounded_replay it keeps no side objects: a hit covers at most
+// prompt - window - speculative slots tokens and replays the last window through the model
+// to rebuild the windows (an approximation). Leaf blocks are evicted LRU when the pool
 // needs pages or the cache outgrows prefix_cache_bytes. Decoder-side bounded replay
 // (decoder_replay_keep > 0) is an approximation, off by default.
 //
@@ -52,9 +53,13 @@ struct EngineOptions {
   int64_t prefix_cache_bytes = int64_t(1) << 30;  // pages the prefix cache may hold
   int64_t prefix_block = 128;
   bool prefix_cache = true;
-  // Keep each cached boundary's sliding-window state too (about window x head_dim x layers
-  // floats per block) so a hit resumes exactly, without the replay.
-  bool swa_side_objects = false;
+  // By default each cached block keeps the sliding-window state at its end (a side object of
+  // about window x head_dim x layers floats), so a hit resumes exactly: the output of a hit
+  // equals the output of a cold run. A hit whose last block has no side object backs off to
+  // the last block that has one. swa_bounded_replay = true keeps no side objects and replays
+  // the last window instead (SWA bounded replay: cheaper, an approximation — a hit may change
+  // the output).
+  bool swa_bounded_replay = false;
   // Tokens a hit leaves to compute besides the window (DSpark's gamma + 1 verify slots).
   int64_t speculative_slots = 6;
   // Decoder-side SWA bounded replay: the layers after the last kv source prefill only the

@@ -1,8 +1,9 @@
 // The engine on the tiny golden checkpoint: greedy generation equals the argmax chain of the
 // model's own forward; a seeded request gives the same tokens alone and among 8 concurrent
 // different requests; a prefix-cache hit reports cached tokens, is exact with the window side
-// objects and replays the last window without them; a small KV pool still gives exact
-// answers (waiting, eviction, preemption); a cancelled request stops; bad requests are refused.
+// objects (the default) and replays the last window with swa_bounded_replay; a small KV pool still
+// gives exact answers (waiting, eviction, preemption); a cancelled request stops; bad requests are
+// refused.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -149,7 +150,6 @@ GenerationRequest greedy(std::vector<int32_t> p, int n) {
 TEST(Engine, PrefixHitWithWindowSideObjectsIsExact) {
   EngineOptions o;
   o.prefix_block = 16;  // the tiny model's window; several blocks in a 60-token prompt
-  o.swa_side_objects = true;
   Engine e(tiny(), o, -1);
   GenerationRequest r = greedy(prompt(60, 3), 8);
   StreamEvent first, second;
@@ -167,9 +167,10 @@ TEST(Engine, PrefixHitWithWindowSideObjectsIsExact) {
   EXPECT_EQ(third.cached_tokens, 0);
 }
 
-TEST(Engine, PrefixHitReplaysTheLastWindow) {
+TEST(Engine, PrefixHitWithBoundedReplayReplaysTheLastWindow) {
   EngineOptions o;
   o.prefix_block = 16;
+  o.swa_bounded_replay = true;
   Engine e(tiny(), o, -1);
   // 40 tokens: a hit may cover at most 40 - 16 (window) - 6 (speculative slots) = 18
   // tokens, so one block; its replay starts at 0 and is exact.
@@ -200,7 +201,6 @@ TEST(Engine, SmallPoolEvictsCachedBlocksAndPreemptsYetEveryAnswerIsExact) {
   auto probe = m.new_sequence(&probe_pool);
   EngineOptions o;
   o.prefix_block = 16;
-  o.swa_side_objects = true;  // resumes exact whatever the timing makes of the schedule
   o.kv_budget_bytes = 2 * m.pages_needed(*probe, 48 + 24) * m.page_bytes(8);
   Engine e(m, o, -1);
   std::vector<GenerationRequest> reqs;

@@ -14,42 +14,53 @@ namespace fathom::engine {
 
 using Clock = std::chrono::steady_clock;
 
+bool RequestStream::pop(StreamEvent* ev) {
+  if (count_ == 0) return false;
+  // A swap: the consumer's previous buffers go back to the slot for the next push.
+  std::swap(*ev, ring_[head_]);
+  head_ = (head_ + 1) % ring_.size();
+  --count_;
+  return true;
+}
+
 bool RequestStream::next(StreamEvent* ev, int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); }))
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return count_ > 0; }))
     return false;
-  *ev = std::move(events_.front());
-  events_.pop_front();
-  return true;
+  return pop(ev);
 }
 
 bool RequestStream::try_next(StreamEvent* ev) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (events_.empty()) return false;
-  *ev = std::move(events_.front());
-  events_.pop_front();
-  return true;
+  return pop(ev);
 }
 
 void RequestStream::set_waker(std::function<void()> waker) {
-  std::function<void()> now;
+  std::shared_ptr<const std::function<void()>> now;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    waker_ = std::move(waker);
-    if (!events_.empty()) now = waker_;
+    waker_ = waker ? std::make_shared<const std::function<void()>>(std::move(waker)) : nullptr;
+    if (count_ > 0) now = waker_;
   }
-  if (now) now();
+  if (now) (*now)();
 }
 
-void RequestStream::push(StreamEvent ev) {
-  std::function<void()> wake;
+void RequestStream::push(const StreamEvent& ev) {
+  std::shared_ptr<const std::function<void()>> wake;  // a counted copy: no allocation
   {
     std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::move(ev));
+    if (count_ == ring_.size()) {
+      std::vector<StreamEvent> bigger(std::max<size_t>(4, ring_.size() * 2));
+      for (size_t i = 0; i < count_; ++i) std::swap(bigger[i], ring_[(head_ + i) % ring_.size()]);
+      ring_.swap(bigger);
+      head_ = 0;
+    }
+    ring_[(head_ + count_) % ring_.size()] = ev;  // copies into the slot's buffers
+    ++count_;
     wake = waker_;
   }
   cv_.notify_all();
-  if (wake) wake();
+  if (wake) (*wake)();
 }
 
 // One request. `id`, `req`, `stream` and `submitted` are set at submit() and then only read;
@@ -67,6 +78,10 @@ struct Engine::Sequence {
   int64_t cached = 0;                  // prompt tokens served by the prefix cache
   int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)
   bool first_sent = false;
+  bool think_ended = false;  // think_end_id was generated
+  StreamEvent pending;       // the step's tokens not yet sent (buffers reused)
+  // submit_n: the other samples, forked from this one when its prefill completes.
+  std::vector<std::shared_ptr<Sequence>> siblings;
   bool done = false;                // finished; the executor forgets it
   int64_t resume_hint = 0;          // tokens it has to run when (re)admitted
   int64_t resume_hint_at_plan = 0;  // scheduler only: resume_hint when its admission was planned
@@ -111,7 +126,7 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
+Result<std::shared_ptr<Engine::Sequence>> Engine::make_sequence(GenerationRequest request) {
   if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
   for (int32_t t : request.prompt)
     if (t < 0 || t >= vocab_)
@@ -119,23 +134,76 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
   if (request.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
   for (int32_t t : request.forced_output)
     if (t < 0 || t >= vocab_) return invalid_argument("forced output id outside the vocabulary");
+  if (request.top_logprobs < -1 || request.top_logprobs > kMaxTopLogprobs)
+    return invalid_argument("top_logprobs must be between 0 and 20");
+  if (request.think_end_id < -1 || request.think_end_id >= vocab_)
+    return invalid_argument("think_end_id outside the vocabulary");
+  // The first sequence is always admitted; one whose prompt alone needs more pages than the
+  // pool has would fail after its admission anyway.
+  if (model_.pages_needed(*model_.new_sequence(pool_.get()), int64_t(request.prompt.size())) >
+      pool_->max_pages())
+    return Status(StatusCode::kResourceExhausted,
+                  "the prompt needs more KV than the engine's whole budget");
   auto s = std::make_shared<Sequence>();
   s->stream = std::make_shared<RequestStream>();
   s->submitted = Clock::now();
+  const size_t reserve = size_t(std::min<int64_t>(request.max_tokens, 4096));
+  s->all.reserve(request.prompt.size() + reserve);
   s->all = request.prompt;
+  s->generated.reserve(reserve);
   s->resume_hint = int64_t(request.prompt.size());
   s->req = std::move(request);
-  auto stream = s->stream;
+  return s;
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
+  auto r = submit_n(std::move(request), 1);
+  if (!r.is_ok()) return r.status();
+  return std::move((*r)[0]);
+}
+
+Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(GenerationRequest request,
+                                                                     int n) {
+  if (n < 1 || n > 128) return invalid_argument("n must be between 1 and 128");
+  std::vector<std::shared_ptr<Sequence>> seqs;
+  for (int i = 0; i < n; ++i) {
+    GenerationRequest r = i + 1 < n ? request : std::move(request);
+    if (n > 1) r.sample_index = i;
+    FATHOM_ASSIGN_OR_RETURN(auto s, make_sequence(std::move(r)));
+    seqs.push_back(std::move(s));
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& s : seqs) streams.push_back(s->stream);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Status(StatusCode::kResourceExhausted, "the engine is shutting down");
-    s->id = next_id_++;
-    if (!s->req.seeded) s->req.sampling.seed = std::random_device{}() ^ (uint64_t(s->id) << 32);
-    incoming_.push_back(std::move(s));
+    for (auto& s : seqs) {
+      s->id = next_id_++;
+      if (!s->req.seeded) s->req.sampling.seed = std::random_device{}() ^ (uint64_t(s->id) << 32);
+    }
+    seqs[0]->siblings.assign(seqs.begin() + 1, seqs.end());
+    if (stats_.waiting == 0 && stats_.running == 0 && incoming_.empty())
+      last_progress_ = Clock::now();  // idle until now: a stall counts from here
+    incoming_.push_back(std::move(seqs[0]));
     ++stats_.waiting;
   }
   cv_.notify_all();
-  return stream;
+  return streams;
+}
+
+int64_t Engine::context_length() const {
+  const model::ModelConfig& c = model_.config();
+  return c.rope_factor > 1 ? int64_t(double(c.original_seq_len) * c.rope_factor)
+                           : c.original_seq_len;
+}
+
+Engine::Health Engine::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Health h;
+  h.alive = !stop_;
+  if (stats_.waiting > 0 || stats_.running > 0 || !incoming_.empty())
+    h.stalled_seconds = std::chrono::duration<double>(Clock::now() - last_progress_).count();
+  return h;
 }
 
 EngineStats Engine::stats() const {
@@ -144,22 +212,47 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+void Engine::flush(Sequence& s) {
+  StreamEvent& ev = s.pending;
+  if (ev.tokens.empty() && !ev.finished) return;
+  s.stream->push(ev);
+  ev.tokens.clear();
+  ev.logprobs.clear();
+  ev.finished = false;
+  ev.cause = FinishCause::kNone;
+  ev.error = Status::ok();
+  ev.queue_seconds = ev.first_token_seconds = 0;
+}
+
 void Engine::finish(Sequence& s, FinishCause cause, Status error) {
-  StreamEvent ev;
+  StreamEvent& ev = s.pending;
   ev.finished = true;
   ev.cause = cause;
-  ev.error = std::move(error);
+  ev.error = error;
   ev.prompt_tokens = int64_t(s.req.prompt.size());
   ev.cached_tokens = s.cached;
   ev.completion_tokens = int64_t(s.generated.size());
+  bool stopping = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.prompt_tokens += ev.prompt_tokens;
     stats_.cached_tokens += ev.cached_tokens;
+    stopping = stop_;
   }
-  s.stream->push(std::move(ev));
+  flush(s);
   s.state.reset();
   s.done = true;
+  if (s.siblings.empty()) return;
+  std::vector<std::shared_ptr<Sequence>> sibs;
+  sibs.swap(s.siblings);
+  if (cause == FinishCause::kCancelled && !stopping && s.stream->cancelled()) {
+    // The client dropped this sample before the prompt was prefilled: the others go on, led
+    // by the next one (the executor hands it back to the queue).
+    sibs[0]->siblings.assign(sibs.begin() + 1, sibs.end());
+    orphans_.push_back(sibs[0]);
+    return;
+  }
+  for (auto& x : sibs) finish(*x, cause, error);
 }
 
 // Resumes from the longest chain of cached blocks the hit rule allows, else starts empty.
@@ -265,6 +358,42 @@ bool Engine::evict_one(bool must_free) {
   cache_bytes_ -= victim->kv.bytes;
   cache_.erase(victim->hash);
   return true;
+}
+
+void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
+                           std::vector<std::shared_ptr<Sequence>>& running,
+                           std::vector<Sequence*>& heads,
+                           std::vector<std::shared_ptr<Sequence>>& deferred) {
+  const size_t D = size_t(model_.config().dim);
+  std::vector<std::shared_ptr<Sequence>> sibs;
+  sibs.swap(s.siblings);
+  for (auto& sp : sibs) {
+    Sequence& x = *sp;
+    if (x.stream->cancelled()) {
+      finish(x, FinishCause::kCancelled);
+      continue;
+    }
+    // The fork may not take pages the rest of the step was promised.
+    const int64_t need = model_.pages_to_fork(*s.state);
+    while (pool_->available() - pages_promised < need && evict_one(true)) {
+    }
+    Result<std::unique_ptr<model::SequenceState>> forked =
+        Status(StatusCode::kResourceExhausted, "no pages");
+    if (pool_->available() - pages_promised >= need) forked = model_.fork(*s.state);
+    if (!forked.is_ok()) {
+      x.resume_hint = int64_t(x.all.size());  // runs on its own (the prefix cache may help)
+      deferred.push_back(sp);
+      continue;
+    }
+    x.state = std::move(*forked);
+    x.prefilled = s.prefilled;
+    x.cached = s.cached;
+    x.block_hashes = s.block_hashes;
+    x.cache_blocks = s.cache_blocks;
+    std::copy_n(&hidden_[row * D], D, &hidden_[heads.size() * D]);
+    heads.push_back(&x);
+    running.push_back(sp);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -456,6 +585,8 @@ void Engine::executor_loop() {
     hcv_.notify_all();
   }
   for (auto& s : running) finish(*s, FinishCause::kCancelled);
+  for (auto& s : orphans_) finish(*s, FinishCause::kCancelled);
+  orphans_.clear();
 }
 
 Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running) {
@@ -561,7 +692,10 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   // exactly what it gets alone), then the prefill chunks one at a time over the whole pool;
   // the head once for every sequence that needs logits.
   const int64_t D = model_.config().dim;
-  std::vector<float> hidden(work.size() * size_t(D));
+  size_t head_rows = work.size();  // every item completes at most one row, plus its siblings
+  for (const Work& w : work) head_rows += w.s->siblings.size();
+  if (hidden_.size() < head_rows * size_t(D)) hidden_.resize(head_rows * size_t(D));
+  float* hidden = hidden_.data();
   std::vector<size_t> decodes;
   for (size_t i = 0; i < work.size(); ++i)
     if (work[i].n == 1 && work[i].s->prefilled + 1 == int64_t(work[i].s->all.size()))
@@ -609,10 +743,13 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     if (cache_on_ && s.prefilled % B == 0 && s.prefilled <= int64_t(s.req.prompt.size()) &&
         s.prefilled / B <= int64_t(s.block_hashes.size()))
       cache_insert(s, promised);
+    if (completes && !s.siblings.empty())
+      fork_siblings(s, heads.size() - 1, promised, running, heads, out.deferred);
   }
   const Clock::time_point t_body = Clock::now();
-  std::vector<float> logits(heads.size() * size_t(vocab_));
-  if (!heads.empty()) model_.head_logits(hidden.data(), int64_t(heads.size()), logits.data());
+  // The head's rows: the buffer grows to the largest step and is then reused as it is.
+  if (logits_.size() < heads.size() * size_t(vocab_)) logits_.resize(heads.size() * size_t(vocab_));
+  if (!heads.empty()) model_.head_logits(hidden, int64_t(heads.size()), logits_.data());
   const Clock::time_point t_head = Clock::now();
   double sample_s = 0;
   // Sample, stream, stop.
@@ -620,18 +757,36 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   for (size_t i = 0; i < heads.size(); ++i) {
     Sequence& s = *heads[i];
     if (s.stream->cancelled()) continue;
+    const int64_t g = int64_t(s.generated.size());
+    if (s.req.inject_error_after >= 0 && g >= s.req.inject_error_after) {
+      finish(s, FinishCause::kError,
+             internal_error("injected error after " + std::to_string(g) + " tokens"));
+      continue;
+    }
+    const float* row = &logits_[i * size_t(vocab_)];
     const Clock::time_point ts = Clock::now();
-    const int32_t tok =
-        s.generated.size() < s.req.forced_output.size()
-            ? s.req.forced_output[s.generated.size()]
-            : sample_token(&logits[i * size_t(vocab_)], vocab_, s.req.sampling, s.req.prompt,
-                           s.generated, s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), sampler_);
+    int32_t tok = 0;
+    if (g < int64_t(s.req.forced_output.size()))
+      tok = s.req.forced_output[size_t(g)];
+    else if (s.req.think_end_id >= 0 && s.req.reasoning_budget >= 0 && !s.think_ended &&
+             g >= s.req.reasoning_budget)
+      tok = s.req.think_end_id;  // the reasoning budget is spent
+    else
+      tok = sample_token(row, vocab_, s.req.sampling, s.req.prompt, s.generated,
+                         s.req.seeded ? uint64_t(s.req.sample_index) : s.id, uint64_t(s.all.size()),
+                         sampler_);
+    StreamEvent& ev = s.pending;
+    if (s.req.top_logprobs >= 0) {
+      ev.logprobs.emplace_back();
+      token_logprob(row, vocab_, s.req.sampling, s.req.prompt, s.generated, tok, s.req.top_logprobs,
+                    sampler_, &ev.logprobs.back());
+    }
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
+    if (tok == s.req.think_end_id) s.think_ended = true;
     s.generated.push_back(tok);
     s.all.push_back(tok);
     ++generated;
-    StreamEvent ev;
-    ev.tokens = {tok};
+    ev.tokens.push_back(tok);
     ev.prompt_tokens = int64_t(s.req.prompt.size());
     ev.cached_tokens = s.cached;
     ev.completion_tokens = int64_t(s.generated.size());
@@ -639,7 +794,6 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       s.first_sent = true;
       ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     }
-    s.stream->push(std::move(ev));
     FinishCause cause = FinishCause::kNone;
     if (tok == eos_ && !s.req.ignore_eos)
       cause = FinishCause::kEos;
@@ -647,9 +801,10 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       cause = FinishCause::kStopToken;
     else if (int64_t(s.generated.size()) >= s.req.max_tokens)
       cause = FinishCause::kLength;
-    if (cause != FinishCause::kNone) {
-      finish(s, cause);
-    }
+    if (cause != FinishCause::kNone)
+      finish(s, cause);  // one event: the token and the end
+    else
+      flush(s);
   }
   int64_t finished = 0;
   for (auto& s : running)
@@ -661,6 +816,12 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
                 running.end());
   for (auto& s : running)
     out.running.push_back({s, int64_t(s->all.size()) - s->prefilled, s->prefilled});
+  // Samples whose leader was cancelled before the fork go back to the queue.
+  for (auto& s : orphans_) {
+    s->resume_hint = int64_t(s->all.size());
+    out.deferred.push_back(std::move(s));
+  }
+  orphans_.clear();
   const kv::PoolStats ps = pool_->stats();
   out.free_pages = pool_->available() + cache_bytes_ / pool_->page_bytes();
   auto secs = [](Clock::time_point a, Clock::time_point b) {
@@ -679,6 +840,8 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   stats_.batch_size_last = batch;
   stats_.kv_bytes = ps.pages_in_use * ps.page_bytes;
   stats_.kv_pages_used = ps.pages_in_use;
+  stats_.kv_pages_peak = std::max(stats_.kv_pages_peak, ps.pages_in_use);
+  last_progress_ = t_end;
   stats_.replayed_tokens += replayed;
   stats_.prefix_cache_bytes = cache_bytes_;
   stats_.prefix_blocks = int64_t(cache_.size());

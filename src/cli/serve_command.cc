@@ -19,6 +19,7 @@
 #include "model/mkmodel.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
+#include "runner/v41_runner.h"
 #include "serve/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -114,7 +115,8 @@ int run_serve(const ServeArgs& a) {
   eo.swa_bounded_replay = a.swa_bounded_replay;
   eo.decoder_replay_keep = a.decoder_keep;
   eo.async_scheduling = !a.no_async;
-  engine::Engine eng(**m, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
+  runner::V41Runner model_runner(**m);
+  engine::Engine eng(model_runner, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
   so.host = a.host;
   so.port = a.port;

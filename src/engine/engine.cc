@@ -8,8 +8,6 @@
 #include <numeric>
 #include <random>
 
-#include "model/v41.h"
-
 namespace fathom::engine {
 
 using Clock = std::chrono::steady_clock;
@@ -70,7 +68,7 @@ struct Engine::Sequence {
   uint64_t id = 0;
   GenerationRequest req;
   std::shared_ptr<RequestStream> stream;
-  std::unique_ptr<model::SequenceState> state;
+  std::unique_ptr<RunnerSequence> state;
   std::vector<int32_t> all;  // prompt + generated
   std::vector<int32_t> generated;
   std::vector<uint64_t> block_hashes;  // chained hash after each full prompt block
@@ -92,19 +90,17 @@ struct Engine::CacheEntry {
   uint64_t hash = 0, parent = 0;
   int64_t block = 0;  // 1-based index in its chain
   int64_t last_used = 0, children = 0;
-  model::KvBlock kv;
+  std::unique_ptr<CachedBlock> kv;
 };
 
-Engine::Engine(const model::V41Model& model, EngineOptions options, int32_t eos_id)
-    : model_(model), opt_(options), eos_(eos_id), vocab_(model.config().vocab_size) {
-  // Pages hold whole prefix blocks of every kv source: entries per page = block / lcm(ratios).
-  const model::ModelConfig& c = model.config();
-  int64_t ratios = 1;
-  for (int64_t l : c.kv_source_layers) ratios = std::lcm(ratios, c.compress_ratios[size_t(l)]);
+Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
+    : runner_(runner), opt_(options), eos_(eos_id), vocab_(runner.vocab_size()) {
+  // Pages hold whole prefix blocks of every kv source: entries per page = block / alignment.
+  const int64_t ratios = runner.block_alignment();
   const int64_t B = opt_.prefix_block;
   cache_on_ = opt_.prefix_cache && B > 0 && B % ratios == 0;
   const int64_t entries = cache_on_ ? B / ratios : 64;
-  const int64_t page = model.page_bytes(entries);
+  const int64_t page = runner.page_bytes(entries);
   pool_ = std::make_unique<kv::PagePool>(page, std::max<int64_t>(1, opt_.kv_budget_bytes / page));
   stats_.kv_budget_bytes = pool_->max_pages() * pool_->page_bytes();
   stats_.kv_pages_total = pool_->max_pages();
@@ -140,7 +136,7 @@ Result<std::shared_ptr<Engine::Sequence>> Engine::make_sequence(GenerationReques
     return invalid_argument("think_end_id outside the vocabulary");
   // The first sequence is always admitted; one whose prompt alone needs more pages than the
   // pool has would fail after its admission anyway.
-  if (model_.pages_needed(*model_.new_sequence(pool_.get()), int64_t(request.prompt.size())) >
+  if (runner_.pages_needed(*runner_.new_sequence(pool_.get()), int64_t(request.prompt.size())) >
       pool_->max_pages())
     return Status(StatusCode::kResourceExhausted,
                   "the prompt needs more KV than the engine's whole budget");
@@ -191,11 +187,7 @@ Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(GenerationR
   return streams;
 }
 
-int64_t Engine::context_length() const {
-  const model::ModelConfig& c = model_.config();
-  return c.rope_factor > 1 ? int64_t(double(c.original_seq_len) * c.rope_factor)
-                           : c.original_seq_len;
-}
+int64_t Engine::context_length() const { return runner_.context_length(); }
 
 Engine::Health Engine::health() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -257,7 +249,7 @@ void Engine::finish(Sequence& s, FinishCause cause, Status error) {
 
 // Resumes from the longest chain of cached blocks the hit rule allows, else starts empty.
 void Engine::admit(Sequence& s) {
-  s.state = model_.new_sequence(pool_.get());
+  s.state = runner_.new_sequence(pool_.get());
   s.prefilled = 0;
   s.cache_blocks = 0;
   const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
@@ -271,7 +263,7 @@ void Engine::admit(Sequence& s) {
   // A hit leaves the window and the speculative slots to compute (SWA bounded replay), or
   // at least one token with the exact side objects.
   const bool side = !opt_.swa_bounded_replay;
-  const int64_t limit = side ? L - 1 : L - model_.config().window_size - opt_.speculative_slots;
+  const int64_t limit = side ? L - 1 : L - runner_.window_size() - opt_.speculative_slots;
   std::vector<CacheEntry*> chain;
   for (size_t b = 0; b < s.block_hashes.size() && int64_t(b + 1) * B <= limit; ++b) {
     auto it = cache_.find(s.block_hashes[b]);
@@ -279,15 +271,15 @@ void Engine::admit(Sequence& s) {
     chain.push_back(it->second.get());
   }
   // With side objects, back off to the last block that has one.
-  while (side && !chain.empty() && !chain.back()->kv.swa) chain.pop_back();
+  while (side && !chain.empty() && !chain.back()->kv->has_side_object()) chain.pop_back();
   if (!chain.empty()) {
-    std::vector<const model::KvBlock*> blocks;
-    for (CacheEntry* e : chain) blocks.push_back(&e->kv);
+    std::vector<const CachedBlock*> blocks;
+    for (CacheEntry* e : chain) blocks.push_back(e->kv.get());
     const int64_t P = int64_t(chain.size()) * B;
-    auto resumed = model_.resume(blocks, B, std::span(s.all).first(size_t(P)), pool_.get());
+    auto resumed = runner_.resume(blocks, B, std::span(s.all).first(size_t(P)), pool_.get());
     if (resumed.is_ok()) {
       s.state = std::move(*resumed);
-      s.prefilled = model::sequence_position(*s.state);
+      s.prefilled = runner_.position(*s.state);
       s.cache_blocks = int64_t(chain.size());
       if (s.cached == 0) s.cached = P;
       // Newest last: a chain's ancestors are never older than its tail.
@@ -295,7 +287,7 @@ void Engine::admit(Sequence& s) {
     }
   }
   if (opt_.decoder_replay_keep > 0)
-    model::set_decoder_tail_start(*s.state, L - opt_.decoder_replay_keep);
+    runner_.set_decoder_tail_start(*s.state, L - opt_.decoder_replay_keep);
 }
 
 void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
@@ -314,14 +306,11 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
     if (p == cache_.end()) return;  // an orphan could never be reached
     up = p->second.get();
   }
-  auto kvb = model_.export_block(*s.state, B, !opt_.swa_bounded_replay);
+  auto kvb = runner_.export_block(*s.state, B, !opt_.swa_bounded_replay);
   if (!kvb.is_ok()) return;
   // A side object may not take pages the rest of the step was promised: without it the block
   // is still a valid chain link.
-  if (kvb->swa && pool_->available() < pages_promised) {
-    kvb->bytes -= model::sequence_bytes(*kvb->swa);
-    kvb->swa.reset();
-  }
+  if ((*kvb)->has_side_object() && pool_->available() < pages_promised) (*kvb)->drop_side_object();
   auto e = std::make_unique<CacheEntry>();
   e->hash = hash;
   e->parent = parent;
@@ -332,7 +321,7 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
     ++up->children;
     up->last_used = ++cache_clock_;
   }
-  cache_bytes_ += e->kv.bytes;
+  cache_bytes_ += e->kv->bytes();
   cache_.emplace(hash, std::move(e));
   while (cache_bytes_ > opt_.prefix_cache_bytes && evict_one(false)) {
   }
@@ -342,12 +331,7 @@ bool Engine::evict_one(bool must_free) {
   CacheEntry* victim = nullptr;
   for (auto& [h, e] : cache_) {
     if (e->children > 0) continue;
-    if (must_free) {
-      bool exclusive = false;
-      for (const auto& pages : e->kv.pages)
-        if (!pages.empty() && pages.front().use_count() == 1) exclusive = true;
-      if (!exclusive && !e->kv.swa) continue;
-    }
+    if (must_free && !e->kv->frees_pages()) continue;
     if (!victim || e->last_used < victim->last_used) victim = e.get();
   }
   if (!victim) return false;
@@ -355,7 +339,7 @@ bool Engine::evict_one(bool must_free) {
     auto p = cache_.find(victim->parent);
     if (p != cache_.end()) --p->second->children;
   }
-  cache_bytes_ -= victim->kv.bytes;
+  cache_bytes_ -= victim->kv->bytes();
   cache_.erase(victim->hash);
   return true;
 }
@@ -364,7 +348,7 @@ void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
                            std::vector<std::shared_ptr<Sequence>>& running,
                            std::vector<Sequence*>& heads,
                            std::vector<std::shared_ptr<Sequence>>& deferred) {
-  const size_t D = size_t(model_.config().dim);
+  const size_t D = size_t(runner_.hidden_size());
   std::vector<std::shared_ptr<Sequence>> sibs;
   sibs.swap(s.siblings);
   for (auto& sp : sibs) {
@@ -374,12 +358,12 @@ void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
       continue;
     }
     // The fork may not take pages the rest of the step was promised.
-    const int64_t need = model_.pages_to_fork(*s.state);
+    const int64_t need = runner_.pages_to_fork(*s.state);
     while (pool_->available() - pages_promised < need && evict_one(true)) {
     }
-    Result<std::unique_ptr<model::SequenceState>> forked =
+    Result<std::unique_ptr<RunnerSequence>> forked =
         Status(StatusCode::kResourceExhausted, "no pages");
-    if (pool_->available() - pages_promised >= need) forked = model_.fork(*s.state);
+    if (pool_->available() - pages_promised >= need) forked = runner_.fork(*s.state);
     if (!forked.is_ok()) {
       x.resume_hint = int64_t(x.all.size());  // runs on its own (the prefix cache may help)
       deferred.push_back(sp);
@@ -519,8 +503,8 @@ Engine::Plan Engine::make_plan(const std::vector<Report>& view,
   while (!waiting.empty() && running < opt_.max_running && budget > 0) {
     const auto& s = waiting.front();
     const int64_t left = std::max<int64_t>(1, s->resume_hint);
-    auto fresh = model_.new_sequence(pool_.get());
-    const int64_t need = model_.pages_needed(*fresh, std::min(left, budget));
+    auto fresh = runner_.new_sequence(pool_.get());
+    const int64_t need = runner_.pages_needed(*fresh, std::min(left, budget));
     if (running > 0 && need > room) break;
     room -= need;
     const int64_t n = std::min(left, budget);
@@ -617,7 +601,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     if (fits) {
       admit(s);
       const int64_t need =
-          model_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
+          runner_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
       while (pool_->available() < need && evict_one(true)) {
       }
       fits = running.empty() || pool_->available() >= need;
@@ -661,7 +645,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     needs.clear();
     promised = 0;
     for (const Work& w : work) {
-      needs.push_back(model_.pages_needed(*w.s->state, w.n));
+      needs.push_back(runner_.pages_needed(*w.s->state, w.n));
       promised += needs.back();
     }
     if (promised <= pool_->available()) break;
@@ -691,7 +675,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   // Bodies: the decoding sequences side by side, one per thread (forward_each gives each
   // exactly what it gets alone), then the prefill chunks one at a time over the whole pool;
   // the head once for every sequence that needs logits.
-  const int64_t D = model_.config().dim;
+  const int64_t D = runner_.hidden_size();
   size_t head_rows = work.size();  // every item completes at most one row, plus its siblings
   for (const Work& w : work) head_rows += w.s->siblings.size();
   if (hidden_.size() < head_rows * size_t(D)) hidden_.resize(head_rows * size_t(D));
@@ -703,7 +687,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   std::vector<Status> decoded;
   std::vector<float> decoded_hidden;
   if (decodes.size() >= 2) {
-    std::vector<model::SequenceState*> states;
+    std::vector<RunnerSequence*> states;
     std::vector<std::span<const int32_t>> chunks;
     for (size_t i : decodes) {
       Sequence& s = *work[i].s;
@@ -711,7 +695,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       chunks.push_back(std::span(s.all).subspan(size_t(s.prefilled), 1));
     }
     decoded_hidden.resize(decodes.size() * size_t(D));
-    decoded = model_.forward_each(states, chunks, decoded_hidden.data());
+    decoded = runner_.forward_each(states, chunks, decoded_hidden.data());
   }
   std::vector<Sequence*> heads;
   size_t next_decoded = 0;
@@ -726,9 +710,8 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       std::copy_n(&decoded_hidden[next_decoded * size_t(D)], D, &hidden[heads.size() * size_t(D)]);
       ++next_decoded;
     } else {
-      st = model_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
-                          nullptr, nullptr, false,
-                          completes ? &hidden[heads.size() * size_t(D)] : nullptr);
+      st = runner_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
+                           completes ? &hidden[heads.size() * size_t(D)] : nullptr);
     }
     if (st.is_ok() && completes) heads.push_back(&s);
     step_tokens += w.n;
@@ -749,7 +732,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   const Clock::time_point t_body = Clock::now();
   // The head's rows: the buffer grows to the largest step and is then reused as it is.
   if (logits_.size() < heads.size() * size_t(vocab_)) logits_.resize(heads.size() * size_t(vocab_));
-  if (!heads.empty()) model_.head_logits(hidden, int64_t(heads.size()), logits_.data());
+  if (!heads.empty()) runner_.head_logits(hidden, int64_t(heads.size()), logits_.data());
   const Clock::time_point t_head = Clock::now();
   double sample_s = 0;
   // Sample, stream, stop.

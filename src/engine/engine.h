@@ -38,12 +38,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "kv/page_pool.h"
-
-namespace fathom::model {
-class V41Model;
-}
 
 namespace fathom::engine {
 
@@ -155,7 +152,8 @@ struct EngineStats {
 
 class Engine {
  public:
-  Engine(const model::V41Model& model, EngineOptions options, int32_t eos_id);
+  // `runner` (the model) must outlive the engine. `eos_id` < 0: no EOS.
+  Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -236,7 +234,7 @@ class Engine {
                      std::vector<std::shared_ptr<Sequence>>& deferred);
   Result<std::shared_ptr<Sequence>> make_sequence(GenerationRequest request);
 
-  const model::V41Model& model_;
+  const ModelRunner& runner_;
   EngineOptions opt_;
   int32_t eos_;
   int64_t vocab_;

@@ -15,6 +15,7 @@
 
 #include "engine/engine.h"
 #include "model/v41.h"
+#include "runner/v41_runner.h"
 
 namespace fathom::engine {
 namespace {
@@ -28,6 +29,12 @@ const model::V41Model& tiny() {
     return std::move(*r);
   }();
   return *m;
+}
+
+// The engine's view of tiny().
+const ModelRunner& runner() {
+  static runner::V41Runner r(tiny());
+  return r;
 }
 
 std::vector<int32_t> drain(RequestStream& s, StreamEvent* last) {
@@ -62,7 +69,7 @@ TEST(Engine, GreedyEqualsTheModelsArgmaxChain) {
     want.push_back(t);
     ASSERT_TRUE(m.forward(*st, std::span(&want.back(), 1), logits.data(), nullptr, false).is_ok());
   }
-  Engine e(m, EngineOptions{}, -1);
+  Engine e(runner(), EngineOptions{}, -1);
   GenerationRequest r;
   r.prompt = p;
   r.sampling.temperature = 0;
@@ -76,7 +83,6 @@ TEST(Engine, GreedyEqualsTheModelsArgmaxChain) {
 }
 
 TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
-  const auto& m = tiny();
   GenerationRequest r;
   r.prompt = prompt(30, 2);
   r.sampling.temperature = 1.0f;
@@ -86,7 +92,7 @@ TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
   r.ignore_eos = true;
   std::vector<int32_t> alone;
   {
-    Engine e(m, EngineOptions{}, 1);
+    Engine e(runner(), EngineOptions{}, 1);
     auto s = e.submit(r);
     ASSERT_TRUE(s.is_ok());
     StreamEvent last;
@@ -95,7 +101,7 @@ TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
   ASSERT_EQ(alone.size(), 16u);
   EngineOptions small_steps;
   small_steps.max_step_tokens = 24;  // forces chunked prefill interleaved with decode
-  Engine e(m, small_steps, 1);
+  Engine e(runner(), small_steps, 1);
   std::vector<std::shared_ptr<RequestStream>> others;
   for (int i = 0; i < 8; ++i) {
     GenerationRequest o;
@@ -153,7 +159,7 @@ GenerationRequest greedy(std::vector<int32_t> p, int n) {
 TEST(Engine, PrefixHitWithWindowSideObjectsIsExact) {
   EngineOptions o;
   o.prefix_block = 16;  // the tiny model's window; several blocks in a 60-token prompt
-  Engine e(tiny(), o, -1);
+  Engine e(runner(), o, -1);
   GenerationRequest r = greedy(prompt(60, 3), 8);
   StreamEvent first, second;
   auto a = drain(**e.submit(r), &first);
@@ -174,7 +180,7 @@ TEST(Engine, PrefixHitWithBoundedReplayReplaysTheLastWindow) {
   EngineOptions o;
   o.prefix_block = 16;
   o.swa_bounded_replay = true;
-  Engine e(tiny(), o, -1);
+  Engine e(runner(), o, -1);
   // 40 tokens: a hit may cover at most 40 - 16 (window) - 6 (speculative slots) = 18
   // tokens, so one block; its replay starts at 0 and is exact.
   GenerationRequest r = greedy(prompt(40, 5), 8);
@@ -205,7 +211,7 @@ TEST(Engine, SmallPoolEvictsCachedBlocksAndPreemptsYetEveryAnswerIsExact) {
   EngineOptions o;
   o.prefix_block = 16;
   o.kv_budget_bytes = 2 * m.pages_needed(*probe, 48 + 24) * m.page_bytes(8);
-  Engine e(m, o, -1);
+  Engine e(runner(), o, -1);
   std::vector<GenerationRequest> reqs;
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 6; ++i) {
@@ -236,7 +242,7 @@ TEST(Engine, ConcurrentGreedyRequestsAreExactWithAndWithoutAsyncScheduling) {
     EngineOptions o;
     o.async_scheduling = async;
     o.max_step_tokens = 32;  // prefill spreads over several steps, beside decodes
-    Engine e(tiny(), o, -1);
+    Engine e(runner(), o, -1);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& r : reqs) streams.push_back(*e.submit(r));
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -255,7 +261,7 @@ TEST(Engine, DecoderReplayWithATailCoveringTheDecodersReachIsExact) {
   EngineOptions o;
   o.decoder_replay_keep = 64;
   o.max_step_tokens = 40;  // the prefill crosses the tail start inside a chunk
-  Engine e(tiny(), o, -1);
+  Engine e(runner(), o, -1);
   GenerationRequest r = greedy(prompt(100, 7), 10);
   StreamEvent last;
   EXPECT_EQ(drain(**e.submit(r), &last), argmax_chain(r.prompt, 10));
@@ -275,7 +281,7 @@ TEST(Engine, CancellationsAtEveryStageLeaveNothingBehind) {
     o.async_scheduling = async;
     o.max_step_tokens = 24;
     o.kv_budget_bytes = 3 * m.pages_needed(*probe, 90) * m.page_bytes(8);
-    Engine e(m, o, -1);
+    Engine e(runner(), o, -1);
     std::vector<GenerationRequest> reqs;
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < 12; ++i) {
@@ -306,8 +312,7 @@ TEST(Engine, CancellationsAtEveryStageLeaveNothingBehind) {
 }
 
 TEST(Engine, CancelStopsAndBadRequestsAreRefused) {
-  const auto& m = tiny();
-  Engine e(m, EngineOptions{}, -1);
+  Engine e(runner(), EngineOptions{}, -1);
   GenerationRequest r;
   r.prompt = prompt(20, 4);
   r.max_tokens = 100000;
@@ -379,7 +384,7 @@ std::vector<int32_t> model_chain(const GenerationRequest& r) {
 
 std::vector<int32_t> run_alone(const EngineOptions& o, const GenerationRequest& r,
                                StreamEvent* last) {
-  Engine e(tiny(), o, -1);
+  Engine e(runner(), o, -1);
   auto s = e.submit(r);
   EXPECT_TRUE(s.is_ok());
   if (!s.is_ok()) return {};
@@ -391,7 +396,7 @@ TEST(EngineExact, ColdAndWarmPrefixCacheGiveTheModelsChain) {
     GenerationRequest r =
         request(prompt(kLongPrompt, 21), 10, seeded ? seeded_t1() : SamplingParams{}, seeded);
     if (!seeded) r.sampling.temperature = 0;
-    Engine e(tiny(), EngineOptions{}, -1);
+    Engine e(runner(), EngineOptions{}, -1);
     StreamEvent cold, warm;
     auto a = drain(**e.submit(r), &cold);
     auto b = drain(**e.submit(r), &warm);
@@ -410,7 +415,7 @@ TEST(EngineExact, AloneAndAmongEightConcurrentRequestsGiveTheModelsChain) {
     if (!seeded) r.sampling.temperature = 0;
     StreamEvent last;
     const std::vector<int32_t> alone = run_alone(EngineOptions{}, r, &last);
-    Engine e(tiny(), EngineOptions{}, -1);
+    Engine e(runner(), EngineOptions{}, -1);
     std::vector<std::shared_ptr<RequestStream>> others;
     std::shared_ptr<RequestStream> mine;
     for (int i = 0; i < 8; ++i) {
@@ -453,7 +458,7 @@ TEST(EngineExact, AsyncAndSyncSchedulingGiveTheModelsChain) {
     for (bool async : {true, false}) {
       EngineOptions o;
       o.async_scheduling = async;
-      Engine e(tiny(), o, -1);
+      Engine e(runner(), o, -1);
       // A second request alongside, so that plans made ahead meet a changing batch.
       auto other = *e.submit(request(prompt(300, 25), 20, seeded_t1(), true));
       StreamEvent last;
@@ -472,7 +477,7 @@ TEST(EngineExact, SubmitNForksSamplesThatEqualEachSampleAloneAndSharePages) {
   std::vector<std::vector<int32_t>> got;
   int64_t peak_n = 0;
   {
-    Engine e(tiny(), o, -1);
+    Engine e(runner(), o, -1);
     auto streams = e.submit_n(r, 4);
     ASSERT_TRUE(streams.is_ok());
     ASSERT_EQ(streams->size(), 4u);
@@ -488,7 +493,7 @@ TEST(EngineExact, SubmitNForksSamplesThatEqualEachSampleAloneAndSharePages) {
   for (int i = 0; i < 4; ++i) {
     GenerationRequest alone = r;
     alone.sample_index = i;
-    Engine e(tiny(), o, -1);
+    Engine e(runner(), o, -1);
     StreamEvent last;
     EXPECT_EQ(drain(**e.submit(alone), &last), got[size_t(i)]) << "sample " << i;
     EXPECT_EQ(got[size_t(i)], model_chain(alone)) << "sample " << i;
@@ -505,7 +510,7 @@ TEST(EngineApi, LogprobsAtTemperatureZeroAreTheLogSoftmaxOfTheModelsLogits) {
   const auto& m = tiny();
   GenerationRequest r = greedy(prompt(50, 27), 5);
   r.top_logprobs = 5;
-  Engine e(m, EngineOptions{}, -1);
+  Engine e(runner(), EngineOptions{}, -1);
   auto s = *e.submit(r);
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> lps;
@@ -550,7 +555,7 @@ TEST(EngineApi, ReasoningBudgetForcesTheThinkEndId) {
   while (std::find(chain.begin(), chain.end(), end) != chain.end()) ++end;
   r.think_end_id = end;
   r.reasoning_budget = 3;
-  Engine e(tiny(), EngineOptions{}, -1);
+  Engine e(runner(), EngineOptions{}, -1);
   StreamEvent last;
   std::vector<int32_t> got = drain(**e.submit(r), &last);
   ASSERT_EQ(got.size(), 8u);
@@ -569,7 +574,7 @@ TEST(EngineApi, ReasoningBudgetForcesTheThinkEndId) {
 }
 
 TEST(EngineApi, InjectedErrorsEndWithAnErrorEvent) {
-  Engine e(tiny(), EngineOptions{}, -1);
+  Engine e(runner(), EngineOptions{}, -1);
   for (int64_t after : {0, 3}) {
     GenerationRequest r = greedy(prompt(30, 29), 10);
     r.inject_error_after = after;
@@ -593,7 +598,7 @@ TEST(EngineApi, APromptThePoolCanNeverHoldIsRefusedAndGrowthPastItIsAnErrorEvent
   auto probe = m.new_sequence(&probe_pool);
   EngineOptions o;
   o.kv_budget_bytes = m.pages_needed(*probe, 200) * m.page_bytes(64);
-  Engine e(m, o, -1);
+  Engine e(runner(), o, -1);
   auto too_big = e.submit(greedy(prompt(kLongPrompt, 30), 4));
   ASSERT_FALSE(too_big.is_ok());
   EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted);
@@ -606,7 +611,7 @@ TEST(EngineApi, APromptThePoolCanNeverHoldIsRefusedAndGrowthPastItIsAnErrorEvent
 }
 
 TEST(EngineApi, HealthAndContextLength) {
-  Engine e(tiny(), EngineOptions{}, -1);
+  Engine e(runner(), EngineOptions{}, -1);
   Engine::Health h = e.health();
   EXPECT_TRUE(h.alive);
   EXPECT_EQ(h.stalled_seconds, 0);

@@ -1,7 +1,5 @@
 #include "engine/engine.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -84,13 +82,6 @@ struct Engine::Sequence {
   int64_t resume_hint = 0;          // tokens it has to run when (re)admitted
   int64_t resume_hint_at_plan = 0;  // scheduler only: resume_hint when its admission was planned
   Clock::time_point submitted;
-};
-
-struct Engine::CacheEntry {
-  uint64_t hash = 0, parent = 0;
-  int64_t block = 0;  // 1-based index in its chain
-  int64_t last_used = 0, children = 0;
-  std::unique_ptr<CachedBlock> kv;
 };
 
 Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
@@ -253,37 +244,22 @@ void Engine::admit(Sequence& s) {
   s.prefilled = 0;
   s.cache_blocks = 0;
   const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
-  if (cache_on_ && s.block_hashes.empty()) {
-    uint64_t h = s.req.cache_salt;
-    for (int64_t b = 0; (b + 1) * B <= int64_t(s.req.prompt.size()); ++b) {
-      h = XXH3_64bits_withSeed(&s.req.prompt[size_t(b * B)], size_t(B) * sizeof(int32_t), h);
-      s.block_hashes.push_back(h);
-    }
-  }
+  if (cache_on_ && s.block_hashes.empty())
+    s.block_hashes = kv::prefix_block_hashes(s.req.prompt, B, s.req.cache_salt);
   // A hit leaves the window and the speculative slots to compute (SWA bounded replay), or
   // at least one token with the exact side objects.
   const bool side = !opt_.swa_bounded_replay;
   const int64_t limit = side ? L - 1 : L - runner_.window_size() - opt_.speculative_slots;
-  std::vector<CacheEntry*> chain;
-  for (size_t b = 0; b < s.block_hashes.size() && int64_t(b + 1) * B <= limit; ++b) {
-    auto it = cache_.find(s.block_hashes[b]);
-    if (it == cache_.end() || it->second->block != int64_t(b + 1)) break;
-    chain.push_back(it->second.get());
-  }
-  // With side objects, back off to the last block that has one.
-  while (side && !chain.empty() && !chain.back()->kv->has_side_object()) chain.pop_back();
+  const std::vector<const CachedBlock*> chain =
+      cache_.match(s.block_hashes, std::max<int64_t>(0, limit) / B, side);
   if (!chain.empty()) {
-    std::vector<const CachedBlock*> blocks;
-    for (CacheEntry* e : chain) blocks.push_back(e->kv.get());
     const int64_t P = int64_t(chain.size()) * B;
-    auto resumed = runner_.resume(blocks, B, std::span(s.all).first(size_t(P)), pool_.get());
+    auto resumed = runner_.resume(chain, B, std::span(s.all).first(size_t(P)), pool_.get());
     if (resumed.is_ok()) {
       s.state = std::move(*resumed);
       s.prefilled = runner_.position(*s.state);
       s.cache_blocks = int64_t(chain.size());
       if (s.cached == 0) s.cached = P;
-      // Newest last: a chain's ancestors are never older than its tail.
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) (*it)->last_used = ++cache_clock_;
     }
   }
   if (opt_.decoder_replay_keep > 0)
@@ -295,53 +271,17 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
   if (b <= s.cache_blocks) return;  // a replayed block: already cached
   const uint64_t hash = s.block_hashes[size_t(b - 1)];
   const uint64_t parent = b > 1 ? s.block_hashes[size_t(b - 2)] : 0;
-  auto found = cache_.find(hash);
-  if (found != cache_.end()) {
-    found->second->last_used = ++cache_clock_;
-    return;
-  }
-  CacheEntry* up = nullptr;
-  if (b > 1) {
-    auto p = cache_.find(parent);
-    if (p == cache_.end()) return;  // an orphan could never be reached
-    up = p->second.get();
-  }
-  auto kvb = runner_.export_block(*s.state, B, !opt_.swa_bounded_replay);
-  if (!kvb.is_ok()) return;
+  if (cache_.touch(hash)) return;
+  if (b > 1 && !cache_.contains(parent)) return;  // an orphan could never be reached
+  auto block = runner_.export_block(*s.state, B, !opt_.swa_bounded_replay);
+  if (!block.is_ok()) return;
   // A side object may not take pages the rest of the step was promised: without it the block
   // is still a valid chain link.
-  if ((*kvb)->has_side_object() && pool_->available() < pages_promised) (*kvb)->drop_side_object();
-  auto e = std::make_unique<CacheEntry>();
-  e->hash = hash;
-  e->parent = parent;
-  e->block = b;
-  e->kv = std::move(*kvb);
-  e->last_used = ++cache_clock_;
-  if (up) {
-    ++up->children;
-    up->last_used = ++cache_clock_;
+  if ((*block)->has_side_object() && pool_->available() < pages_promised)
+    (*block)->drop_side_object();
+  cache_.insert(hash, parent, b, std::move(*block));
+  while (cache_.bytes() > opt_.prefix_cache_bytes && cache_.evict_one(false)) {
   }
-  cache_bytes_ += e->kv->bytes();
-  cache_.emplace(hash, std::move(e));
-  while (cache_bytes_ > opt_.prefix_cache_bytes && evict_one(false)) {
-  }
-}
-
-bool Engine::evict_one(bool must_free) {
-  CacheEntry* victim = nullptr;
-  for (auto& [h, e] : cache_) {
-    if (e->children > 0) continue;
-    if (must_free && !e->kv->frees_pages()) continue;
-    if (!victim || e->last_used < victim->last_used) victim = e.get();
-  }
-  if (!victim) return false;
-  if (victim->block > 1) {
-    auto p = cache_.find(victim->parent);
-    if (p != cache_.end()) --p->second->children;
-  }
-  cache_bytes_ -= victim->kv->bytes();
-  cache_.erase(victim->hash);
-  return true;
 }
 
 void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
@@ -359,7 +299,7 @@ void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
     }
     // The fork may not take pages the rest of the step was promised.
     const int64_t need = runner_.pages_to_fork(*s.state);
-    while (pool_->available() - pages_promised < need && evict_one(true)) {
+    while (pool_->available() - pages_promised < need && cache_.evict_one(true)) {
     }
     Result<std::unique_ptr<RunnerSequence>> forked =
         Status(StatusCode::kResourceExhausted, "no pages");
@@ -602,7 +542,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       admit(s);
       const int64_t need =
           runner_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
-      while (pool_->available() < need && evict_one(true)) {
+      while (pool_->available() < need && cache_.evict_one(true)) {
       }
       fits = running.empty() || pool_->available() >= need;
     }
@@ -649,7 +589,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       promised += needs.back();
     }
     if (promised <= pool_->available()) break;
-    if (evict_one(true)) continue;
+    if (cache_.evict_one(true)) continue;
     if (running.size() <= 1) {
       // One sequence that does not fit the whole pool: it fails rather than waits forever.
       for (const Work& w : work) {
@@ -806,7 +746,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   }
   orphans_.clear();
   const kv::PoolStats ps = pool_->stats();
-  out.free_pages = pool_->available() + cache_bytes_ / pool_->page_bytes();
+  out.free_pages = pool_->available() + cache_.bytes() / pool_->page_bytes();
   auto secs = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
@@ -826,8 +766,8 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   stats_.kv_pages_peak = std::max(stats_.kv_pages_peak, ps.pages_in_use);
   last_progress_ = t_end;
   stats_.replayed_tokens += replayed;
-  stats_.prefix_cache_bytes = cache_bytes_;
-  stats_.prefix_blocks = int64_t(cache_.size());
+  stats_.prefix_cache_bytes = cache_.bytes();
+  stats_.prefix_blocks = cache_.blocks();
   stats_.requests_finished += finished;
   stats_.generated_tokens += generated;
   stats_.preemptions += preempted;

@@ -41,6 +41,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "kv/page_pool.h"
+#include "kv/prefix_cache.h"
 
 namespace fathom::engine {
 
@@ -183,7 +184,6 @@ class Engine {
 
  private:
   struct Sequence;
-  struct CacheEntry;
   // A step's plan: queued requests to admit, and for each sequence the most tokens to run
   // (the executor clamps each intent to what the sequence has left).
   struct Plan {
@@ -219,9 +219,6 @@ class Engine {
   // Caches the block the sequence's prefill just completed; `pages_promised` are pages the
   // rest of the step needs, which a side object may not take.
   void cache_insert(const Sequence& s, int64_t pages_promised);
-  // Drops the least recently used cached block with no cached successor (one whose pages
-  // only the cache holds when `must_free`); false when there is none.
-  bool evict_one(bool must_free);
   // Ends a request: its final event (carrying the step's tokens not yet sent) and its state.
   void finish(Sequence& s, FinishCause cause, Status error = Status::ok());
   // Sends the step's pending tokens of `s` as one event.
@@ -242,14 +239,13 @@ class Engine {
   std::unique_ptr<kv::PagePool> pool_;  // before cache_: cached blocks go first
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::shared_ptr<Sequence>> incoming_;                  // guarded by mu_
-  bool stop_ = false;                                                // guarded by mu_
-  EngineStats stats_;                                                // guarded by mu_
-  uint64_t next_id_ = 1;                                             // guarded by mu_
-  std::unordered_map<uint64_t, std::unique_ptr<CacheEntry>> cache_;  // executor only
-  int64_t cache_bytes_ = 0, cache_clock_ = 0;                        // executor only
-  SamplerScratch sampler_;                                           // executor only
-  std::vector<float> hidden_, logits_;  // executor only: the step's head rows, reused
+  std::vector<std::shared_ptr<Sequence>> incoming_;  // guarded by mu_
+  bool stop_ = false;                                // guarded by mu_
+  EngineStats stats_;                                // guarded by mu_
+  uint64_t next_id_ = 1;                             // guarded by mu_
+  kv::PrefixCache cache_;                            // executor only
+  SamplerScratch sampler_;                           // executor only
+  std::vector<float> hidden_, logits_;               // executor only: the step's head rows, reused
   // executor only: siblings whose leader was cancelled before its prefill completed
   std::vector<std::shared_ptr<Sequence>> orphans_;
   std::chrono::steady_clock::time_point last_progress_;  // guarded by mu_: last step or idle

@@ -17,6 +17,7 @@
 
 #include "core/status.h"
 #include "kv/page_pool.h"
+#include "kv/prefix_cache.h"
 
 namespace fathom::engine {
 
@@ -27,20 +28,8 @@ class RunnerSequence {
   virtual ~RunnerSequence() = default;
 };
 
-// What one prefix block added to a sequence's KV: shared pages, never rewritten, and
-// optionally the window state at the block's end (a side object that makes a resume exact).
-class CachedBlock {
- public:
-  virtual ~CachedBlock() = default;
-  // Bytes held: pages and the side object.
-  virtual int64_t bytes() const = 0;
-  virtual bool has_side_object() const = 0;
-  // Frees the side object (the block stays a valid chain link).
-  virtual void drop_side_object() = 0;
-  // True when freeing the block would return pages to the pool (some page is held by this
-  // block alone, or it has a side object).
-  virtual bool frees_pages() const = 0;
-};
+// What one prefix block added to a sequence's KV (kv/prefix_cache.h); the runner implements it.
+using kv::CachedBlock;
 
 class ModelRunner {
  public:

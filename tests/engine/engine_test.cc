@@ -506,6 +506,31 @@ TEST(EngineExact, SubmitNForksSamplesThatEqualEachSampleAloneAndSharePages) {
   EXPECT_LT(peak_n, 2 * peak_one);  // 4 independent requests would hold 4x
 }
 
+TEST(EngineApi, SubmitNSamplesOutliveTheirCancelledLeader) {
+  // Choice 0 leads the prefill; cancelled at once, the other choices still get their chains.
+  GenerationRequest r = request(prompt(300, 33), 6, seeded_t1(), true);
+  for (bool async : {true, false}) {
+    EngineOptions o;
+    o.async_scheduling = async;
+    Engine e(runner(), o, -1);
+    auto streams = e.submit_n(r, 3);
+    ASSERT_TRUE(streams.is_ok());
+    (*streams)[0]->cancel();
+    StreamEvent last;
+    drain(*(*streams)[0], &last);
+    EXPECT_TRUE(last.cause == FinishCause::kCancelled || last.cause == FinishCause::kLength);
+    for (int i = 1; i < 3; ++i) {
+      GenerationRequest alone = r;
+      alone.sample_index = i;
+      EXPECT_EQ(drain(*(*streams)[size_t(i)], &last), model_chain(alone)) << i;
+      EXPECT_EQ(last.cause, FinishCause::kLength);
+    }
+    EXPECT_EQ(idle_stats(e).running, 0);
+  }
+  Engine e(runner(), EngineOptions{}, -1);
+  EXPECT_FALSE(e.submit_n(r, 0).is_ok());
+}
+
 TEST(EngineApi, LogprobsAtTemperatureZeroAreTheLogSoftmaxOfTheModelsLogits) {
   const auto& m = tiny();
   GenerationRequest r = greedy(prompt(50, 27), 5);

@@ -20,6 +20,7 @@
 #include "model/mkmodel.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
+#include "runner/v41_runner.h"
 #include "serve/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,7 +35,7 @@ struct ServeArgs {
   int port = 8000, threads = 0, http_threads = 2, max_connections = 4096;
   int64_t kv_budget_mb = 4096, max_tokens = 0, prefix_cache_mb = 1024, decoder_keep = 0;
   double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30;
-  bool forced = false, no_prefix_cache = false, swa_side_objects = false, no_async = false;
+  bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
 };
 
 std::string cache_dir() {
@@ -113,10 +114,11 @@ int run_serve(const ServeArgs& a) {
   eo.kv_budget_bytes = a.kv_budget_mb << 20;
   eo.prefix_cache_bytes = a.prefix_cache_mb << 20;
   eo.prefix_cache = !a.no_prefix_cache;
-  eo.swa_side_objects = a.swa_side_objects;
+  eo.swa_bounded_replay = a.swa_bounded_replay;
   eo.decoder_replay_keep = a.decoder_keep;
   eo.async_scheduling = !a.no_async;
-  engine::Engine eng(**m, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
+  runner::V41Runner model_runner(**m);
+  engine::Engine eng(model_runner, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -175,7 +177,7 @@ int run_serve(const ServeArgs& a) {
         a.no_prefix_cache ? "off" : "on",
         a.no_prefix_cache
             ? ""
-            : (a.swa_side_objects ? " (window side objects)" : " (SWA bounded replay)"),
+            : (a.swa_bounded_replay ? " (SWA bounded replay)" : " (window side objects)"),
         a.no_async ? "synchronous" : "asynchronous",
         a.decoder_keep > 0 ? (", decoder replay keep " + std::to_string(a.decoder_keep)).c_str()
                            : "",
@@ -213,8 +215,9 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
   c->add_flag("--no-async-scheduling", a->no_async,
               "Plan each step after the previous one finishes instead of while it computes");
-  c->add_flag("--swa-side-objects", a->swa_side_objects,
-              "Keep each cached block's window state: exact hits instead of SWA bounded replay");
+  c->add_flag("--swa-bounded-replay", a->swa_bounded_replay,
+              "Prefix-cache hits replay the last window instead of restoring each block's window "
+              "state (less memory; an approximation: a hit may change the output)");
   c->add_option("--decoder-replay-keep", a->decoder_keep,
                 "Decoder-side SWA bounded replay: the layers after the last KV source prefill "
                 "only the prompt's last N tokens (an approximation; 140 for V4.1; 0 = off)")

@@ -1,55 +1,62 @@
 #include "engine/engine.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
 #include <random>
 
-#include "model/v41.h"
-
 namespace fathom::engine {
 
 using Clock = std::chrono::steady_clock;
 
+bool RequestStream::pop(StreamEvent* ev) {
+  if (count_ == 0) return false;
+  // A swap: the consumer's previous buffers go back to the slot for the next push.
+  std::swap(*ev, ring_[head_]);
+  head_ = (head_ + 1) % ring_.size();
+  --count_;
+  return true;
+}
+
 bool RequestStream::next(StreamEvent* ev, int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); }))
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return count_ > 0; }))
     return false;
-  *ev = std::move(events_.front());
-  events_.pop_front();
-  return true;
+  return pop(ev);
 }
 
 bool RequestStream::try_next(StreamEvent* ev) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (events_.empty()) return false;
-  *ev = std::move(events_.front());
-  events_.pop_front();
-  return true;
+  return pop(ev);
 }
 
 void RequestStream::set_waker(std::function<void()> waker) {
-  std::function<void()> now;
+  std::shared_ptr<const std::function<void()>> now;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    waker_ = std::move(waker);
-    if (!events_.empty()) now = waker_;
+    waker_ = waker ? std::make_shared<const std::function<void()>>(std::move(waker)) : nullptr;
+    if (count_ > 0) now = waker_;
   }
-  if (now) now();
+  if (now) (*now)();
 }
 
-void RequestStream::push(StreamEvent ev) {
-  std::function<void()> wake;
+void RequestStream::push(const StreamEvent& ev) {
+  std::shared_ptr<const std::function<void()>> wake;  // a counted copy: no allocation
   {
     std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::move(ev));
+    if (count_ == ring_.size()) {
+      std::vector<StreamEvent> bigger(std::max<size_t>(4, ring_.size() * 2));
+      for (size_t i = 0; i < count_; ++i) std::swap(bigger[i], ring_[(head_ + i) % ring_.size()]);
+      ring_.swap(bigger);
+      head_ = 0;
+    }
+    ring_[(head_ + count_) % ring_.size()] = ev;  // copies into the slot's buffers
+    ++count_;
     wake = waker_;
   }
   cv_.notify_all();
-  if (wake) wake();
+  if (wake) (*wake)();
 }
 
 // One request. `id`, `req`, `stream` and `submitted` are set at submit() and then only read;
@@ -59,7 +66,7 @@ struct Engine::Sequence {
   uint64_t id = 0;
   GenerationRequest req;
   std::shared_ptr<RequestStream> stream;
-  std::unique_ptr<model::SequenceState> state;
+  std::unique_ptr<RunnerSequence> state;
   std::vector<int32_t> all;  // prompt + generated
   std::vector<int32_t> generated;
   std::vector<uint64_t> block_hashes;  // chained hash after each full prompt block
@@ -67,29 +74,24 @@ struct Engine::Sequence {
   int64_t cached = 0;                  // prompt tokens served by the prefix cache
   int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)
   bool first_sent = false;
+  bool think_ended = false;  // think_end_id was generated
+  StreamEvent pending;       // the step's tokens not yet sent (buffers reused)
+  // submit_n: the other samples, forked from this one when its prefill completes.
+  std::vector<std::shared_ptr<Sequence>> siblings;
   bool done = false;                // finished; the executor forgets it
   int64_t resume_hint = 0;          // tokens it has to run when (re)admitted
   int64_t resume_hint_at_plan = 0;  // scheduler only: resume_hint when its admission was planned
   Clock::time_point submitted;
 };
 
-struct Engine::CacheEntry {
-  uint64_t hash = 0, parent = 0;
-  int64_t block = 0;  // 1-based index in its chain
-  int64_t last_used = 0, children = 0;
-  model::KvBlock kv;
-};
-
-Engine::Engine(const model::V41Model& model, EngineOptions options, int32_t eos_id)
-    : model_(model), opt_(options), eos_(eos_id), vocab_(model.config().vocab_size) {
-  // Pages hold whole prefix blocks of every kv source: entries per page = block / lcm(ratios).
-  const model::ModelConfig& c = model.config();
-  int64_t ratios = 1;
-  for (int64_t l : c.kv_source_layers) ratios = std::lcm(ratios, c.compress_ratios[size_t(l)]);
+Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
+    : runner_(runner), opt_(options), eos_(eos_id), vocab_(runner.vocab_size()) {
+  // Pages hold whole prefix blocks of every kv source: entries per page = block / alignment.
+  const int64_t ratios = runner.block_alignment();
   const int64_t B = opt_.prefix_block;
   cache_on_ = opt_.prefix_cache && B > 0 && B % ratios == 0;
   const int64_t entries = cache_on_ ? B / ratios : 64;
-  const int64_t page = model.page_bytes(entries);
+  const int64_t page = runner.page_bytes(entries);
   pool_ = std::make_unique<kv::PagePool>(page, std::max<int64_t>(1, opt_.kv_budget_bytes / page));
   stats_.kv_budget_bytes = pool_->max_pages() * pool_->page_bytes();
   stats_.kv_pages_total = pool_->max_pages();
@@ -111,7 +113,7 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
+Result<std::shared_ptr<Engine::Sequence>> Engine::make_sequence(GenerationRequest request) {
   if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
   for (int32_t t : request.prompt)
     if (t < 0 || t >= vocab_)
@@ -119,23 +121,72 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
   if (request.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
   for (int32_t t : request.forced_output)
     if (t < 0 || t >= vocab_) return invalid_argument("forced output id outside the vocabulary");
+  if (request.top_logprobs < -1 || request.top_logprobs > kMaxTopLogprobs)
+    return invalid_argument("top_logprobs must be between 0 and 20");
+  if (request.think_end_id < -1 || request.think_end_id >= vocab_)
+    return invalid_argument("think_end_id outside the vocabulary");
+  // The first sequence is always admitted; one whose prompt alone needs more pages than the
+  // pool has would fail after its admission anyway.
+  if (runner_.pages_needed(*runner_.new_sequence(pool_.get()), int64_t(request.prompt.size())) >
+      pool_->max_pages())
+    return Status(StatusCode::kResourceExhausted,
+                  "the prompt needs more KV than the engine's whole budget");
   auto s = std::make_shared<Sequence>();
   s->stream = std::make_shared<RequestStream>();
   s->submitted = Clock::now();
+  const size_t reserve = size_t(std::min<int64_t>(request.max_tokens, 4096));
+  s->all.reserve(request.prompt.size() + reserve);
   s->all = request.prompt;
+  s->generated.reserve(reserve);
   s->resume_hint = int64_t(request.prompt.size());
   s->req = std::move(request);
-  auto stream = s->stream;
+  return s;
+}
+
+Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request) {
+  auto r = submit_n(std::move(request), 1);
+  if (!r.is_ok()) return r.status();
+  return std::move((*r)[0]);
+}
+
+Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(GenerationRequest request,
+                                                                     int n) {
+  if (n < 1 || n > 128) return invalid_argument("n must be between 1 and 128");
+  std::vector<std::shared_ptr<Sequence>> seqs;
+  for (int i = 0; i < n; ++i) {
+    GenerationRequest r = i + 1 < n ? request : std::move(request);
+    if (n > 1) r.sample_index = i;
+    FATHOM_ASSIGN_OR_RETURN(auto s, make_sequence(std::move(r)));
+    seqs.push_back(std::move(s));
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& s : seqs) streams.push_back(s->stream);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Status(StatusCode::kResourceExhausted, "the engine is shutting down");
-    s->id = next_id_++;
-    if (!s->req.seeded) s->req.sampling.seed = std::random_device{}() ^ (uint64_t(s->id) << 32);
-    incoming_.push_back(std::move(s));
+    for (auto& s : seqs) {
+      s->id = next_id_++;
+      if (!s->req.seeded) s->req.sampling.seed = std::random_device{}() ^ (uint64_t(s->id) << 32);
+    }
+    seqs[0]->siblings.assign(seqs.begin() + 1, seqs.end());
+    if (stats_.waiting == 0 && stats_.running == 0 && incoming_.empty())
+      last_progress_ = Clock::now();  // idle until now: a stall counts from here
+    incoming_.push_back(std::move(seqs[0]));
     ++stats_.waiting;
   }
   cv_.notify_all();
-  return stream;
+  return streams;
+}
+
+int64_t Engine::context_length() const { return runner_.context_length(); }
+
+Engine::Health Engine::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Health h;
+  h.alive = !stop_;
+  if (stats_.waiting > 0 || stats_.running > 0 || !incoming_.empty())
+    h.stalled_seconds = std::chrono::duration<double>(Clock::now() - last_progress_).count();
+  return h;
 }
 
 EngineStats Engine::stats() const {
@@ -144,65 +195,75 @@ EngineStats Engine::stats() const {
   return s;
 }
 
+void Engine::flush(Sequence& s) {
+  StreamEvent& ev = s.pending;
+  if (ev.tokens.empty() && !ev.finished) return;
+  s.stream->push(ev);
+  ev.tokens.clear();
+  ev.logprobs.clear();
+  ev.finished = false;
+  ev.cause = FinishCause::kNone;
+  ev.error = Status::ok();
+  ev.queue_seconds = ev.first_token_seconds = 0;
+}
+
 void Engine::finish(Sequence& s, FinishCause cause, Status error) {
-  StreamEvent ev;
+  StreamEvent& ev = s.pending;
   ev.finished = true;
   ev.cause = cause;
-  ev.error = std::move(error);
+  ev.error = error;
   ev.prompt_tokens = int64_t(s.req.prompt.size());
   ev.cached_tokens = s.cached;
   ev.completion_tokens = int64_t(s.generated.size());
+  bool stopping = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.prompt_tokens += ev.prompt_tokens;
     stats_.cached_tokens += ev.cached_tokens;
+    stopping = stop_;
   }
-  s.stream->push(std::move(ev));
+  flush(s);
   s.state.reset();
   s.done = true;
+  if (s.siblings.empty()) return;
+  std::vector<std::shared_ptr<Sequence>> sibs;
+  sibs.swap(s.siblings);
+  if (cause == FinishCause::kCancelled && !stopping && s.stream->cancelled()) {
+    // The client dropped this sample before the prompt was prefilled: the others go on, led
+    // by the next one (the executor hands it back to the queue).
+    sibs[0]->siblings.assign(sibs.begin() + 1, sibs.end());
+    orphans_.push_back(sibs[0]);
+    return;
+  }
+  for (auto& x : sibs) finish(*x, cause, error);
 }
 
 // Resumes from the longest chain of cached blocks the hit rule allows, else starts empty.
 void Engine::admit(Sequence& s) {
-  s.state = model_.new_sequence(pool_.get());
+  s.state = runner_.new_sequence(pool_.get());
   s.prefilled = 0;
   s.cache_blocks = 0;
   const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
-  if (cache_on_ && s.block_hashes.empty()) {
-    uint64_t h = s.req.cache_salt;
-    for (int64_t b = 0; (b + 1) * B <= int64_t(s.req.prompt.size()); ++b) {
-      h = XXH3_64bits_withSeed(&s.req.prompt[size_t(b * B)], size_t(B) * sizeof(int32_t), h);
-      s.block_hashes.push_back(h);
-    }
-  }
+  if (cache_on_ && s.block_hashes.empty())
+    s.block_hashes = kv::prefix_block_hashes(s.req.prompt, B, s.req.cache_salt);
   // A hit leaves the window and the speculative slots to compute (SWA bounded replay), or
   // at least one token with the exact side objects.
-  const int64_t limit =
-      opt_.swa_side_objects ? L - 1 : L - model_.config().window_size - opt_.speculative_slots;
-  std::vector<CacheEntry*> chain;
-  for (size_t b = 0; b < s.block_hashes.size() && int64_t(b + 1) * B <= limit; ++b) {
-    auto it = cache_.find(s.block_hashes[b]);
-    if (it == cache_.end() || it->second->block != int64_t(b + 1)) break;
-    chain.push_back(it->second.get());
-  }
-  // With side objects, back off to the last block that has one.
-  while (opt_.swa_side_objects && !chain.empty() && !chain.back()->kv.swa) chain.pop_back();
+  const bool side = !opt_.swa_bounded_replay;
+  const int64_t limit = side ? L - 1 : L - runner_.window_size() - opt_.speculative_slots;
+  const std::vector<const CachedBlock*> chain =
+      cache_.match(s.block_hashes, std::max<int64_t>(0, limit) / B, side);
   if (!chain.empty()) {
-    std::vector<const model::KvBlock*> blocks;
-    for (CacheEntry* e : chain) blocks.push_back(&e->kv);
     const int64_t P = int64_t(chain.size()) * B;
-    auto resumed = model_.resume(blocks, B, std::span(s.all).first(size_t(P)), pool_.get());
+    auto resumed = runner_.resume(chain, B, std::span(s.all).first(size_t(P)), pool_.get());
     if (resumed.is_ok()) {
       s.state = std::move(*resumed);
-      s.prefilled = model::sequence_position(*s.state);
+      s.prefilled = runner_.position(*s.state);
       s.cache_blocks = int64_t(chain.size());
       if (s.cached == 0) s.cached = P;
-      // Newest last: a chain's ancestors are never older than its tail.
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) (*it)->last_used = ++cache_clock_;
     }
   }
   if (opt_.decoder_replay_keep > 0)
-    model::set_decoder_tail_start(*s.state, L - opt_.decoder_replay_keep);
+    runner_.set_decoder_tail_start(*s.state, L - opt_.decoder_replay_keep);
 }
 
 void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
@@ -210,61 +271,53 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
   if (b <= s.cache_blocks) return;  // a replayed block: already cached
   const uint64_t hash = s.block_hashes[size_t(b - 1)];
   const uint64_t parent = b > 1 ? s.block_hashes[size_t(b - 2)] : 0;
-  auto found = cache_.find(hash);
-  if (found != cache_.end()) {
-    found->second->last_used = ++cache_clock_;
-    return;
-  }
-  CacheEntry* up = nullptr;
-  if (b > 1) {
-    auto p = cache_.find(parent);
-    if (p == cache_.end()) return;  // an orphan could never be reached
-    up = p->second.get();
-  }
-  auto kvb = model_.export_block(*s.state, B, opt_.swa_side_objects);
-  if (!kvb.is_ok()) return;
+  if (cache_.touch(hash)) return;
+  if (b > 1 && !cache_.contains(parent)) return;  // an orphan could never be reached
+  auto block = runner_.export_block(*s.state, B, !opt_.swa_bounded_replay);
+  if (!block.is_ok()) return;
   // A side object may not take pages the rest of the step was promised: without it the block
   // is still a valid chain link.
-  if (kvb->swa && pool_->available() < pages_promised) {
-    kvb->bytes -= model::sequence_bytes(*kvb->swa);
-    kvb->swa.reset();
-  }
-  auto e = std::make_unique<CacheEntry>();
-  e->hash = hash;
-  e->parent = parent;
-  e->block = b;
-  e->kv = std::move(*kvb);
-  e->last_used = ++cache_clock_;
-  if (up) {
-    ++up->children;
-    up->last_used = ++cache_clock_;
-  }
-  cache_bytes_ += e->kv.bytes;
-  cache_.emplace(hash, std::move(e));
-  while (cache_bytes_ > opt_.prefix_cache_bytes && evict_one(false)) {
+  if ((*block)->has_side_object() && pool_->available() < pages_promised)
+    (*block)->drop_side_object();
+  cache_.insert(hash, parent, b, std::move(*block));
+  while (cache_.bytes() > opt_.prefix_cache_bytes && cache_.evict_one(false)) {
   }
 }
 
-bool Engine::evict_one(bool must_free) {
-  CacheEntry* victim = nullptr;
-  for (auto& [h, e] : cache_) {
-    if (e->children > 0) continue;
-    if (must_free) {
-      bool exclusive = false;
-      for (const auto& pages : e->kv.pages)
-        if (!pages.empty() && pages.front().use_count() == 1) exclusive = true;
-      if (!exclusive && !e->kv.swa) continue;
+void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
+                           std::vector<std::shared_ptr<Sequence>>& running,
+                           std::vector<Sequence*>& heads,
+                           std::vector<std::shared_ptr<Sequence>>& deferred) {
+  const size_t D = size_t(runner_.hidden_size());
+  std::vector<std::shared_ptr<Sequence>> sibs;
+  sibs.swap(s.siblings);
+  for (auto& sp : sibs) {
+    Sequence& x = *sp;
+    if (x.stream->cancelled()) {
+      finish(x, FinishCause::kCancelled);
+      continue;
     }
-    if (!victim || e->last_used < victim->last_used) victim = e.get();
+    // The fork may not take pages the rest of the step was promised.
+    const int64_t need = runner_.pages_to_fork(*s.state);
+    while (pool_->available() - pages_promised < need && cache_.evict_one(true)) {
+    }
+    Result<std::unique_ptr<RunnerSequence>> forked =
+        Status(StatusCode::kResourceExhausted, "no pages");
+    if (pool_->available() - pages_promised >= need) forked = runner_.fork(*s.state);
+    if (!forked.is_ok()) {
+      x.resume_hint = int64_t(x.all.size());  // runs on its own (the prefix cache may help)
+      deferred.push_back(sp);
+      continue;
+    }
+    x.state = std::move(*forked);
+    x.prefilled = s.prefilled;
+    x.cached = s.cached;
+    x.block_hashes = s.block_hashes;
+    x.cache_blocks = s.cache_blocks;
+    std::copy_n(&hidden_[row * D], D, &hidden_[heads.size() * D]);
+    heads.push_back(&x);
+    running.push_back(sp);
   }
-  if (!victim) return false;
-  if (victim->block > 1) {
-    auto p = cache_.find(victim->parent);
-    if (p != cache_.end()) --p->second->children;
-  }
-  cache_bytes_ -= victim->kv.bytes;
-  cache_.erase(victim->hash);
-  return true;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -390,8 +443,8 @@ Engine::Plan Engine::make_plan(const std::vector<Report>& view,
   while (!waiting.empty() && running < opt_.max_running && budget > 0) {
     const auto& s = waiting.front();
     const int64_t left = std::max<int64_t>(1, s->resume_hint);
-    auto fresh = model_.new_sequence(pool_.get());
-    const int64_t need = model_.pages_needed(*fresh, std::min(left, budget));
+    auto fresh = runner_.new_sequence(pool_.get());
+    const int64_t need = runner_.pages_needed(*fresh, std::min(left, budget));
     if (running > 0 && need > room) break;
     room -= need;
     const int64_t n = std::min(left, budget);
@@ -456,6 +509,8 @@ void Engine::executor_loop() {
     hcv_.notify_all();
   }
   for (auto& s : running) finish(*s, FinishCause::kCancelled);
+  for (auto& s : orphans_) finish(*s, FinishCause::kCancelled);
+  orphans_.clear();
 }
 
 Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running) {
@@ -486,8 +541,8 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     if (fits) {
       admit(s);
       const int64_t need =
-          model_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
-      while (pool_->available() < need && evict_one(true)) {
+          runner_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
+      while (pool_->available() < need && cache_.evict_one(true)) {
       }
       fits = running.empty() || pool_->available() >= need;
     }
@@ -530,11 +585,11 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     needs.clear();
     promised = 0;
     for (const Work& w : work) {
-      needs.push_back(model_.pages_needed(*w.s->state, w.n));
+      needs.push_back(runner_.pages_needed(*w.s->state, w.n));
       promised += needs.back();
     }
     if (promised <= pool_->available()) break;
-    if (evict_one(true)) continue;
+    if (cache_.evict_one(true)) continue;
     if (running.size() <= 1) {
       // One sequence that does not fit the whole pool: it fails rather than waits forever.
       for (const Work& w : work) {
@@ -560,8 +615,11 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   // Bodies: the decoding sequences side by side, one per thread (forward_each gives each
   // exactly what it gets alone), then the prefill chunks one at a time over the whole pool;
   // the head once for every sequence that needs logits.
-  const int64_t D = model_.config().dim;
-  std::vector<float> hidden(work.size() * size_t(D));
+  const int64_t D = runner_.hidden_size();
+  size_t head_rows = work.size();  // every item completes at most one row, plus its siblings
+  for (const Work& w : work) head_rows += w.s->siblings.size();
+  if (hidden_.size() < head_rows * size_t(D)) hidden_.resize(head_rows * size_t(D));
+  float* hidden = hidden_.data();
   std::vector<size_t> decodes;
   for (size_t i = 0; i < work.size(); ++i)
     if (work[i].n == 1 && work[i].s->prefilled + 1 == int64_t(work[i].s->all.size()))
@@ -569,7 +627,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   std::vector<Status> decoded;
   std::vector<float> decoded_hidden;
   if (decodes.size() >= 2) {
-    std::vector<model::SequenceState*> states;
+    std::vector<RunnerSequence*> states;
     std::vector<std::span<const int32_t>> chunks;
     for (size_t i : decodes) {
       Sequence& s = *work[i].s;
@@ -577,7 +635,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       chunks.push_back(std::span(s.all).subspan(size_t(s.prefilled), 1));
     }
     decoded_hidden.resize(decodes.size() * size_t(D));
-    decoded = model_.forward_each(states, chunks, decoded_hidden.data());
+    decoded = runner_.forward_each(states, chunks, decoded_hidden.data());
   }
   std::vector<Sequence*> heads;
   size_t next_decoded = 0;
@@ -592,9 +650,8 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       std::copy_n(&decoded_hidden[next_decoded * size_t(D)], D, &hidden[heads.size() * size_t(D)]);
       ++next_decoded;
     } else {
-      st = model_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
-                          nullptr, nullptr, false,
-                          completes ? &hidden[heads.size() * size_t(D)] : nullptr);
+      st = runner_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
+                           completes ? &hidden[heads.size() * size_t(D)] : nullptr);
     }
     if (st.is_ok() && completes) heads.push_back(&s);
     step_tokens += w.n;
@@ -609,10 +666,13 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     if (cache_on_ && s.prefilled % B == 0 && s.prefilled <= int64_t(s.req.prompt.size()) &&
         s.prefilled / B <= int64_t(s.block_hashes.size()))
       cache_insert(s, promised);
+    if (completes && !s.siblings.empty())
+      fork_siblings(s, heads.size() - 1, promised, running, heads, out.deferred);
   }
   const Clock::time_point t_body = Clock::now();
-  std::vector<float> logits(heads.size() * size_t(vocab_));
-  if (!heads.empty()) model_.head_logits(hidden.data(), int64_t(heads.size()), logits.data());
+  // The head's rows: the buffer grows to the largest step and is then reused as it is.
+  if (logits_.size() < heads.size() * size_t(vocab_)) logits_.resize(heads.size() * size_t(vocab_));
+  if (!heads.empty()) runner_.head_logits(hidden, int64_t(heads.size()), logits_.data());
   const Clock::time_point t_head = Clock::now();
   double sample_s = 0;
   // Sample, stream, stop.
@@ -620,18 +680,36 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   for (size_t i = 0; i < heads.size(); ++i) {
     Sequence& s = *heads[i];
     if (s.stream->cancelled()) continue;
+    const int64_t g = int64_t(s.generated.size());
+    if (s.req.inject_error_after >= 0 && g >= s.req.inject_error_after) {
+      finish(s, FinishCause::kError,
+             internal_error("injected error after " + std::to_string(g) + " tokens"));
+      continue;
+    }
+    const float* row = &logits_[i * size_t(vocab_)];
     const Clock::time_point ts = Clock::now();
-    const int32_t tok =
-        s.generated.size() < s.req.forced_output.size()
-            ? s.req.forced_output[s.generated.size()]
-            : sample_token(&logits[i * size_t(vocab_)], vocab_, s.req.sampling, s.req.prompt,
-                           s.generated, s.req.seeded ? 0 : s.id, uint64_t(s.all.size()), sampler_);
+    int32_t tok = 0;
+    if (g < int64_t(s.req.forced_output.size()))
+      tok = s.req.forced_output[size_t(g)];
+    else if (s.req.think_end_id >= 0 && s.req.reasoning_budget >= 0 && !s.think_ended &&
+             g >= s.req.reasoning_budget)
+      tok = s.req.think_end_id;  // the reasoning budget is spent
+    else
+      tok = sample_token(row, vocab_, s.req.sampling, s.req.prompt, s.generated,
+                         s.req.seeded ? uint64_t(s.req.sample_index) : s.id, uint64_t(s.all.size()),
+                         sampler_);
+    StreamEvent& ev = s.pending;
+    if (s.req.top_logprobs >= 0) {
+      ev.logprobs.emplace_back();
+      token_logprob(row, vocab_, s.req.sampling, s.req.prompt, s.generated, tok, s.req.top_logprobs,
+                    sampler_, &ev.logprobs.back());
+    }
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
+    if (tok == s.req.think_end_id) s.think_ended = true;
     s.generated.push_back(tok);
     s.all.push_back(tok);
     ++generated;
-    StreamEvent ev;
-    ev.tokens = {tok};
+    ev.tokens.push_back(tok);
     ev.prompt_tokens = int64_t(s.req.prompt.size());
     ev.cached_tokens = s.cached;
     ev.completion_tokens = int64_t(s.generated.size());
@@ -639,7 +717,6 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       s.first_sent = true;
       ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     }
-    s.stream->push(std::move(ev));
     FinishCause cause = FinishCause::kNone;
     if (tok == eos_ && !s.req.ignore_eos)
       cause = FinishCause::kEos;
@@ -647,9 +724,10 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       cause = FinishCause::kStopToken;
     else if (int64_t(s.generated.size()) >= s.req.max_tokens)
       cause = FinishCause::kLength;
-    if (cause != FinishCause::kNone) {
-      finish(s, cause);
-    }
+    if (cause != FinishCause::kNone)
+      finish(s, cause);  // one event: the token and the end
+    else
+      flush(s);
   }
   int64_t finished = 0;
   for (auto& s : running)
@@ -661,8 +739,14 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
                 running.end());
   for (auto& s : running)
     out.running.push_back({s, int64_t(s->all.size()) - s->prefilled, s->prefilled});
+  // Samples whose leader was cancelled before the fork go back to the queue.
+  for (auto& s : orphans_) {
+    s->resume_hint = int64_t(s->all.size());
+    out.deferred.push_back(std::move(s));
+  }
+  orphans_.clear();
   const kv::PoolStats ps = pool_->stats();
-  out.free_pages = pool_->available() + cache_bytes_ / pool_->page_bytes();
+  out.free_pages = pool_->available() + cache_.bytes() / pool_->page_bytes();
   auto secs = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
@@ -679,9 +763,11 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
   stats_.batch_size_last = batch;
   stats_.kv_bytes = ps.pages_in_use * ps.page_bytes;
   stats_.kv_pages_used = ps.pages_in_use;
+  stats_.kv_pages_peak = std::max(stats_.kv_pages_peak, ps.pages_in_use);
+  last_progress_ = t_end;
   stats_.replayed_tokens += replayed;
-  stats_.prefix_cache_bytes = cache_bytes_;
-  stats_.prefix_blocks = int64_t(cache_.size());
+  stats_.prefix_cache_bytes = cache_.bytes();
+  stats_.prefix_blocks = cache_.blocks();
   stats_.requests_finished += finished;
   stats_.generated_tokens += generated;
   stats_.preemptions += preempted;

@@ -9,9 +9,10 @@
 // a chained XXH3 hash (previous block's hash, the block's ids, a tenant/model salt); a cached
 // block holds the pages of compressed KV and index keys its tokens added (shared, never
 // copied, never rewritten), not the sliding-window state. A hit resumes from the longest
-// chain of cached blocks (at most prompt - window - speculative slots tokens) and replays the
-// last window through the model to rebuild the windows (SWA bounded replay; exact instead when
-// swa_side_objects keeps each boundary's windows). Leaf blocks are evicted LRU when the pool
+// chain of cached blocks and, by default, restores the windows from the last block's side
+// object (exact). With swa_bounded_replay it keeps no side objects: a hit covers at most
+// prompt - window - speculative slots tokens and replays the last window through the model
+// to rebuild the windows (an approximation). Leaf blocks are evicted LRU when the pool
 // needs pages or the cache outgrows prefix_cache_bytes. Decoder-side bounded replay
 // (decoder_replay_keep > 0) is an approximation, off by default.
 //
@@ -23,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -36,12 +38,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "kv/page_pool.h"
-
-namespace fathom::model {
-class V41Model;
-}
+#include "kv/prefix_cache.h"
 
 namespace fathom::engine {
 
@@ -52,9 +52,13 @@ struct EngineOptions {
   int64_t prefix_cache_bytes = int64_t(1) << 30;  // pages the prefix cache may hold
   int64_t prefix_block = 128;
   bool prefix_cache = true;
-  // Keep each cached boundary's sliding-window state too (about window x head_dim x layers
-  // floats per block) so a hit resumes exactly, without the replay.
-  bool swa_side_objects = false;
+  // By default each cached block keeps the sliding-window state at its end (a side object of
+  // about window x head_dim x layers floats), so a hit resumes exactly: the output of a hit
+  // equals the output of a cold run. A hit whose last block has no side object backs off to
+  // the last block that has one. swa_bounded_replay = true keeps no side objects and replays
+  // the last window instead (SWA bounded replay: cheaper, an approximation — a hit may change
+  // the output).
+  bool swa_bounded_replay = false;
   // Tokens a hit leaves to compute besides the window (DSpark's gamma + 1 verify slots).
   int64_t speculative_slots = 6;
   // Decoder-side SWA bounded replay: the layers after the last kv source prefill only the
@@ -77,11 +81,27 @@ struct GenerationRequest {
   // Testing aid (servers expose it only when asked to): the first generated tokens are these
   // instead of samples (teacher forcing; the model still runs on them).
   std::vector<int32_t> forced_output;
+  // -1: no logprobs; 0..20: every event carries each token's logprob (see token_logprob() in
+  // sampler.h) plus this many most likely alternatives.
+  int top_logprobs = -1;
+  // With think_end_id >= 0: after this many generated tokens without think_end_id, the next
+  // token is think_end_id (forced by id, not sampled). -1 = no budget.
+  int64_t reasoning_budget = -1;
+  int32_t think_end_id = -1;
+  // Testing hook: the request fails with an internal error (a kError final event) after
+  // emitting this many tokens (0 = before the first). -1 = off.
+  int64_t inject_error_after = -1;
+  // Which of n samples of one prompt this is (submit_n sets it): a seeded request draws its
+  // random numbers keyed by (seed, sample_index, position).
+  int32_t sample_index = 0;
 };
 
-// What a request sees: batches of new tokens, then one final event.
+// What a request sees: batches of new tokens, then one final event (which may carry the last
+// tokens too). A consumer that passes the same StreamEvent to next()/try_next() every time
+// hands its buffers back to the stream, so that steady streaming allocates nothing.
 struct StreamEvent {
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;  // one per token when requested, same order as tokens
   bool finished = false;
   FinishCause cause = FinishCause::kNone;
   Status error;
@@ -89,7 +109,8 @@ struct StreamEvent {
   double queue_seconds = 0, first_token_seconds = 0;  // set on the first token event
 };
 
-// The consumer side of one request. Thread-safe.
+// The consumer side of one request, shared by the engine (producer) and the consumer.
+// Thread-safe. The engine pushes at most one event per step (one lock, one wake-up).
 class RequestStream {
  public:
   // Waits for the next event (up to `timeout_ms`); false on timeout.
@@ -106,11 +127,14 @@ class RequestStream {
 
  private:
   friend class Engine;
-  void push(StreamEvent ev);
+  // Copies `ev` into a recycled slot (no allocation once the slots' buffers have grown).
+  void push(const StreamEvent& ev);
+  bool pop(StreamEvent* ev);  // REQUIRES: mu_ held
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<StreamEvent> events_;
-  std::function<void()> waker_;  // guarded by mu_
+  std::vector<StreamEvent> ring_;  // guarded by mu_: a queue of count_ events from head_
+  size_t head_ = 0, count_ = 0;    // guarded by mu_
+  std::shared_ptr<const std::function<void()>> waker_;  // guarded by mu_
   std::atomic<bool> cancelled_{false};
 };
 
@@ -118,6 +142,7 @@ struct EngineStats {
   int64_t waiting = 0, running = 0, steps = 0, step_tokens_last = 0, batch_size_last = 0;
   int64_t kv_bytes = 0, kv_budget_bytes = 0, prefix_cache_bytes = 0, prefix_blocks = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0, kv_page_bytes = 0, replayed_tokens = 0;
+  int64_t kv_pages_peak = 0;  // the most pages in use at the end of a step
   // Where the engine thread's time goes (seconds, cumulative): planning the step (admission,
   // batch, pages), the model bodies, the batched head, sampling, and the rest (events,
   // stop checks, cache inserts, stats).
@@ -128,20 +153,37 @@ struct EngineStats {
 
 class Engine {
  public:
-  Engine(const model::V41Model& model, EngineOptions options, int32_t eos_id);
+  // `runner` (the model) must outlive the engine. `eos_id` < 0: no EOS.
+  Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Queues a request; kInvalidArgument for an empty prompt or ids outside the vocabulary.
+  // Queues a request; kInvalidArgument for an empty prompt, ids outside the vocabulary or
+  // out-of-range options; kResourceExhausted for a prompt the KV pool can never hold.
   Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
+  // n samples of one prompt (1 <= n <= 128); element i is choice i (sample_index i). The prompt
+  // is prefilled once: when its prefill completes, the other n - 1 sequences are forked from
+  // it (they share its full KV pages; windows and partial pages are copied) and all n sample
+  // their first token from the same logits. Seeded, sample i draws random numbers keyed by
+  // (seed, i, position), so the n choices differ from each other but repeat exactly run to
+  // run, alone or under load: choice i equals submit() of the same request with
+  // sample_index = i. A sibling the pool has no pages for at the fork runs on its own later.
+  Result<std::vector<std::shared_ptr<RequestStream>>> submit_n(GenerationRequest request, int n);
+  // The model's maximum positions (for a max_tokens default and cap).
+  int64_t context_length() const;
+  struct Health {
+    bool alive = false;          // the engine threads run (not shut down)
+    double stalled_seconds = 0;  // work pending and no step finished for this long (else 0)
+  };
+  // May be called from any thread (one lock).
+  Health health() const;
   EngineStats stats() const;
   // Stops the engine thread; in-flight requests finish with kCancelled.
   void shutdown();
 
  private:
   struct Sequence;
-  struct CacheEntry;
   // A step's plan: queued requests to admit, and for each sequence the most tokens to run
   // (the executor clamps each intent to what the sequence has left).
   struct Plan {
@@ -177,12 +219,19 @@ class Engine {
   // Caches the block the sequence's prefill just completed; `pages_promised` are pages the
   // rest of the step needs, which a side object may not take.
   void cache_insert(const Sequence& s, int64_t pages_promised);
-  // Drops the least recently used cached block with no cached successor (one whose pages
-  // only the cache holds when `must_free`); false when there is none.
-  bool evict_one(bool must_free);
+  // Ends a request: its final event (carrying the step's tokens not yet sent) and its state.
   void finish(Sequence& s, FinishCause cause, Status error = Status::ok());
+  // Sends the step's pending tokens of `s` as one event.
+  void flush(Sequence& s);
+  // Forks the n - 1 siblings of `s`, whose prefill just completed with its last hidden row at
+  // hidden_[row]: each joins `running` and `heads` with a copy of that row; one the pool has
+  // no pages for goes to `deferred`, to run on its own.
+  void fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
+                     std::vector<std::shared_ptr<Sequence>>& running, std::vector<Sequence*>& heads,
+                     std::vector<std::shared_ptr<Sequence>>& deferred);
+  Result<std::shared_ptr<Sequence>> make_sequence(GenerationRequest request);
 
-  const model::V41Model& model_;
+  const ModelRunner& runner_;
   EngineOptions opt_;
   int32_t eos_;
   int64_t vocab_;
@@ -190,13 +239,16 @@ class Engine {
   std::unique_ptr<kv::PagePool> pool_;  // before cache_: cached blocks go first
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::shared_ptr<Sequence>> incoming_;                  // guarded by mu_
-  bool stop_ = false;                                                // guarded by mu_
-  EngineStats stats_;                                                // guarded by mu_
-  uint64_t next_id_ = 1;                                             // guarded by mu_
-  std::unordered_map<uint64_t, std::unique_ptr<CacheEntry>> cache_;  // executor only
-  int64_t cache_bytes_ = 0, cache_clock_ = 0;                        // executor only
-  SamplerScratch sampler_;                                           // executor only
+  std::vector<std::shared_ptr<Sequence>> incoming_;  // guarded by mu_
+  bool stop_ = false;                                // guarded by mu_
+  EngineStats stats_;                                // guarded by mu_
+  uint64_t next_id_ = 1;                             // guarded by mu_
+  kv::PrefixCache cache_;                            // executor only
+  SamplerScratch sampler_;                           // executor only
+  std::vector<float> hidden_, logits_;               // executor only: the step's head rows, reused
+  // executor only: siblings whose leader was cancelled before its prefill completed
+  std::vector<std::shared_ptr<Sequence>> orphans_;
+  std::chrono::steady_clock::time_point last_progress_;  // guarded by mu_: last step or idle
   // Handoff between the scheduler and the executor: one plan in, one outcome out per step.
   std::mutex hmu_;
   std::condition_variable hcv_;

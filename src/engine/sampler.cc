@@ -13,18 +13,12 @@ uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-}  // namespace
-
-double counter_uniform(uint64_t seed, uint64_t request, uint64_t position) {
-  uint64_t h = mix(seed + 0x9E3779B97F4A7C15ull);
-  h = mix(h ^ (request + 0x632BE59BD9B4E019ull));
-  h = mix(h ^ (position + 0x85157AF5DB1BC6E1ull));
-  return double(h >> 11) * 0x1p-53;
-}
-
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
-                     std::span<const int32_t> prompt, std::span<const int32_t> generated,
-                     uint64_t request, uint64_t position, SamplerScratch& scratch) {
+// The logits after the penalties: `logits` itself when none applies, else a copy in scratch.
+const float* penalized(const float* logits, int64_t vocab, const SamplingParams& p,
+                       std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                       SamplerScratch& scratch) {
+  if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f)
+    return logits;
   scratch.logits.assign(logits, logits + vocab);
   float* l = scratch.logits.data();
   if (p.repetition_penalty != 1.0f) {
@@ -53,6 +47,52 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
       counts[size_t(t)] = 0;
     }
   }
+  return l;
+}
+
+}  // namespace
+
+void token_logprob(const float* logits, int64_t vocab, const SamplingParams& p,
+                   std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                   int32_t token, int top_n, SamplerScratch& scratch, TokenLogprob* out) {
+  const float* l = penalized(logits, vocab, p, prompt, generated, scratch);
+  const double scale = p.temperature > 0.0f ? 1.0 / double(p.temperature) : 1.0;
+  float top = l[0];
+  for (int64_t i = 1; i < vocab; ++i) top = std::max(top, l[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp((double(l[i]) - double(top)) * scale);
+  const double log_z = double(top) * scale + std::log(sum);
+  auto logprob = [&](int64_t i) { return float(double(l[i]) * scale - log_z); };
+  out->token = token;
+  out->logprob = token >= 0 && token < vocab ? logprob(token) : -INFINITY;
+  // The top_n largest logits, kept sorted (descending, ties to the lower id) by insertion.
+  const int n = std::clamp(top_n, 0, kMaxTopLogprobs);
+  int count = 0;
+  std::array<int32_t, kMaxTopLogprobs> ids{};
+  for (int64_t i = 0; i < vocab && n > 0; ++i) {
+    if (count == n && !(l[i] > l[ids[size_t(n - 1)]])) continue;
+    int j = count < n ? count++ : n - 1;
+    while (j > 0 && l[i] > l[ids[size_t(j - 1)]]) {
+      ids[size_t(j)] = ids[size_t(j - 1)];
+      --j;
+    }
+    ids[size_t(j)] = int32_t(i);
+  }
+  out->top_count = count;
+  for (int k = 0; k < count; ++k) out->top[size_t(k)] = {ids[size_t(k)], logprob(ids[size_t(k)])};
+}
+
+double counter_uniform(uint64_t seed, uint64_t request, uint64_t position) {
+  uint64_t h = mix(seed + 0x9E3779B97F4A7C15ull);
+  h = mix(h ^ (request + 0x632BE59BD9B4E019ull));
+  h = mix(h ^ (position + 0x85157AF5DB1BC6E1ull));
+  return double(h >> 11) * 0x1p-53;
+}
+
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
+                     std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                     uint64_t request, uint64_t position, SamplerScratch& scratch) {
+  const float* l = penalized(logits, vocab, p, prompt, generated, scratch);
   if (p.temperature <= 0.0f) {
     int64_t best = 0;
     for (int64_t i = 1; i < vocab; ++i)

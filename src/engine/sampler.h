@@ -4,8 +4,10 @@
 // alone or in any batch, on any thread. Pure functions; the scratch buffer is the caller's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace fathom::engine {
@@ -33,10 +35,30 @@ struct SamplerScratch {
   std::vector<uint8_t> seen;
 };
 
+// One generated token's log-probability and the most likely alternatives at its position.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  int32_t top_count = 0;                            // entries used in `top`
+  std::array<std::pair<int32_t, float>, 20> top{};  // (id, logprob), most likely first
+};
+inline constexpr int kMaxTopLogprobs = 20;
+
 // Samples one token. `prompt` and `generated` feed the penalties (repetition over both,
 // presence/frequency over the generated tokens).
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
                      std::span<const int32_t> prompt, std::span<const int32_t> generated,
                      uint64_t request, uint64_t position, SamplerScratch& scratch);
+
+// The log-probability of `token` and of the `top_n` (0..20) most likely ids (descending, ties
+// to the lower id) under the distribution the sampler draws from before truncation: the
+// log-softmax of the logits after the penalties, divided by the temperature, before top-k,
+// top-p and min-p. At temperature 0 (greedy) the logits after the penalties are taken as they
+// are (temperature 1): without penalties, log_softmax(raw logits). Costs one pass over the
+// vocabulary (plus a copy when penalties apply); the engine calls it only for requests that
+// ask for logprobs.
+void token_logprob(const float* logits, int64_t vocab, const SamplingParams& p,
+                   std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                   int32_t token, int top_n, SamplerScratch& scratch, TokenLogprob* out);
 
 }  // namespace fathom::engine

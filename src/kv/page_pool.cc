@@ -130,6 +130,21 @@ Result<PagedRows> PagedRows::copy_to(PagePool* pool) const {
   return out;
 }
 
+int64_t PagedRows::pages_to_fork() const { return per_page_ > 0 && rows_ % per_page_ != 0 ? 1 : 0; }
+
+Result<PagedRows> PagedRows::fork() const {
+  PagedRows out(pool_, width_);
+  out.rows_ = rows_;
+  out.pages_ = pages_;
+  if (pages_to_fork() > 0) {
+    const size_t last = size_t(rows_ / per_page_);
+    FATHOM_ASSIGN_OR_RETURN(PageRef p, pool_->allocate());
+    std::memcpy(p.data(), pages_[last].data(), size_t(pool_->page_bytes()));
+    out.pages_[last] = std::move(p);
+  }
+  return out;
+}
+
 int64_t PagedRows::bytes() const {
   return int64_t(pages_.size()) * (pool_ ? pool_->page_bytes() : 0);
 }

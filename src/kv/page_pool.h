@@ -103,6 +103,12 @@ class PagedRows {
   Status append_pages(const std::vector<PageRef>& pages, int64_t rows);
   // A copy of every page into new pages of `pool` (same page size).
   Result<PagedRows> copy_to(PagePool* pool) const;
+  // A table of the same rows for another sequence that appends on its own (n samples of one
+  // prompt): it shares every full page (REQUIRES: rows there are never rewritten) and gets a
+  // copy of a partially filled last page, the one both will append to. Takes pages_to_fork()
+  // pages from this table's pool.
+  Result<PagedRows> fork() const;
+  int64_t pages_to_fork() const;
   int64_t bytes() const;
 
  private:

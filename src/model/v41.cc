@@ -1001,6 +1001,44 @@ Result<std::unique_ptr<SequenceState>> V41Model::resume(std::span<const KvBlock*
   return s;
 }
 
+int64_t V41Model::pages_to_fork(const SequenceState& s) const {
+  int64_t pages = 0;
+  for (const auto& r : s.ring)
+    if (r.initialised()) pages += int64_t(r.pages().size());
+  for (const auto& src : s.src)
+    if (src.entries.initialised()) pages += src.entries.pages_to_fork();
+  return pages;
+}
+
+Result<std::unique_ptr<SequenceState>> V41Model::fork(const SequenceState& s) const {
+  if (s.own_pool) return invalid_argument("a sequence on a private pool cannot be forked");
+  auto out = std::unique_ptr<SequenceState>(new SequenceState());
+  out->pool = s.pool;
+  out->pos = s.pos;
+  out->tokens = s.tokens;
+  out->window_floor = s.window_floor;
+  out->published_keys = s.published_keys;
+  out->decoder_tail_start = s.decoder_tail_start;
+  out->main_hidden = s.main_hidden;
+  out->main_hidden_pos = s.main_hidden_pos;
+  out->ring.resize(s.ring.size());
+  for (size_t i = 0; i < s.ring.size(); ++i)
+    if (s.ring[i].initialised()) {
+      FATHOM_ASSIGN_OR_RETURN(out->ring[i], s.ring[i].copy_to(s.pool));
+    }
+  out->src.resize(s.src.size());
+  for (size_t i = 0; i < s.src.size(); ++i) {
+    const SequenceState::Source& from = s.src[i];
+    SequenceState::Source& to = out->src[i];
+    if (from.entries.initialised()) {
+      FATHOM_ASSIGN_OR_RETURN(to.entries, from.entries.fork());
+    }
+    to.kv_part = from.kv_part;
+    to.score_part = from.score_part;
+  }
+  return out;
+}
+
 void set_decoder_tail_start(SequenceState& s, int64_t position) {
   s.decoder_tail_start = std::max<int64_t>(0, position);
 }

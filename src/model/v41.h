@@ -132,6 +132,14 @@ class V41Model {
                                                 std::span<const int32_t> prefix,
                                                 kv::PagePool* pool) const;
 
+  // A copy of a sequence that continues on its own (n samples of one prompt): the pages of
+  // compressed KV and index keys are shared (full pages by reference; a partially filled last
+  // page is copied), the window rings, compressor partial groups and history are copied.
+  // Takes at most pages_to_fork(s) pages from the sequence's pool. REQUIRES: the sequence's
+  // pages come from a pool the caller gave new_sequence() (kInvalidArgument otherwise).
+  Result<std::unique_ptr<SequenceState>> fork(const SequenceState& s) const;
+  int64_t pages_to_fork(const SequenceState& s) const;
+
   // Bytes of weights the fast path reads for one decode token of one sequence: every
   // layer's mHC mixes, norms, attention, router, shared expert and top-k routed experts, the
   // Engram projections and rows, the final norm and head (the DSpark stages excluded).

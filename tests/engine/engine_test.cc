@@ -1,16 +1,21 @@
 // The engine on the tiny golden checkpoint: greedy generation equals the argmax chain of the
 // model's own forward; a seeded request gives the same tokens alone and among 8 concurrent
 // different requests; a prefix-cache hit reports cached tokens, is exact with the window side
-// objects and replays the last window without them; a small KV pool still gives exact
-// answers (waiting, eviction, preemption); a cancelled request stops; bad requests are refused.
+// objects (the default) and replays the last window with swa_bounded_replay; a small KV pool still
+// gives exact answers (waiting, eviction, preemption); a cancelled request stops; bad requests are
+// refused.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <map>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/engine.h"
 #include "model/v41.h"
+#include "runner/v41_runner.h"
 
 namespace fathom::engine {
 namespace {
@@ -24,6 +29,12 @@ const model::V41Model& tiny() {
     return std::move(*r);
   }();
   return *m;
+}
+
+// The engine's view of tiny().
+const ModelRunner& runner() {
+  static runner::V41Runner r(tiny());
+  return r;
 }
 
 std::vector<int32_t> drain(RequestStream& s, StreamEvent* last) {
@@ -58,7 +69,7 @@ TEST(Engine, GreedyEqualsTheModelsArgmaxChain) {
     want.push_back(t);
     ASSERT_TRUE(m.forward(*st, std::span(&want.back(), 1), logits.data(), nullptr, false).is_ok());
   }
-  Engine e(m, EngineOptions{}, -1);
+  Engine e(runner(), EngineOptions{}, -1);
   GenerationRequest r;
   r.prompt = p;
   r.sampling.temperature = 0;
@@ -72,7 +83,6 @@ TEST(Engine, GreedyEqualsTheModelsArgmaxChain) {
 }
 
 TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
-  const auto& m = tiny();
   GenerationRequest r;
   r.prompt = prompt(30, 2);
   r.sampling.temperature = 1.0f;
@@ -82,7 +92,7 @@ TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
   r.ignore_eos = true;
   std::vector<int32_t> alone;
   {
-    Engine e(m, EngineOptions{}, 1);
+    Engine e(runner(), EngineOptions{}, 1);
     auto s = e.submit(r);
     ASSERT_TRUE(s.is_ok());
     StreamEvent last;
@@ -91,7 +101,7 @@ TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
   ASSERT_EQ(alone.size(), 16u);
   EngineOptions small_steps;
   small_steps.max_step_tokens = 24;  // forces chunked prefill interleaved with decode
-  Engine e(m, small_steps, 1);
+  Engine e(runner(), small_steps, 1);
   std::vector<std::shared_ptr<RequestStream>> others;
   for (int i = 0; i < 8; ++i) {
     GenerationRequest o;
@@ -149,8 +159,7 @@ GenerationRequest greedy(std::vector<int32_t> p, int n) {
 TEST(Engine, PrefixHitWithWindowSideObjectsIsExact) {
   EngineOptions o;
   o.prefix_block = 16;  // the tiny model's window; several blocks in a 60-token prompt
-  o.swa_side_objects = true;
-  Engine e(tiny(), o, -1);
+  Engine e(runner(), o, -1);
   GenerationRequest r = greedy(prompt(60, 3), 8);
   StreamEvent first, second;
   auto a = drain(**e.submit(r), &first);
@@ -167,10 +176,11 @@ TEST(Engine, PrefixHitWithWindowSideObjectsIsExact) {
   EXPECT_EQ(third.cached_tokens, 0);
 }
 
-TEST(Engine, PrefixHitReplaysTheLastWindow) {
+TEST(Engine, PrefixHitWithBoundedReplayReplaysTheLastWindow) {
   EngineOptions o;
   o.prefix_block = 16;
-  Engine e(tiny(), o, -1);
+  o.swa_bounded_replay = true;
+  Engine e(runner(), o, -1);
   // 40 tokens: a hit may cover at most 40 - 16 (window) - 6 (speculative slots) = 18
   // tokens, so one block; its replay starts at 0 and is exact.
   GenerationRequest r = greedy(prompt(40, 5), 8);
@@ -200,9 +210,8 @@ TEST(Engine, SmallPoolEvictsCachedBlocksAndPreemptsYetEveryAnswerIsExact) {
   auto probe = m.new_sequence(&probe_pool);
   EngineOptions o;
   o.prefix_block = 16;
-  o.swa_side_objects = true;  // resumes exact whatever the timing makes of the schedule
   o.kv_budget_bytes = 2 * m.pages_needed(*probe, 48 + 24) * m.page_bytes(8);
-  Engine e(m, o, -1);
+  Engine e(runner(), o, -1);
   std::vector<GenerationRequest> reqs;
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 6; ++i) {
@@ -233,7 +242,7 @@ TEST(Engine, ConcurrentGreedyRequestsAreExactWithAndWithoutAsyncScheduling) {
     EngineOptions o;
     o.async_scheduling = async;
     o.max_step_tokens = 32;  // prefill spreads over several steps, beside decodes
-    Engine e(tiny(), o, -1);
+    Engine e(runner(), o, -1);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& r : reqs) streams.push_back(*e.submit(r));
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -252,7 +261,7 @@ TEST(Engine, DecoderReplayWithATailCoveringTheDecodersReachIsExact) {
   EngineOptions o;
   o.decoder_replay_keep = 64;
   o.max_step_tokens = 40;  // the prefill crosses the tail start inside a chunk
-  Engine e(tiny(), o, -1);
+  Engine e(runner(), o, -1);
   GenerationRequest r = greedy(prompt(100, 7), 10);
   StreamEvent last;
   EXPECT_EQ(drain(**e.submit(r), &last), argmax_chain(r.prompt, 10));
@@ -272,7 +281,7 @@ TEST(Engine, CancellationsAtEveryStageLeaveNothingBehind) {
     o.async_scheduling = async;
     o.max_step_tokens = 24;
     o.kv_budget_bytes = 3 * m.pages_needed(*probe, 90) * m.page_bytes(8);
-    Engine e(m, o, -1);
+    Engine e(runner(), o, -1);
     std::vector<GenerationRequest> reqs;
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < 12; ++i) {
@@ -303,8 +312,7 @@ TEST(Engine, CancellationsAtEveryStageLeaveNothingBehind) {
 }
 
 TEST(Engine, CancelStopsAndBadRequestsAreRefused) {
-  const auto& m = tiny();
-  Engine e(m, EngineOptions{}, -1);
+  Engine e(runner(), EngineOptions{}, -1);
   GenerationRequest r;
   r.prompt = prompt(20, 4);
   r.max_tokens = 100000;
@@ -321,6 +329,324 @@ TEST(Engine, CancelStopsAndBadRequestsAreRefused) {
   EXPECT_FALSE(e.submit(bad).is_ok());
   bad.prompt = {5000};
   EXPECT_FALSE(e.submit(bad).is_ok());
+}
+
+// ---------------------------------------------------------------------------------------
+// Exactness on a ~1,100-token prompt: every way the engine can run a request (cold or warm
+// prefix cache, alone or among 8, chunked or in one chunk, planned ahead or not) gives the
+// model's own chain: no cache, alone, the whole prompt in one forward, then one token at a
+// time, sampled with the engine's sampler keyed by (seed, sample index, position).
+
+constexpr int kLongPrompt = 1100;
+
+SamplingParams seeded_t1() {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 1234;
+  return p;
+}
+
+GenerationRequest request(std::vector<int32_t> p, int n, const SamplingParams& sp, bool seeded) {
+  GenerationRequest r;
+  r.prompt = std::move(p);
+  r.sampling = sp;
+  r.seeded = seeded;
+  r.max_tokens = n;
+  r.ignore_eos = true;
+  return r;
+}
+
+// The model's own chain for a request (greedy at temperature 0, else seeded sampling),
+// memoised: several tests compare against the same long prompt.
+std::vector<int32_t> model_chain(const GenerationRequest& r) {
+  static std::map<std::tuple<std::vector<int32_t>, float, uint64_t, int32_t, int64_t>,
+                  std::vector<int32_t>>
+      memo;
+  auto key = std::make_tuple(r.prompt, r.sampling.temperature, r.sampling.seed, r.sample_index,
+                             r.max_tokens);
+  auto it = memo.find(key);
+  if (it != memo.end()) return it->second;
+  const auto& m = tiny();
+  auto st = m.new_sequence();
+  std::vector<float> logits(size_t(m.config().vocab_size));
+  std::vector<int32_t> out;
+  SamplerScratch scratch;
+  EXPECT_TRUE(m.forward(*st, r.prompt, logits.data(), nullptr, false).is_ok());
+  for (int64_t i = 0; i < r.max_tokens; ++i) {
+    out.push_back(sample_token(logits.data(), int64_t(logits.size()), r.sampling, r.prompt, out,
+                               uint64_t(r.sample_index), uint64_t(r.prompt.size() + out.size()),
+                               scratch));
+    EXPECT_TRUE(m.forward(*st, std::span(&out.back(), 1), logits.data(), nullptr, false).is_ok());
+  }
+  memo.emplace(key, out);
+  return out;
+}
+
+std::vector<int32_t> run_alone(const EngineOptions& o, const GenerationRequest& r,
+                               StreamEvent* last) {
+  Engine e(runner(), o, -1);
+  auto s = e.submit(r);
+  EXPECT_TRUE(s.is_ok());
+  if (!s.is_ok()) return {};
+  return drain(**s, last);
+}
+
+TEST(EngineExact, ColdAndWarmPrefixCacheGiveTheModelsChain) {
+  for (bool seeded : {false, true}) {
+    GenerationRequest r =
+        request(prompt(kLongPrompt, 21), 10, seeded ? seeded_t1() : SamplingParams{}, seeded);
+    if (!seeded) r.sampling.temperature = 0;
+    Engine e(runner(), EngineOptions{}, -1);
+    StreamEvent cold, warm;
+    auto a = drain(**e.submit(r), &cold);
+    auto b = drain(**e.submit(r), &warm);
+    EXPECT_EQ(cold.cached_tokens, 0);
+    EXPECT_EQ(warm.cached_tokens, 1024);  // 8 blocks of 128; the rest runs
+    EXPECT_EQ(b, a) << "seeded " << seeded << ": a hit changed the output";
+    EXPECT_EQ(a, model_chain(r)) << "seeded " << seeded;
+    EXPECT_EQ(e.stats().replayed_tokens, 0);
+  }
+}
+
+TEST(EngineExact, AloneAndAmongEightConcurrentRequestsGiveTheModelsChain) {
+  for (bool seeded : {false, true}) {
+    GenerationRequest r =
+        request(prompt(kLongPrompt, 22), 10, seeded ? seeded_t1() : SamplingParams{}, seeded);
+    if (!seeded) r.sampling.temperature = 0;
+    StreamEvent last;
+    const std::vector<int32_t> alone = run_alone(EngineOptions{}, r, &last);
+    Engine e(runner(), EngineOptions{}, -1);
+    std::vector<std::shared_ptr<RequestStream>> others;
+    std::shared_ptr<RequestStream> mine;
+    for (int i = 0; i < 8; ++i) {
+      GenerationRequest o = request(prompt(100 + 70 * i, 60 + i), 12, seeded_t1(), false);
+      o.sampling.temperature = 0.7f;
+      others.push_back(*e.submit(o));
+      if (i == 2) mine = *e.submit(r);
+    }
+    const std::vector<int32_t> among = drain(*mine, &last);
+    for (auto& o : others) drain(*o, &last);
+    EXPECT_EQ(among, alone) << "seeded " << seeded;
+    EXPECT_EQ(alone, model_chain(r)) << "seeded " << seeded;
+  }
+}
+
+TEST(EngineExact, ChunkedAndOneChunkPrefillGiveTheModelsChain) {
+  for (bool seeded : {false, true}) {
+    GenerationRequest r =
+        request(prompt(kLongPrompt, 23), 8, seeded ? seeded_t1() : SamplingParams{}, seeded);
+    if (!seeded) r.sampling.temperature = 0;
+    EngineOptions chunked;
+    chunked.max_step_tokens = 48;
+    EngineOptions one;
+    one.max_step_tokens = 4096;
+    one.prefix_cache = false;
+    StreamEvent last;
+    const std::vector<int32_t> a = run_alone(chunked, r, &last);
+    const std::vector<int32_t> b = run_alone(one, r, &last);
+    EXPECT_EQ(b, model_chain(r)) << "one chunk, seeded " << seeded;
+    EXPECT_EQ(a, b) << "chunked vs one chunk, seeded " << seeded;
+  }
+}
+
+TEST(EngineExact, AsyncAndSyncSchedulingGiveTheModelsChain) {
+  for (bool seeded : {false, true}) {
+    GenerationRequest r =
+        request(prompt(kLongPrompt, 24), 8, seeded ? seeded_t1() : SamplingParams{}, seeded);
+    if (!seeded) r.sampling.temperature = 0;
+    std::vector<int32_t> got[2];
+    for (bool async : {true, false}) {
+      EngineOptions o;
+      o.async_scheduling = async;
+      Engine e(runner(), o, -1);
+      // A second request alongside, so that plans made ahead meet a changing batch.
+      auto other = *e.submit(request(prompt(300, 25), 20, seeded_t1(), true));
+      StreamEvent last;
+      got[async] = drain(**e.submit(r), &last);
+      drain(*other, &last);
+    }
+    EXPECT_EQ(got[1], got[0]) << "async vs sync, seeded " << seeded;
+    EXPECT_EQ(got[1], model_chain(r)) << "seeded " << seeded;
+  }
+}
+
+TEST(EngineExact, SubmitNForksSamplesThatEqualEachSampleAloneAndSharePages) {
+  GenerationRequest r = request(prompt(kLongPrompt, 26), 8, seeded_t1(), true);
+  EngineOptions o;
+  o.prefix_cache = false;  // what the n samples share is then the fork's doing alone
+  std::vector<std::vector<int32_t>> got;
+  int64_t peak_n = 0;
+  {
+    Engine e(runner(), o, -1);
+    auto streams = e.submit_n(r, 4);
+    ASSERT_TRUE(streams.is_ok());
+    ASSERT_EQ(streams->size(), 4u);
+    for (auto& s : *streams) {
+      StreamEvent last;
+      got.push_back(drain(*s, &last));
+      EXPECT_EQ(last.cause, FinishCause::kLength);
+      EXPECT_EQ(last.prompt_tokens, kLongPrompt);
+    }
+    peak_n = idle_stats(e).kv_pages_peak;
+  }
+  int64_t peak_one = 0;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest alone = r;
+    alone.sample_index = i;
+    Engine e(runner(), o, -1);
+    StreamEvent last;
+    EXPECT_EQ(drain(**e.submit(alone), &last), got[size_t(i)]) << "sample " << i;
+    EXPECT_EQ(got[size_t(i)], model_chain(alone)) << "sample " << i;
+    peak_one = std::max(peak_one, idle_stats(e).kv_pages_peak);
+  }
+  EXPECT_NE(got[0], got[1]);
+  EXPECT_NE(got[1], got[2]);
+  std::printf("KV pages at peak: %ld for n = 4, %ld for one sample\n", long(peak_n),
+              long(peak_one));
+  EXPECT_LT(peak_n, 2 * peak_one);  // 4 independent requests would hold 4x
+}
+
+TEST(EngineApi, SubmitNSamplesOutliveTheirCancelledLeader) {
+  // Choice 0 leads the prefill; cancelled at once, the other choices still get their chains.
+  GenerationRequest r = request(prompt(300, 33), 6, seeded_t1(), true);
+  for (bool async : {true, false}) {
+    EngineOptions o;
+    o.async_scheduling = async;
+    Engine e(runner(), o, -1);
+    auto streams = e.submit_n(r, 3);
+    ASSERT_TRUE(streams.is_ok());
+    (*streams)[0]->cancel();
+    StreamEvent last;
+    drain(*(*streams)[0], &last);
+    EXPECT_TRUE(last.cause == FinishCause::kCancelled || last.cause == FinishCause::kLength);
+    for (int i = 1; i < 3; ++i) {
+      GenerationRequest alone = r;
+      alone.sample_index = i;
+      EXPECT_EQ(drain(*(*streams)[size_t(i)], &last), model_chain(alone)) << i;
+      EXPECT_EQ(last.cause, FinishCause::kLength);
+    }
+    EXPECT_EQ(idle_stats(e).running, 0);
+  }
+  Engine e(runner(), EngineOptions{}, -1);
+  EXPECT_FALSE(e.submit_n(r, 0).is_ok());
+}
+
+TEST(EngineApi, LogprobsAtTemperatureZeroAreTheLogSoftmaxOfTheModelsLogits) {
+  const auto& m = tiny();
+  GenerationRequest r = greedy(prompt(50, 27), 5);
+  r.top_logprobs = 5;
+  Engine e(runner(), EngineOptions{}, -1);
+  auto s = *e.submit(r);
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> lps;
+  StreamEvent ev;
+  while (s->next(&ev, 60000)) {
+    ASSERT_EQ(ev.logprobs.size(), ev.tokens.size());
+    tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
+    if (ev.finished) break;
+  }
+  ASSERT_EQ(tokens, argmax_chain(r.prompt, 5));
+  ASSERT_EQ(lps.size(), 5u);
+  auto st = m.new_sequence();
+  std::vector<float> logits(size_t(m.config().vocab_size));
+  ASSERT_TRUE(m.forward(*st, r.prompt, logits.data(), nullptr, false).is_ok());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    double mx = *std::max_element(logits.begin(), logits.end()), sum = 0;
+    for (float v : logits) sum += std::exp(double(v) - mx);
+    const double want = double(logits[size_t(tokens[i])]) - mx - std::log(sum);
+    EXPECT_EQ(lps[i].token, tokens[i]);
+    EXPECT_NEAR(lps[i].logprob, want, 1e-4) << i;
+    ASSERT_EQ(lps[i].top_count, 5);
+    EXPECT_EQ(lps[i].top[0].first, tokens[i]);
+    EXPECT_FLOAT_EQ(lps[i].top[0].second, lps[i].logprob);
+    for (int k = 1; k < 5; ++k)
+      EXPECT_LE(lps[i].top[size_t(k)].second, lps[i].top[size_t(k - 1)].second);
+    ASSERT_TRUE(m.forward(*st, std::span(&tokens[i], 1), logits.data(), nullptr, false).is_ok());
+  }
+  // Without the request, no logprobs.
+  r.top_logprobs = -1;
+  auto plain = *e.submit(r);
+  while (plain->next(&ev, 60000)) {
+    EXPECT_TRUE(ev.logprobs.empty());
+    if (ev.finished) break;
+  }
+}
+
+TEST(EngineApi, ReasoningBudgetForcesTheThinkEndId) {
+  GenerationRequest r = greedy(prompt(40, 28), 8);
+  const std::vector<int32_t> chain = argmax_chain(r.prompt, 8);
+  int32_t end = 7;
+  while (std::find(chain.begin(), chain.end(), end) != chain.end()) ++end;
+  r.think_end_id = end;
+  r.reasoning_budget = 3;
+  Engine e(runner(), EngineOptions{}, -1);
+  StreamEvent last;
+  std::vector<int32_t> got = drain(**e.submit(r), &last);
+  ASSERT_EQ(got.size(), 8u);
+  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + 3),
+            std::vector<int32_t>(chain.begin(), chain.begin() + 3));
+  EXPECT_EQ(got[3], end);
+  // After the forced id the model goes on from it (teacher forcing gives the same chain).
+  GenerationRequest forced = greedy(r.prompt, 8);
+  forced.forced_output = {got[0], got[1], got[2], end};
+  EXPECT_EQ(drain(**e.submit(forced), &last), got);
+  // A budget of 0 forces the first token; a think end generated within the budget stops it.
+  r.reasoning_budget = 0;
+  got = drain(**e.submit(r), &last);
+  EXPECT_EQ(got[0], end);
+  EXPECT_EQ(std::count(got.begin(), got.end(), end), 1);
+}
+
+TEST(EngineApi, InjectedErrorsEndWithAnErrorEvent) {
+  Engine e(runner(), EngineOptions{}, -1);
+  for (int64_t after : {0, 3}) {
+    GenerationRequest r = greedy(prompt(30, 29), 10);
+    r.inject_error_after = after;
+    StreamEvent last;
+    std::vector<int32_t> got = drain(**e.submit(r), &last);
+    EXPECT_EQ(int64_t(got.size()), after);
+    EXPECT_TRUE(last.finished);
+    EXPECT_EQ(last.cause, FinishCause::kError);
+    EXPECT_FALSE(last.error.is_ok());
+    EXPECT_EQ(last.completion_tokens, after);
+  }
+  // The engine goes on serving.
+  StreamEvent last;
+  GenerationRequest r = greedy(prompt(30, 29), 4);
+  EXPECT_EQ(drain(**e.submit(r), &last), argmax_chain(r.prompt, 4));
+}
+
+TEST(EngineApi, APromptThePoolCanNeverHoldIsRefusedAndGrowthPastItIsAnErrorEvent) {
+  const auto& m = tiny();
+  kv::PagePool probe_pool(m.page_bytes(64), 0);
+  auto probe = m.new_sequence(&probe_pool);
+  EngineOptions o;
+  o.kv_budget_bytes = m.pages_needed(*probe, 200) * m.page_bytes(64);
+  Engine e(runner(), o, -1);
+  auto too_big = e.submit(greedy(prompt(kLongPrompt, 30), 4));
+  ASSERT_FALSE(too_big.is_ok());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted);
+  // A prompt that fits, whose generation outgrows the whole pool: a final kError event.
+  StreamEvent last;
+  drain(**e.submit(greedy(prompt(150, 31), 2000)), &last);
+  EXPECT_EQ(last.cause, FinishCause::kError);
+  EXPECT_EQ(last.error.code(), StatusCode::kResourceExhausted);
+  EXPECT_GT(last.completion_tokens, 0);
+}
+
+TEST(EngineApi, HealthAndContextLength) {
+  Engine e(runner(), EngineOptions{}, -1);
+  Engine::Health h = e.health();
+  EXPECT_TRUE(h.alive);
+  EXPECT_EQ(h.stalled_seconds, 0);
+  StreamEvent last;
+  drain(**e.submit(greedy(prompt(20, 32), 3)), &last);
+  idle_stats(e);
+  EXPECT_EQ(e.health().stalled_seconds, 0);
+  EXPECT_EQ(e.context_length(), 65536 * 16);
+  e.shutdown();
+  EXPECT_FALSE(e.health().alive);
 }
 
 }  // namespace

@@ -1,0 +1,89 @@
+// ModelRunner: what the engine needs from a model, and nothing more — new sequences, chunked
+// forwards (one sequence over the whole machine, or many decoding sequences side by side),
+// the batched head, the pages a forward or a fork takes, and prefix blocks to cache and
+// resume from. The engine never includes a model header; the CLI (or a test) builds a runner
+// for the loaded model (runner/v41_runner.h for DeepSeek-V4.1) and hands it to the Engine,
+// which must not outlive it.
+//
+// A runner is immutable and may be called from any thread; each RunnerSequence belongs to one
+// sequence and is used by one thread at a time (the engine's executor). A CachedBlock is
+// immutable once exported, except that its side object may be dropped.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/page_pool.h"
+#include "kv/prefix_cache.h"
+
+namespace fathom::engine {
+
+// One sequence's model state (windows, compressed KV, partial groups, history), opaque to
+// the engine. Its KV pages come from the pool it was created with.
+class RunnerSequence {
+ public:
+  virtual ~RunnerSequence() = default;
+};
+
+// What one prefix block added to a sequence's KV (kv/prefix_cache.h); the runner implements it.
+using kv::CachedBlock;
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+
+  // Config facts.
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t hidden_size() const = 0;  // the head's input width
+  virtual int64_t window_size() const = 0;
+  virtual int64_t context_length() const = 0;  // the model's maximum positions
+  // Prefix blocks must be a multiple of this many tokens (every compression ratio divides
+  // it); a block of B tokens then fills pages of page_bytes(B / block_alignment()).
+  virtual int64_t block_alignment() const = 0;
+  // Bytes of one KV page holding `entries` compressed entries with their index keys.
+  virtual int64_t page_bytes(int64_t entries) const = 0;
+
+  // A new, empty sequence whose pages come from `pool` (which must outlive it).
+  virtual std::unique_ptr<RunnerSequence> new_sequence(kv::PagePool* pool) const = 0;
+  // The position of the sequence's next token.
+  virtual int64_t position(const RunnerSequence& s) const = 0;
+  // Pages a forward of `tokens` more tokens may take (an upper bound).
+  virtual int64_t pages_needed(const RunnerSequence& s, int64_t tokens) const = 0;
+  // Decoder-side bounded replay (an approximation): see model::set_decoder_tail_start.
+  virtual void set_decoder_tail_start(RunnerSequence& s, int64_t position) const = 0;
+
+  // Runs `tokens` at the sequence's next positions; `hidden_out` [hidden_size], when non-null,
+  // receives the last row's head input.
+  virtual Status forward(RunnerSequence& s, std::span<const int32_t> tokens,
+                         float* hidden_out) const = 0;
+  // forward() of several sequences, one per thread, each exactly as alone; every sequence's
+  // last-row head input goes to hidden_out [n, hidden_size].
+  virtual std::vector<Status> forward_each(std::span<RunnerSequence* const> states,
+                                           std::span<const std::span<const int32_t>> chunks,
+                                           float* hidden_out) const = 0;
+  // logits [rows, vocab] = head · hidden [rows, hidden_size]; each row as a batch of one.
+  virtual void head_logits(const float* hidden, int64_t rows, float* logits) const = 0;
+
+  // A copy that continues on its own, sharing full KV pages (n samples of one prompt); takes
+  // at most pages_to_fork(s) pages.
+  virtual Result<std::unique_ptr<RunnerSequence>> fork(const RunnerSequence& s) const = 0;
+  virtual int64_t pages_to_fork(const RunnerSequence& s) const = 0;
+
+  // The block of `block_tokens` tokens ending at the sequence's position, with the window
+  // side object when `with_side_object`.
+  virtual Result<std::unique_ptr<CachedBlock>> export_block(const RunnerSequence& s,
+                                                            int64_t block_tokens,
+                                                            bool with_side_object) const = 0;
+  // A sequence resumed from a chain of cached blocks covering prefix (block 1 first): exactly
+  // at the chain's end with the last block's side object, else SWA bounded replay (the caller
+  // forwards prefix[position(), P) again).
+  virtual Result<std::unique_ptr<RunnerSequence>> resume(std::span<const CachedBlock* const> chain,
+                                                         int64_t block_tokens,
+                                                         std::span<const int32_t> prefix,
+                                                         kv::PagePool* pool) const = 0;
+};
+
+}  // namespace fathom::engine

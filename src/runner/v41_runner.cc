@@ -1,0 +1,120 @@
+#include "runner/v41_runner.h"
+
+#include <numeric>
+
+#include "model/v41.h"
+
+namespace fathom::runner {
+namespace {
+
+struct Sequence final : engine::RunnerSequence {
+  explicit Sequence(std::unique_ptr<model::SequenceState> s) : state(std::move(s)) {}
+  std::unique_ptr<model::SequenceState> state;
+};
+
+struct Block final : engine::CachedBlock {
+  explicit Block(model::KvBlock b) : kv(std::move(b)) {}
+  int64_t bytes() const override { return kv.bytes; }
+  bool has_side_object() const override { return kv.swa != nullptr; }
+  void drop_side_object() override {
+    if (!kv.swa) return;
+    kv.bytes -= model::sequence_bytes(*kv.swa);
+    kv.swa.reset();
+  }
+  bool frees_pages() const override {
+    if (kv.swa) return true;
+    for (const auto& pages : kv.pages)
+      if (!pages.empty() && pages.front().use_count() == 1) return true;
+    return false;
+  }
+  model::KvBlock kv;
+};
+
+model::SequenceState& state(engine::RunnerSequence& s) { return *static_cast<Sequence&>(s).state; }
+const model::SequenceState& state(const engine::RunnerSequence& s) {
+  return *static_cast<const Sequence&>(s).state;
+}
+
+}  // namespace
+
+int64_t V41Runner::vocab_size() const { return model_.config().vocab_size; }
+int64_t V41Runner::hidden_size() const { return model_.config().dim; }
+int64_t V41Runner::window_size() const { return model_.config().window_size; }
+
+int64_t V41Runner::context_length() const {
+  const model::ModelConfig& c = model_.config();
+  return c.rope_factor > 1 ? int64_t(double(c.original_seq_len) * c.rope_factor)
+                           : c.original_seq_len;
+}
+
+int64_t V41Runner::block_alignment() const {
+  const model::ModelConfig& c = model_.config();
+  int64_t ratios = 1;
+  for (int64_t l : c.kv_source_layers) ratios = std::lcm(ratios, c.compress_ratios[size_t(l)]);
+  return ratios;
+}
+
+int64_t V41Runner::page_bytes(int64_t entries) const { return model_.page_bytes(entries); }
+
+std::unique_ptr<engine::RunnerSequence> V41Runner::new_sequence(kv::PagePool* pool) const {
+  return std::make_unique<Sequence>(model_.new_sequence(pool));
+}
+
+int64_t V41Runner::position(const engine::RunnerSequence& s) const {
+  return model::sequence_position(state(s));
+}
+
+int64_t V41Runner::pages_needed(const engine::RunnerSequence& s, int64_t tokens) const {
+  return model_.pages_needed(state(s), tokens);
+}
+
+void V41Runner::set_decoder_tail_start(engine::RunnerSequence& s, int64_t position) const {
+  model::set_decoder_tail_start(state(s), position);
+}
+
+Status V41Runner::forward(engine::RunnerSequence& s, std::span<const int32_t> tokens,
+                          float* hidden_out) const {
+  return model_.forward(state(s), tokens, nullptr, nullptr, false, hidden_out);
+}
+
+std::vector<Status> V41Runner::forward_each(std::span<engine::RunnerSequence* const> states,
+                                            std::span<const std::span<const int32_t>> chunks,
+                                            float* hidden_out) const {
+  std::vector<model::SequenceState*> raw;
+  raw.reserve(states.size());
+  for (engine::RunnerSequence* s : states) raw.push_back(&state(*s));
+  return model_.forward_each(raw, chunks, hidden_out);
+}
+
+void V41Runner::head_logits(const float* hidden, int64_t rows, float* logits) const {
+  model_.head_logits(hidden, rows, logits);
+}
+
+Result<std::unique_ptr<engine::RunnerSequence>> V41Runner::fork(
+    const engine::RunnerSequence& s) const {
+  FATHOM_ASSIGN_OR_RETURN(auto forked, model_.fork(state(s)));
+  return std::unique_ptr<engine::RunnerSequence>(std::make_unique<Sequence>(std::move(forked)));
+}
+
+int64_t V41Runner::pages_to_fork(const engine::RunnerSequence& s) const {
+  return model_.pages_to_fork(state(s));
+}
+
+Result<std::unique_ptr<engine::CachedBlock>> V41Runner::export_block(
+    const engine::RunnerSequence& s, int64_t block_tokens, bool with_side_object) const {
+  FATHOM_ASSIGN_OR_RETURN(model::KvBlock b,
+                          model_.export_block(state(s), block_tokens, with_side_object));
+  return std::unique_ptr<engine::CachedBlock>(std::make_unique<Block>(std::move(b)));
+}
+
+Result<std::unique_ptr<engine::RunnerSequence>> V41Runner::resume(
+    std::span<const engine::CachedBlock* const> chain, int64_t block_tokens,
+    std::span<const int32_t> prefix, kv::PagePool* pool) const {
+  std::vector<const model::KvBlock*> blocks;
+  blocks.reserve(chain.size());
+  for (const engine::CachedBlock* b : chain) blocks.push_back(&static_cast<const Block*>(b)->kv);
+  FATHOM_ASSIGN_OR_RETURN(auto resumed, model_.resume(blocks, block_tokens, prefix, pool));
+  return std::unique_ptr<engine::RunnerSequence>(std::make_unique<Sequence>(std::move(resumed)));
+}
+
+}  // namespace fathom::runner

@@ -1,0 +1,53 @@
+// V41Runner: the engine's ModelRunner over a loaded DeepSeek-V4.1 model (model/v41.h). A thin
+// adapter: each call forwards to V41Model; sequences and cached blocks wrap the model's own
+// SequenceState and KvBlock. Built by whoever loads the model (the CLI, tests) and handed to
+// the Engine; it must outlive the engine and the model must outlive it. Immutable; any thread.
+#pragma once
+
+#include "engine/model_runner.h"
+
+namespace fathom::model {
+class V41Model;
+}
+
+namespace fathom::runner {
+
+class V41Runner final : public engine::ModelRunner {
+ public:
+  explicit V41Runner(const model::V41Model& model) : model_(model) {}
+
+  int64_t vocab_size() const override;
+  int64_t hidden_size() const override;
+  int64_t window_size() const override;
+  int64_t context_length() const override;
+  int64_t block_alignment() const override;
+  int64_t page_bytes(int64_t entries) const override;
+
+  std::unique_ptr<engine::RunnerSequence> new_sequence(kv::PagePool* pool) const override;
+  int64_t position(const engine::RunnerSequence& s) const override;
+  int64_t pages_needed(const engine::RunnerSequence& s, int64_t tokens) const override;
+  void set_decoder_tail_start(engine::RunnerSequence& s, int64_t position) const override;
+
+  Status forward(engine::RunnerSequence& s, std::span<const int32_t> tokens,
+                 float* hidden_out) const override;
+  std::vector<Status> forward_each(std::span<engine::RunnerSequence* const> states,
+                                   std::span<const std::span<const int32_t>> chunks,
+                                   float* hidden_out) const override;
+  void head_logits(const float* hidden, int64_t rows, float* logits) const override;
+
+  Result<std::unique_ptr<engine::RunnerSequence>> fork(
+      const engine::RunnerSequence& s) const override;
+  int64_t pages_to_fork(const engine::RunnerSequence& s) const override;
+
+  Result<std::unique_ptr<engine::CachedBlock>> export_block(const engine::RunnerSequence& s,
+                                                            int64_t block_tokens,
+                                                            bool with_side_object) const override;
+  Result<std::unique_ptr<engine::RunnerSequence>> resume(
+      std::span<const engine::CachedBlock* const> chain, int64_t block_tokens,
+      std::span<const int32_t> prefix, kv::PagePool* pool) const override;
+
+ private:
+  const model::V41Model& model_;
+};
+
+}  // namespace fathom::runner

@@ -85,7 +85,10 @@ struct Engine::Sequence {
 };
 
 Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
-    : runner_(runner), opt_(options), eos_(eos_id), vocab_(runner.vocab_size()) {
+    : runner_(runner),
+      opt_(options),
+      vocab_(runner.vocab_size()),
+      output_(eos_id, runner.vocab_size()) {
   // Pages hold whole prefix blocks of every kv source: entries per page = block / alignment.
   const int64_t ratios = runner.block_alignment();
   const int64_t B = opt_.prefix_block;
@@ -681,29 +684,18 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     Sequence& s = *heads[i];
     if (s.stream->cancelled()) continue;
     const int64_t g = int64_t(s.generated.size());
-    if (s.req.inject_error_after >= 0 && g >= s.req.inject_error_after) {
+    if (OutputProcessor::error_due(s.req, g)) {
       finish(s, FinishCause::kError,
              internal_error("injected error after " + std::to_string(g) + " tokens"));
       continue;
     }
-    const float* row = &logits_[i * size_t(vocab_)];
     const Clock::time_point ts = Clock::now();
-    int32_t tok = 0;
-    if (g < int64_t(s.req.forced_output.size()))
-      tok = s.req.forced_output[size_t(g)];
-    else if (s.req.think_end_id >= 0 && s.req.reasoning_budget >= 0 && !s.think_ended &&
-             g >= s.req.reasoning_budget)
-      tok = s.req.think_end_id;  // the reasoning budget is spent
-    else
-      tok = sample_token(row, vocab_, s.req.sampling, s.req.prompt, s.generated,
-                         s.req.seeded ? uint64_t(s.req.sample_index) : s.id, uint64_t(s.all.size()),
-                         sampler_);
     StreamEvent& ev = s.pending;
-    if (s.req.top_logprobs >= 0) {
-      ev.logprobs.emplace_back();
-      token_logprob(row, vocab_, s.req.sampling, s.req.prompt, s.generated, tok, s.req.top_logprobs,
-                    sampler_, &ev.logprobs.back());
-    }
+    TokenLogprob* lp = nullptr;
+    if (s.req.top_logprobs >= 0) lp = &ev.logprobs.emplace_back();
+    const int32_t tok =
+        output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id, s.generated,
+                           s.think_ended, &logits_[i * size_t(vocab_)], lp);
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     if (tok == s.req.think_end_id) s.think_ended = true;
     s.generated.push_back(tok);
@@ -717,13 +709,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       s.first_sent = true;
       ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     }
-    FinishCause cause = FinishCause::kNone;
-    if (tok == eos_ && !s.req.ignore_eos)
-      cause = FinishCause::kEos;
-    else if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), tok) != s.req.stop_ids.end())
-      cause = FinishCause::kStopToken;
-    else if (int64_t(s.generated.size()) >= s.req.max_tokens)
-      cause = FinishCause::kLength;
+    const FinishCause cause = output_.stop_cause(s.req, s.generated);
     if (cause != FinishCause::kNone)
       finish(s, cause);  // one event: the token and the end
     else

@@ -1,26 +1,31 @@
-// The engine: requests enter a queue; one engine thread forms a batch every step under a
-// token budget — one decode token for every running sequence plus chunked prefill for the
-// waiting ones (continuous batching) — admits sequences while the KV budget allows,
-// preempts (drops the state and recomputes later) the newest one when it runs out, samples,
-// and streams tokens to each request.
+// The engine: requests enter a queue; every step is planned under a token budget — one
+// decode token for every running sequence plus chunked prefill for the waiting ones
+// (continuous batching) — admitting sequences while the KV budget allows and preempting
+// (dropping the state, recomputing later) the newest one when it runs out; the model runs
+// through a ModelRunner (engine/model_runner.h; the engine never sees the model's types),
+// the OutputProcessor picks each token and the end, and every stream gets at most one event
+// per step.
 //
 // KV: every sequence's window rings, compressed KV and index keys live in fixed-size pages
-// of one kv::PagePool sized by kv_budget_bytes. Prefix caching keys 128-token prompt blocks by
-// a chained XXH3 hash (previous block's hash, the block's ids, a tenant/model salt); a cached
-// block holds the pages of compressed KV and index keys its tokens added (shared, never
-// copied, never rewritten), not the sliding-window state. A hit resumes from the longest
-// chain of cached blocks and, by default, restores the windows from the last block's side
-// object (exact). With swa_bounded_replay it keeps no side objects: a hit covers at most
-// prompt - window - speculative slots tokens and replays the last window through the model
-// to rebuild the windows (an approximation). Leaf blocks are evicted LRU when the pool
-// needs pages or the cache outgrows prefix_cache_bytes. Decoder-side bounded replay
-// (decoder_replay_keep > 0) is an approximation, off by default.
+// of one kv::PagePool sized by kv_budget_bytes. The prefix cache (kv::PrefixCache) keys
+// 128-token prompt blocks by a chained XXH3 hash (previous block's hash, the block's ids, a
+// tenant salt); a cached block holds the pages of compressed KV and index keys its tokens
+// added (shared, never rewritten) and, by default, the window state at its end (a side
+// object), so a hit resumes exactly; a hit backs off to the last block with a side object.
+// With swa_bounded_replay no side objects are kept: a hit covers at most
+// prompt - window - speculative slots tokens and replays the last window (an approximation).
+// Leaf blocks are evicted LRU when the pool needs pages or the cache outgrows
+// prefix_cache_bytes. Decoder-side bounded replay (decoder_replay_keep > 0) is an
+// approximation, off by default. submit_n() prefills a prompt once and forks the other
+// samples from it (shared full pages).
 //
-// submit() and the RequestStream methods may be called from any thread. Two engine threads:
-// the scheduler (queues, admission choices, the batch plan) and the executor (every model
-// call, the sequence states, the page pool's allocations, the prefix cache, sampling and the
-// token events). With async_scheduling the scheduler plans step n+1 while the executor
-// computes step n. Locks are taken per step, not per token.
+// submit(), submit_n(), stats(), health() and the RequestStream methods may be called from any
+// thread. Two engine threads: the scheduler (queues, admission choices, the batch plan) and
+// the executor (every model call, the sequence states, the page pool's allocations, the
+// prefix cache, sampling and the token events). With async_scheduling the scheduler plans
+// step n+1 while the executor computes step n. Locks are taken per step, not per token: one
+// lock and one wake-up per stream per step, and no allocation per token once buffers have
+// grown (the step's head buffers and each stream's event slots are reused).
 #pragma once
 
 #include <atomic>

@@ -47,6 +47,8 @@
 #include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
 
@@ -73,35 +75,6 @@ struct EngineOptions {
   int64_t decoder_replay_keep = 0;
   // Plan step n+1 on the scheduler thread while the executor computes step n.
   bool async_scheduling = true;
-};
-
-// The consumer side of one request, shared by the engine (producer) and the consumer.
-// Thread-safe. The engine pushes at most one event per step (one lock, one wake-up).
-class RequestStream {
- public:
-  // Waits for the next event (up to `timeout_ms`); false on timeout.
-  bool next(StreamEvent* ev, int timeout_ms);
-  // Takes the next event if one is queued; false otherwise. Never blocks.
-  bool try_next(StreamEvent* ev);
-  // Registers a callback run after events are queued (on the engine's thread, with no lock
-  // held): it must be cheap and must not block, e.g. post a wake-up to an event loop. It runs
-  // at once if events are already queued. The consumer then drains with try_next().
-  void set_waker(std::function<void()> waker);
-  // Asks the engine to stop this request at its next step (client gone).
-  void cancel() { cancelled_.store(true); }
-  bool cancelled() const { return cancelled_.load(); }
-
- private:
-  friend class Engine;
-  // Copies `ev` into a recycled slot (no allocation once the slots' buffers have grown).
-  void push(const StreamEvent& ev);
-  bool pop(StreamEvent* ev);  // REQUIRES: mu_ held
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<StreamEvent> ring_;  // guarded by mu_: a queue of count_ events from head_
-  size_t head_ = 0, count_ = 0;    // guarded by mu_
-  std::shared_ptr<const std::function<void()>> waker_;  // guarded by mu_
-  std::atomic<bool> cancelled_{false};
 };
 
 struct EngineStats {
@@ -149,37 +122,12 @@ class Engine {
   void shutdown();
 
  private:
-  struct Sequence;
-  // A step's plan: queued requests to admit, and for each sequence the most tokens to run
-  // (the executor clamps each intent to what the sequence has left).
-  struct Plan {
-    std::vector<std::shared_ptr<Sequence>> admit, cancelled;
-    std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> work;
-    bool empty() const { return admit.empty() && cancelled.empty() && work.empty(); }
-  };
-  struct Report {
-    std::shared_ptr<Sequence> s;
-    int64_t left = 0;       // tokens not yet run (1 = decoding)
-    int64_t prefilled = 0;  // tokens run
-  };
-  // What a step did, for the scheduler: the sequences still running, and those handed back.
-  struct Outcome {
-    std::vector<Report> running;
-    std::vector<std::shared_ptr<Sequence>> deferred, preempted;
-    int64_t free_pages = 0;  // pool pages free or held only by the prefix cache
-  };
+  // The scheduler thread: hands the Scheduler's plans to the executor and its outcomes back.
   void scheduler_loop();
-  Plan make_plan(const std::vector<Report>& view, std::deque<std::shared_ptr<Sequence>>& waiting,
-                 const Plan* in_flight);
   void submit(Plan p);
   Outcome wait_outcome();
-  void apply(Outcome& out, std::vector<Report>& view,
-             std::deque<std::shared_ptr<Sequence>>& waiting);
+  void apply(Outcome out);
   void executor_loop();
-  // Tokens the executor runs for an intent of `want` on a sequence with `left` tokens to go
-  // after `prefilled`: prefill chunks end at the next prefix-cache block of the prompt. The
-  // scheduler projects the step in flight with the same rule.
-  int64_t chunk_size(const Sequence& s, int64_t prefilled, int64_t left, int64_t want) const;
   Outcome execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running);
   void admit(Sequence& s);
   // Caches the block the sequence's prefill just completed; `pages_promised` are pages the
@@ -200,8 +148,9 @@ class Engine {
   const ModelRunner& runner_;
   EngineOptions opt_;
   int64_t vocab_;
-  bool cache_on_ = false;               // prefix caching possible with this block size and pool
-  std::unique_ptr<kv::PagePool> pool_;  // before cache_: cached blocks go first
+  bool cache_on_ = false;                 // prefix caching possible with this block size and pool
+  std::unique_ptr<kv::PagePool> pool_;    // before cache_: cached blocks go first
+  std::unique_ptr<Scheduler> scheduler_;  // scheduler thread (chunk_size: any thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Sequence>> incoming_;  // guarded by mu_
@@ -221,7 +170,6 @@ class Engine {
   std::optional<Outcome> outcome_;    // guarded by hmu_
   bool exec_stop_ = false;            // guarded by hmu_
   std::optional<Plan> current_plan_;  // scheduler only: the plan in flight
-  int64_t last_free_pages_ = 0;       // scheduler only
   std::thread executor_, thread_;
 };
 

@@ -1,14 +1,21 @@
-// What a request asks of the engine (GenerationRequest) and what it gets back (StreamEvent):
-// plain data, copied between the caller's thread and the engine's.
+// What a request asks of the engine (GenerationRequest) and what it gets back (StreamEvent,
+// plain data), and the stream the events come through (RequestStream, thread-safe).
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/sampler.h"
 
 namespace fathom::engine {
+
+class Engine;
 
 enum class FinishCause { kNone, kEos, kStopToken, kLength, kCancelled, kError };
 
@@ -49,6 +56,35 @@ struct StreamEvent {
   Status error;
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   double queue_seconds = 0, first_token_seconds = 0;  // set on the first token event
+};
+
+// The consumer side of one request, shared by the engine (producer) and the consumer.
+// Thread-safe. The engine pushes at most one event per step (one lock, one wake-up).
+class RequestStream {
+ public:
+  // Waits for the next event (up to `timeout_ms`); false on timeout.
+  bool next(StreamEvent* ev, int timeout_ms);
+  // Takes the next event if one is queued; false otherwise. Never blocks.
+  bool try_next(StreamEvent* ev);
+  // Registers a callback run after events are queued (on the engine's thread, with no lock
+  // held): it must be cheap and must not block, e.g. post a wake-up to an event loop. It runs
+  // at once if events are already queued. The consumer then drains with try_next().
+  void set_waker(std::function<void()> waker);
+  // Asks the engine to stop this request at its next step (client gone).
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  friend class Engine;
+  // Copies `ev` into a recycled slot (no allocation once the slots' buffers have grown).
+  void push(const StreamEvent& ev);
+  bool pop(StreamEvent* ev);  // REQUIRES: mu_ held
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<StreamEvent> ring_;  // guarded by mu_: a queue of count_ events from head_
+  size_t head_ = 0, count_ = 0;    // guarded by mu_
+  std::shared_ptr<const std::function<void()>> waker_;  // guarded by mu_
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace fathom::engine

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <numeric>
+#include <functional>
+#include <string>
 #include <random>
 
 namespace fathom::engine {

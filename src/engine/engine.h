@@ -32,14 +32,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"

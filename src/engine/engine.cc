@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
-#include <string>
 #include <random>
+#include <string>
 
 namespace fathom::engine {
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <numeric>
+#include <functional>
 #include <random>
+#include <string>
 
 namespace fathom::engine {
 
@@ -59,33 +59,11 @@ void RequestStream::push(const StreamEvent& ev) {
   if (wake) (*wake)();
 }
 
-// One request. `id`, `req`, `stream` and `submitted` are set at submit() and then only read;
-// every other field belongs to the executor thread (the scheduler reads `resume_hint` only
-// for a sequence the executor has handed back).
-struct Engine::Sequence {
-  uint64_t id = 0;
-  GenerationRequest req;
-  std::shared_ptr<RequestStream> stream;
-  std::unique_ptr<RunnerSequence> state;
-  std::vector<int32_t> all;  // prompt + generated
-  std::vector<int32_t> generated;
-  std::vector<uint64_t> block_hashes;  // chained hash after each full prompt block
-  int64_t prefilled = 0;               // tokens of `all` in the state
-  int64_t cached = 0;                  // prompt tokens served by the prefix cache
-  int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)
-  bool first_sent = false;
-  bool think_ended = false;  // think_end_id was generated
-  StreamEvent pending;       // the step's tokens not yet sent (buffers reused)
-  // submit_n: the other samples, forked from this one when its prefill completes.
-  std::vector<std::shared_ptr<Sequence>> siblings;
-  bool done = false;                // finished; the executor forgets it
-  int64_t resume_hint = 0;          // tokens it has to run when (re)admitted
-  int64_t resume_hint_at_plan = 0;  // scheduler only: resume_hint when its admission was planned
-  Clock::time_point submitted;
-};
-
 Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
-    : runner_(runner), opt_(options), eos_(eos_id), vocab_(runner.vocab_size()) {
+    : runner_(runner),
+      opt_(options),
+      vocab_(runner.vocab_size()),
+      output_(eos_id, runner.vocab_size()) {
   // Pages hold whole prefix blocks of every kv source: entries per page = block / alignment.
   const int64_t ratios = runner.block_alignment();
   const int64_t B = opt_.prefix_block;
@@ -96,7 +74,12 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   stats_.kv_budget_bytes = pool_->max_pages() * pool_->page_bytes();
   stats_.kv_pages_total = pool_->max_pages();
   stats_.kv_page_bytes = pool_->page_bytes();
-  last_free_pages_ = pool_->max_pages();
+  SchedulerOptions so;
+  so.max_step_tokens = opt_.max_step_tokens;
+  so.max_running = opt_.max_running;
+  so.prefix_block = opt_.prefix_block;
+  so.chunk_at_blocks = cache_on_;
+  scheduler_ = std::make_unique<Scheduler>(runner_, pool_.get(), so);
   executor_ = std::thread([this] { executor_loop(); });
   thread_ = std::thread([this] { scheduler_loop(); });
 }
@@ -113,7 +96,7 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-Result<std::shared_ptr<Engine::Sequence>> Engine::make_sequence(GenerationRequest request) {
+Result<std::shared_ptr<Sequence>> Engine::make_sequence(GenerationRequest request) {
   if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
   for (int32_t t : request.prompt)
     if (t < 0 || t >= vocab_)
@@ -327,35 +310,24 @@ void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
 // own bookkeeping, so a stale plan costs at most a share of one step's budget.
 
 void Engine::scheduler_loop() {
-  std::deque<std::shared_ptr<Sequence>> waiting;
-  std::vector<Report> view;  // the executor's running sequences as last reported
+  Scheduler& sched = *scheduler_;
   bool in_flight = false;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stop_ || !incoming_.empty() || !view.empty() || !waiting.empty() || in_flight;
-      });
+      cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || sched.has_work() || in_flight; });
       if (stop_) break;
-      for (auto& s : incoming_) waiting.push_back(std::move(s));
+      for (auto& s : incoming_) sched.enqueue(std::move(s));
       incoming_.clear();
-      stats_.waiting = int64_t(waiting.size());
+      stats_.waiting = sched.waiting();
     }
     // Cancelled requests still queued go now; running ones the executor drops itself.
-    std::vector<std::shared_ptr<Sequence>> gone;
-    for (auto it = waiting.begin(); it != waiting.end();)
-      if ((*it)->stream->cancelled()) {
-        gone.push_back(*it);
-        it = waiting.erase(it);
-      } else {
-        ++it;
-      }
+    std::vector<std::shared_ptr<Sequence>> gone = sched.take_cancelled();
     if (opt_.async_scheduling && in_flight) {
       // Plan n+1 now, while step n computes, then hand it over as soon as n is done.
-      Plan p = make_plan(view, waiting, &*current_plan_);
+      Plan p = sched.plan(&*current_plan_);
       p.cancelled = std::move(gone);
-      Outcome out = wait_outcome();
-      apply(out, view, waiting);
+      apply(wait_outcome());
       in_flight = false;
       if (!p.empty()) {
         submit(std::move(p));
@@ -364,20 +336,16 @@ void Engine::scheduler_loop() {
       continue;
     }
     if (in_flight) {
-      Outcome out = wait_outcome();
-      apply(out, view, waiting);
+      apply(wait_outcome());
       in_flight = false;
     }
-    Plan p = make_plan(view, waiting, nullptr);
+    Plan p = sched.plan(nullptr);
     p.cancelled = std::move(gone);
     if (p.empty()) continue;  // nothing to run: wait for requests
     submit(std::move(p));
     in_flight = true;
   }
-  if (in_flight) {
-    Outcome out = wait_outcome();
-    apply(out, view, waiting);
-  }
+  if (in_flight) apply(wait_outcome());
   {
     std::lock_guard<std::mutex> lock(hmu_);
     exec_stop_ = true;
@@ -385,77 +353,13 @@ void Engine::scheduler_loop() {
   hcv_.notify_all();
   if (executor_.joinable()) executor_.join();
   // The executor is gone: its fields may be touched here.
-  for (auto& s : waiting) finish(*s, FinishCause::kCancelled);
+  for (auto& s : sched.take_waiting()) finish(*s, FinishCause::kCancelled);
   std::vector<std::shared_ptr<Sequence>> late;
   {
     std::lock_guard<std::mutex> lock(mu_);
     late.swap(incoming_);
   }
   for (auto& s : late) finish(*s, FinishCause::kCancelled);
-}
-
-int64_t Engine::chunk_size(const Sequence& s, int64_t prefilled, int64_t left, int64_t want) const {
-  int64_t n = std::min(left, want);
-  if (cache_on_ && left > 1) {
-    const int64_t next_block = (prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
-    if (next_block <= int64_t(s.req.prompt.size())) n = std::min(n, next_block - prefilled);
-  }
-  return n;
-}
-
-Engine::Plan Engine::make_plan(const std::vector<Report>& view,
-                               std::deque<std::shared_ptr<Sequence>>& waiting,
-                               const Plan* in_flight) {
-  // What each running sequence has left once the step in flight has run: a chunk of N over
-  // L tokens left leaves L - N, or 1 (the sampled token) when it completes the prompt.
-  auto chunk = [&](const Report& r, int64_t n) { return chunk_size(*r.s, r.prefilled, r.left, n); };
-  std::vector<Report> now = view;
-  if (in_flight) {
-    for (const auto& [s, want] : in_flight->work) {
-      auto it = std::find_if(now.begin(), now.end(), [&](const Report& r) { return r.s == s; });
-      if (it != now.end()) {
-        const int64_t n = chunk(*it, want);
-        if (it->left > 1) it->left = n >= it->left ? 1 : it->left - n;
-        it->prefilled += n;
-        continue;
-      }
-      // A sequence the plan in flight admits: not in the report yet (its resume point is the
-      // executor's to find; assume none).
-      if (std::find(in_flight->admit.begin(), in_flight->admit.end(), s) != in_flight->admit.end())
-        now.push_back({s, std::max<int64_t>(1, s->resume_hint_at_plan - want), want});
-    }
-  }
-  Plan p;
-  int64_t budget = opt_.max_step_tokens;
-  for (const Report& r : now)
-    if (r.left == 1) {
-      p.work.emplace_back(r.s, 1);
-      --budget;
-    }
-  for (const Report& r : now) {
-    if (r.left <= 1 || budget <= 0) continue;
-    const int64_t n = chunk(r, budget);
-    p.work.emplace_back(r.s, n);
-    budget -= n;
-  }
-  // Admissions, while the pool looks like it has room (the executor decides for good).
-  int64_t running = int64_t(now.size()), room = last_free_pages_;
-  while (!waiting.empty() && running < opt_.max_running && budget > 0) {
-    const auto& s = waiting.front();
-    const int64_t left = std::max<int64_t>(1, s->resume_hint);
-    auto fresh = runner_.new_sequence(pool_.get());
-    const int64_t need = runner_.pages_needed(*fresh, std::min(left, budget));
-    if (running > 0 && need > room) break;
-    room -= need;
-    const int64_t n = std::min(left, budget);
-    s->resume_hint_at_plan = left;
-    p.admit.push_back(s);
-    p.work.emplace_back(s, n);
-    budget -= n;
-    ++running;
-    waiting.pop_front();
-  }
-  return p;
 }
 
 void Engine::submit(Plan p) {
@@ -467,7 +371,7 @@ void Engine::submit(Plan p) {
   hcv_.notify_all();
 }
 
-Engine::Outcome Engine::wait_outcome() {
+Outcome Engine::wait_outcome() {
   std::unique_lock<std::mutex> lock(hmu_);
   hcv_.wait(lock, [&] { return outcome_.has_value(); });
   Outcome out = std::move(*outcome_);
@@ -475,15 +379,10 @@ Engine::Outcome Engine::wait_outcome() {
   return out;
 }
 
-void Engine::apply(Outcome& out, std::vector<Report>& view,
-                   std::deque<std::shared_ptr<Sequence>>& waiting) {
-  view = std::move(out.running);
-  // Back to the queue's front, in their order: preempted first (they were running).
-  for (auto it = out.deferred.rbegin(); it != out.deferred.rend(); ++it) waiting.push_front(*it);
-  for (auto it = out.preempted.rbegin(); it != out.preempted.rend(); ++it) waiting.push_front(*it);
-  last_free_pages_ = out.free_pages;
+void Engine::apply(Outcome out) {
+  scheduler_->apply(out);
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.waiting = int64_t(waiting.size() + incoming_.size());
+  stats_.waiting = scheduler_->waiting() + int64_t(incoming_.size());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -513,7 +412,7 @@ void Engine::executor_loop() {
   orphans_.clear();
 }
 
-Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running) {
+Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running) {
   const Clock::time_point t_begin = Clock::now();
   Outcome out;
   for (auto& s : plan.cancelled) {
@@ -573,7 +472,8 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     if (std::find_if(work.begin(), work.end(), [&](const Work& w) { return w.s == s; }) !=
         work.end())
       continue;
-    const int64_t n = chunk_size(*s, s->prefilled, int64_t(s->all.size()) - s->prefilled, want);
+    const int64_t n =
+        scheduler_->chunk_size(*s, s->prefilled, int64_t(s->all.size()) - s->prefilled, want);
     if (n >= 1) work.push_back({s, n});
   }
   // Pages for the step: evict cached blocks, then preempt the newest sequences (dropped and
@@ -681,29 +581,18 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
     Sequence& s = *heads[i];
     if (s.stream->cancelled()) continue;
     const int64_t g = int64_t(s.generated.size());
-    if (s.req.inject_error_after >= 0 && g >= s.req.inject_error_after) {
+    if (OutputProcessor::error_due(s.req, g)) {
       finish(s, FinishCause::kError,
              internal_error("injected error after " + std::to_string(g) + " tokens"));
       continue;
     }
-    const float* row = &logits_[i * size_t(vocab_)];
     const Clock::time_point ts = Clock::now();
-    int32_t tok = 0;
-    if (g < int64_t(s.req.forced_output.size()))
-      tok = s.req.forced_output[size_t(g)];
-    else if (s.req.think_end_id >= 0 && s.req.reasoning_budget >= 0 && !s.think_ended &&
-             g >= s.req.reasoning_budget)
-      tok = s.req.think_end_id;  // the reasoning budget is spent
-    else
-      tok = sample_token(row, vocab_, s.req.sampling, s.req.prompt, s.generated,
-                         s.req.seeded ? uint64_t(s.req.sample_index) : s.id, uint64_t(s.all.size()),
-                         sampler_);
     StreamEvent& ev = s.pending;
-    if (s.req.top_logprobs >= 0) {
-      ev.logprobs.emplace_back();
-      token_logprob(row, vocab_, s.req.sampling, s.req.prompt, s.generated, tok, s.req.top_logprobs,
-                    sampler_, &ev.logprobs.back());
-    }
+    TokenLogprob* lp = nullptr;
+    if (s.req.top_logprobs >= 0) lp = &ev.logprobs.emplace_back();
+    const int32_t tok =
+        output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id, s.generated,
+                           s.think_ended, &logits_[i * size_t(vocab_)], lp);
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     if (tok == s.req.think_end_id) s.think_ended = true;
     s.generated.push_back(tok);
@@ -717,13 +606,7 @@ Engine::Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence
       s.first_sent = true;
       ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     }
-    FinishCause cause = FinishCause::kNone;
-    if (tok == eos_ && !s.req.ignore_eos)
-      cause = FinishCause::kEos;
-    else if (std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), tok) != s.req.stop_ids.end())
-      cause = FinishCause::kStopToken;
-    else if (int64_t(s.generated.size()) >= s.req.max_tokens)
-      cause = FinishCause::kLength;
+    const FinishCause cause = output_.stop_cause(s.req, s.generated);
     if (cause != FinishCause::kNone)
       finish(s, cause);  // one event: the token and the end
     else

@@ -1,45 +1,50 @@
-// The engine: requests enter a queue; one engine thread forms a batch every step under a
-// token budget — one decode token for every running sequence plus chunked prefill for the
-// waiting ones (continuous batching) — admits sequences while the KV budget allows,
-// preempts (drops the state and recomputes later) the newest one when it runs out, samples,
-// and streams tokens to each request.
+// The engine: requests enter a queue; every step is planned under a token budget — one
+// decode token for every running sequence plus chunked prefill for the waiting ones
+// (continuous batching) — admitting sequences while the KV budget allows and preempting
+// (dropping the state, recomputing later) the newest one when it runs out; the model runs
+// through a ModelRunner (engine/model_runner.h; the engine never sees the model's types),
+// the OutputProcessor picks each token and the end, and every stream gets at most one event
+// per step.
 //
 // KV: every sequence's window rings, compressed KV and index keys live in fixed-size pages
-// of one kv::PagePool sized by kv_budget_bytes. Prefix caching keys 128-token prompt blocks by
-// a chained XXH3 hash (previous block's hash, the block's ids, a tenant/model salt); a cached
-// block holds the pages of compressed KV and index keys its tokens added (shared, never
-// copied, never rewritten), not the sliding-window state. A hit resumes from the longest
-// chain of cached blocks and, by default, restores the windows from the last block's side
-// object (exact). With swa_bounded_replay it keeps no side objects: a hit covers at most
-// prompt - window - speculative slots tokens and replays the last window through the model
-// to rebuild the windows (an approximation). Leaf blocks are evicted LRU when the pool
-// needs pages or the cache outgrows prefix_cache_bytes. Decoder-side bounded replay
-// (decoder_replay_keep > 0) is an approximation, off by default.
+// of one kv::PagePool sized by kv_budget_bytes. The prefix cache (kv::PrefixCache) keys
+// 128-token prompt blocks by a chained XXH3 hash (previous block's hash, the block's ids, a
+// tenant salt); a cached block holds the pages of compressed KV and index keys its tokens
+// added (shared, never rewritten) and, by default, the window state at its end (a side
+// object), so a hit resumes exactly; a hit backs off to the last block with a side object.
+// With swa_bounded_replay no side objects are kept: a hit covers at most
+// prompt - window - speculative slots tokens and replays the last window (an approximation).
+// Leaf blocks are evicted LRU when the pool needs pages or the cache outgrows
+// prefix_cache_bytes. Decoder-side bounded replay (decoder_replay_keep > 0) is an
+// approximation, off by default. submit_n() prefills a prompt once and forks the other
+// samples from it (shared full pages).
 //
-// submit() and the RequestStream methods may be called from any thread. Two engine threads:
-// the scheduler (queues, admission choices, the batch plan) and the executor (every model
-// call, the sequence states, the page pool's allocations, the prefix cache, sampling and the
-// token events). With async_scheduling the scheduler plans step n+1 while the executor
-// computes step n. Locks are taken per step, not per token.
+// submit(), submit_n(), stats(), health() and the RequestStream methods may be called from any
+// thread. Two engine threads: the scheduler (queues, admission choices, the batch plan) and
+// the executor (every model call, the sequence states, the page pool's allocations, the
+// prefix cache, sampling and the token events). With async_scheduling the scheduler plans
+// step n+1 while the executor computes step n. Locks are taken per step, not per token: one
+// lock and one wake-up per stream per step, and no allocation per token once buffers have
+// grown (the step's head buffers and each stream's event slots are reused).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/model_runner.h"
+#include "engine/output_processor.h"
+#include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
 
@@ -66,76 +71,6 @@ struct EngineOptions {
   int64_t decoder_replay_keep = 0;
   // Plan step n+1 on the scheduler thread while the executor computes step n.
   bool async_scheduling = true;
-};
-
-enum class FinishCause { kNone, kEos, kStopToken, kLength, kCancelled, kError };
-
-struct GenerationRequest {
-  std::vector<int32_t> prompt;
-  SamplingParams sampling;
-  bool seeded = false;  // sampling.seed was given by the client
-  int64_t max_tokens = 256;
-  std::vector<int32_t> stop_ids;  // besides the model's EOS
-  uint64_t cache_salt = 0;        // tenant/model salt of the prefix-cache hashes
-  bool ignore_eos = false;
-  // Testing aid (servers expose it only when asked to): the first generated tokens are these
-  // instead of samples (teacher forcing; the model still runs on them).
-  std::vector<int32_t> forced_output;
-  // -1: no logprobs; 0..20: every event carries each token's logprob (see token_logprob() in
-  // sampler.h) plus this many most likely alternatives.
-  int top_logprobs = -1;
-  // With think_end_id >= 0: after this many generated tokens without think_end_id, the next
-  // token is think_end_id (forced by id, not sampled). -1 = no budget.
-  int64_t reasoning_budget = -1;
-  int32_t think_end_id = -1;
-  // Testing hook: the request fails with an internal error (a kError final event) after
-  // emitting this many tokens (0 = before the first). -1 = off.
-  int64_t inject_error_after = -1;
-  // Which of n samples of one prompt this is (submit_n sets it): a seeded request draws its
-  // random numbers keyed by (seed, sample_index, position).
-  int32_t sample_index = 0;
-};
-
-// What a request sees: batches of new tokens, then one final event (which may carry the last
-// tokens too). A consumer that passes the same StreamEvent to next()/try_next() every time
-// hands its buffers back to the stream, so that steady streaming allocates nothing.
-struct StreamEvent {
-  std::vector<int32_t> tokens;
-  std::vector<TokenLogprob> logprobs;  // one per token when requested, same order as tokens
-  bool finished = false;
-  FinishCause cause = FinishCause::kNone;
-  Status error;
-  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
-  double queue_seconds = 0, first_token_seconds = 0;  // set on the first token event
-};
-
-// The consumer side of one request, shared by the engine (producer) and the consumer.
-// Thread-safe. The engine pushes at most one event per step (one lock, one wake-up).
-class RequestStream {
- public:
-  // Waits for the next event (up to `timeout_ms`); false on timeout.
-  bool next(StreamEvent* ev, int timeout_ms);
-  // Takes the next event if one is queued; false otherwise. Never blocks.
-  bool try_next(StreamEvent* ev);
-  // Registers a callback run after events are queued (on the engine's thread, with no lock
-  // held): it must be cheap and must not block, e.g. post a wake-up to an event loop. It runs
-  // at once if events are already queued. The consumer then drains with try_next().
-  void set_waker(std::function<void()> waker);
-  // Asks the engine to stop this request at its next step (client gone).
-  void cancel() { cancelled_.store(true); }
-  bool cancelled() const { return cancelled_.load(); }
-
- private:
-  friend class Engine;
-  // Copies `ev` into a recycled slot (no allocation once the slots' buffers have grown).
-  void push(const StreamEvent& ev);
-  bool pop(StreamEvent* ev);  // REQUIRES: mu_ held
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<StreamEvent> ring_;  // guarded by mu_: a queue of count_ events from head_
-  size_t head_ = 0, count_ = 0;    // guarded by mu_
-  std::shared_ptr<const std::function<void()>> waker_;  // guarded by mu_
-  std::atomic<bool> cancelled_{false};
 };
 
 struct EngineStats {
@@ -183,37 +118,12 @@ class Engine {
   void shutdown();
 
  private:
-  struct Sequence;
-  // A step's plan: queued requests to admit, and for each sequence the most tokens to run
-  // (the executor clamps each intent to what the sequence has left).
-  struct Plan {
-    std::vector<std::shared_ptr<Sequence>> admit, cancelled;
-    std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> work;
-    bool empty() const { return admit.empty() && cancelled.empty() && work.empty(); }
-  };
-  struct Report {
-    std::shared_ptr<Sequence> s;
-    int64_t left = 0;       // tokens not yet run (1 = decoding)
-    int64_t prefilled = 0;  // tokens run
-  };
-  // What a step did, for the scheduler: the sequences still running, and those handed back.
-  struct Outcome {
-    std::vector<Report> running;
-    std::vector<std::shared_ptr<Sequence>> deferred, preempted;
-    int64_t free_pages = 0;  // pool pages free or held only by the prefix cache
-  };
+  // The scheduler thread: hands the Scheduler's plans to the executor and its outcomes back.
   void scheduler_loop();
-  Plan make_plan(const std::vector<Report>& view, std::deque<std::shared_ptr<Sequence>>& waiting,
-                 const Plan* in_flight);
   void submit(Plan p);
   Outcome wait_outcome();
-  void apply(Outcome& out, std::vector<Report>& view,
-             std::deque<std::shared_ptr<Sequence>>& waiting);
+  void apply(Outcome out);
   void executor_loop();
-  // Tokens the executor runs for an intent of `want` on a sequence with `left` tokens to go
-  // after `prefilled`: prefill chunks end at the next prefix-cache block of the prompt. The
-  // scheduler projects the step in flight with the same rule.
-  int64_t chunk_size(const Sequence& s, int64_t prefilled, int64_t left, int64_t want) const;
   Outcome execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& running);
   void admit(Sequence& s);
   // Caches the block the sequence's prefill just completed; `pages_promised` are pages the
@@ -233,10 +143,10 @@ class Engine {
 
   const ModelRunner& runner_;
   EngineOptions opt_;
-  int32_t eos_;
   int64_t vocab_;
-  bool cache_on_ = false;               // prefix caching possible with this block size and pool
-  std::unique_ptr<kv::PagePool> pool_;  // before cache_: cached blocks go first
+  bool cache_on_ = false;                 // prefix caching possible with this block size and pool
+  std::unique_ptr<kv::PagePool> pool_;    // before cache_: cached blocks go first
+  std::unique_ptr<Scheduler> scheduler_;  // scheduler thread (chunk_size: any thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<Sequence>> incoming_;  // guarded by mu_
@@ -244,7 +154,7 @@ class Engine {
   EngineStats stats_;                                // guarded by mu_
   uint64_t next_id_ = 1;                             // guarded by mu_
   kv::PrefixCache cache_;                            // executor only
-  SamplerScratch sampler_;                           // executor only
+  OutputProcessor output_;                           // executor only
   std::vector<float> hidden_, logits_;               // executor only: the step's head rows, reused
   // executor only: siblings whose leader was cancelled before its prefill completed
   std::vector<std::shared_ptr<Sequence>> orphans_;
@@ -256,7 +166,6 @@ class Engine {
   std::optional<Outcome> outcome_;    // guarded by hmu_
   bool exec_stop_ = false;            // guarded by hmu_
   std::optional<Plan> current_plan_;  // scheduler only: the plan in flight
-  int64_t last_free_pages_ = 0;       // scheduler only
   std::thread executor_, thread_;
 };
 

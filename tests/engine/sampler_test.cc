@@ -99,5 +99,35 @@ TEST(Sampler, DrawsDependOnlyOnSeedRequestAndPosition) {
   EXPECT_NEAR(mean, 0.5, 0.01);
 }
 
+TEST(Sampler, LogprobsAreTheLogSoftmaxAfterPenaltiesAndTemperature) {
+  std::vector<float> l = {1.0f, 3.0f, 2.0f, 3.0f};
+  SamplerScratch scratch;
+  auto log_softmax = [](std::vector<double> x, size_t i) {
+    double z = 0;
+    for (double v : x) z += std::exp(v);
+    return x[i] - std::log(z);
+  };
+  TokenLogprob lp;
+  SamplingParams greedy;
+  greedy.temperature = 0;  // the logits as they are
+  token_logprob(l.data(), 4, greedy, {}, {}, 1, 3, scratch, &lp);
+  EXPECT_EQ(lp.token, 1);
+  EXPECT_NEAR(lp.logprob, log_softmax({1, 3, 2, 3}, 1), 1e-6);
+  ASSERT_EQ(lp.top_count, 3);
+  EXPECT_EQ(lp.top[0].first, 1);  // ties to the lower id
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 2);
+  EXPECT_NEAR(lp.top[2].second, log_softmax({1, 3, 2, 3}, 2), 1e-6);
+  // Temperature 2 and a presence penalty of 1 on token 3: logits / 2 after the penalty.
+  SamplingParams p;
+  p.temperature = 2.0f;
+  p.presence_penalty = 1.0f;
+  p.top_k = 1;  // truncation does not enter
+  std::vector<int32_t> gen = {3};
+  token_logprob(l.data(), 4, p, {}, gen, 0, 0, scratch, &lp);
+  EXPECT_NEAR(lp.logprob, log_softmax({0.5, 1.5, 1.0, 1.0}, 0), 1e-6);
+  EXPECT_EQ(lp.top_count, 0);
+}
+
 }  // namespace
 }  // namespace fathom::engine

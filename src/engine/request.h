@@ -1,0 +1,90 @@
+// What a request asks of the engine (GenerationRequest) and what it gets back (StreamEvent,
+// plain data), and the stream the events come through (RequestStream, thread-safe).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sampler.h"
+
+namespace fathom::engine {
+
+class Engine;
+
+enum class FinishCause { kNone, kEos, kStopToken, kLength, kCancelled, kError };
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  bool seeded = false;  // sampling.seed was given by the client
+  int64_t max_tokens = 256;
+  std::vector<int32_t> stop_ids;  // besides the model's EOS
+  uint64_t cache_salt = 0;        // tenant/model salt of the prefix-cache hashes
+  bool ignore_eos = false;
+  // Testing aid (servers expose it only when asked to): the first generated tokens are these
+  // instead of samples (teacher forcing; the model still runs on them).
+  std::vector<int32_t> forced_output;
+  // -1: no logprobs; 0..20: every event carries each token's logprob (see token_logprob() in
+  // sampler.h) plus this many most likely alternatives.
+  int top_logprobs = -1;
+  // With think_end_id >= 0: after this many generated tokens without think_end_id, the next
+  // token is think_end_id (forced by id, not sampled). -1 = no budget.
+  int64_t reasoning_budget = -1;
+  int32_t think_end_id = -1;
+  // Testing hook: the request fails with an internal error (a kError final event) after
+  // emitting this many tokens (0 = before the first). -1 = off.
+  int64_t inject_error_after = -1;
+  // Which of n samples of one prompt this is (submit_n sets it): a seeded request draws its
+  // random numbers keyed by (seed, sample_index, position).
+  int32_t sample_index = 0;
+};
+
+// What a request sees: batches of new tokens, then one final event (which may carry the last
+// tokens too). A consumer that passes the same StreamEvent to next()/try_next() every time
+// hands its buffers back to the stream, so that steady streaming allocates nothing.
+struct StreamEvent {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;  // one per token when requested, same order as tokens
+  bool finished = false;
+  FinishCause cause = FinishCause::kNone;
+  Status error;
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  double queue_seconds = 0, first_token_seconds = 0;  // set on the first token event
+};
+
+// The consumer side of one request, shared by the engine (producer) and the consumer.
+// Thread-safe. The engine pushes at most one event per step (one lock, one wake-up).
+class RequestStream {
+ public:
+  // Waits for the next event (up to `timeout_ms`); false on timeout.
+  bool next(StreamEvent* ev, int timeout_ms);
+  // Takes the next event if one is queued; false otherwise. Never blocks.
+  bool try_next(StreamEvent* ev);
+  // Registers a callback run after events are queued (on the engine's thread, with no lock
+  // held): it must be cheap and must not block, e.g. post a wake-up to an event loop. It runs
+  // at once if events are already queued. The consumer then drains with try_next().
+  void set_waker(std::function<void()> waker);
+  // Asks the engine to stop this request at its next step (client gone).
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  friend class Engine;
+  // Copies `ev` into a recycled slot (no allocation once the slots' buffers have grown).
+  void push(const StreamEvent& ev);
+  bool pop(StreamEvent* ev);  // REQUIRES: mu_ held
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<StreamEvent> ring_;  // guarded by mu_: a queue of count_ events from head_
+  size_t head_ = 0, count_ = 0;    // guarded by mu_
+  std::shared_ptr<const std::function<void()>> waker_;  // guarded by mu_
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace fathom::engine

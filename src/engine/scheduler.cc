@@ -1,0 +1,99 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace fathom::engine {
+
+Scheduler::Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options)
+    : runner_(runner), pool_(pool), opt_(options), free_pages_(pool->max_pages()) {}
+
+int64_t Scheduler::chunk_size(const Sequence& s, int64_t prefilled, int64_t left,
+                              int64_t want) const {
+  int64_t n = std::min(left, want);
+  if (opt_.chunk_at_blocks && left > 1) {
+    const int64_t next_block = (prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
+    if (next_block <= int64_t(s.req.prompt.size())) n = std::min(n, next_block - prefilled);
+  }
+  return n;
+}
+
+std::vector<std::shared_ptr<Sequence>> Scheduler::take_cancelled() {
+  std::vector<std::shared_ptr<Sequence>> gone;
+  for (auto it = waiting_.begin(); it != waiting_.end();)
+    if ((*it)->stream->cancelled()) {
+      gone.push_back(*it);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  return gone;
+}
+
+std::deque<std::shared_ptr<Sequence>> Scheduler::take_waiting() {
+  std::deque<std::shared_ptr<Sequence>> out;
+  out.swap(waiting_);
+  return out;
+}
+
+Plan Scheduler::plan(const Plan* in_flight) {
+  // What each running sequence has left once the step in flight has run: a chunk of N over
+  // L tokens left leaves L - N, or 1 (the sampled token) when it completes the prompt.
+  auto chunk = [&](const Report& r, int64_t n) { return chunk_size(*r.s, r.prefilled, r.left, n); };
+  std::vector<Report> now = view_;
+  if (in_flight) {
+    for (const auto& [s, want] : in_flight->work) {
+      auto it = std::find_if(now.begin(), now.end(), [&](const Report& r) { return r.s == s; });
+      if (it != now.end()) {
+        const int64_t n = chunk(*it, want);
+        if (it->left > 1) it->left = n >= it->left ? 1 : it->left - n;
+        it->prefilled += n;
+        continue;
+      }
+      // A sequence the plan in flight admits: not in the report yet (its resume point is the
+      // executor's to find; assume none).
+      if (std::find(in_flight->admit.begin(), in_flight->admit.end(), s) != in_flight->admit.end())
+        now.push_back({s, std::max<int64_t>(1, s->resume_hint_at_plan - want), want});
+    }
+  }
+  Plan p;
+  int64_t budget = opt_.max_step_tokens;
+  for (const Report& r : now)
+    if (r.left == 1) {
+      p.work.emplace_back(r.s, 1);
+      --budget;
+    }
+  for (const Report& r : now) {
+    if (r.left <= 1 || budget <= 0) continue;
+    const int64_t n = chunk(r, budget);
+    p.work.emplace_back(r.s, n);
+    budget -= n;
+  }
+  // Admissions, while the pool looks like it has room (the executor decides for good).
+  int64_t running = int64_t(now.size()), room = free_pages_;
+  while (!waiting_.empty() && running < opt_.max_running && budget > 0) {
+    const auto& s = waiting_.front();
+    const int64_t left = std::max<int64_t>(1, s->resume_hint);
+    auto fresh = runner_.new_sequence(pool_);
+    const int64_t need = runner_.pages_needed(*fresh, std::min(left, budget));
+    if (running > 0 && need > room) break;
+    room -= need;
+    const int64_t n = std::min(left, budget);
+    s->resume_hint_at_plan = left;
+    p.admit.push_back(s);
+    p.work.emplace_back(s, n);
+    budget -= n;
+    ++running;
+    waiting_.pop_front();
+  }
+  return p;
+}
+
+void Scheduler::apply(Outcome& out) {
+  view_ = std::move(out.running);
+  // Back to the queue's front, in their order: preempted first (they were running).
+  for (auto it = out.deferred.rbegin(); it != out.deferred.rend(); ++it) waiting_.push_front(*it);
+  for (auto it = out.preempted.rbegin(); it != out.preempted.rend(); ++it) waiting_.push_front(*it);
+  free_pages_ = out.free_pages;
+}
+
+}  // namespace fathom::engine

@@ -1,0 +1,60 @@
+// The engine's plain data: one request's sequence (Sequence) and what passes between the
+// scheduler and the executor every step (Plan, Report, Outcome). Engine-internal; which
+// thread may touch which field is said on each.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+
+namespace fathom::engine {
+
+// One request. `id`, `req`, `stream` and `submitted` are set at submit() and then only read;
+// every other field belongs to the executor thread (the scheduler reads `resume_hint` only
+// for a sequence the executor has handed back).
+struct Sequence {
+  uint64_t id = 0;
+  GenerationRequest req;
+  std::shared_ptr<RequestStream> stream;
+  std::unique_ptr<RunnerSequence> state;
+  std::vector<int32_t> all;  // prompt + generated
+  std::vector<int32_t> generated;
+  std::vector<uint64_t> block_hashes;  // chained hash after each full prompt block
+  int64_t prefilled = 0;               // tokens of `all` in the state
+  int64_t cached = 0;                  // prompt tokens served by the prefix cache
+  int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)
+  bool first_sent = false;
+  bool think_ended = false;  // think_end_id was generated
+  StreamEvent pending;       // the step's tokens not yet sent (buffers reused)
+  // submit_n: the other samples, forked from this one when its prefill completes.
+  std::vector<std::shared_ptr<Sequence>> siblings;
+  bool done = false;                // finished; the executor forgets it
+  int64_t resume_hint = 0;          // tokens it has to run when (re)admitted
+  int64_t resume_hint_at_plan = 0;  // scheduler only: resume_hint when its admission was planned
+  std::chrono::steady_clock::time_point submitted;
+};
+
+// A step's plan: queued requests to admit, and for each sequence the most tokens to run
+// (the executor clamps each intent to what the sequence has left).
+struct Plan {
+  std::vector<std::shared_ptr<Sequence>> admit, cancelled;
+  std::vector<std::pair<std::shared_ptr<Sequence>, int64_t>> work;
+  bool empty() const { return admit.empty() && cancelled.empty() && work.empty(); }
+};
+struct Report {
+  std::shared_ptr<Sequence> s;
+  int64_t left = 0;       // tokens not yet run (1 = decoding)
+  int64_t prefilled = 0;  // tokens run
+};
+// What a step did, for the scheduler: the sequences still running, and those handed back.
+struct Outcome {
+  std::vector<Report> running;
+  std::vector<std::shared_ptr<Sequence>> deferred, preempted;
+  int64_t free_pages = 0;  // pool pages free or held only by the prefix cache
+};
+}  // namespace fathom::engine

@@ -1,0 +1,403 @@
+#include "grammar/automaton.h"
+
+#include <algorithm>
+#include <map>
+
+namespace fathom::grammar {
+namespace {
+
+struct Nfa {
+  struct State {
+    std::vector<std::pair<ByteSet, int32_t>> bytes;
+    std::vector<int32_t> eps;
+    std::vector<std::pair<int32_t, int32_t>> calls;  // (grammar rule, target)
+  };
+  std::vector<State> states;
+  int32_t add() {
+    states.emplace_back();
+    return static_cast<int32_t>(states.size() - 1);
+  }
+};
+
+class NfaBuilder {
+ public:
+  NfaBuilder(const Grammar& g, const std::vector<bool>& recursive, size_t limit)
+      : g_(g), recursive_(recursive), limit_(limit) {}
+
+  // Builds e starting at `start`; returns the exit state, or -1 when over the limit.
+  int32_t build(ExprId e, int32_t start) {
+    if (nfa.states.size() > limit_) return -1;
+    const ExprNode& n = g_.node(e);
+    switch (n.kind) {
+      case ExprKind::kEmpty:
+        return start;
+      case ExprKind::kBytes: {
+        int32_t s = nfa.add();
+        nfa.states[start].bytes.push_back({n.bytes, s});
+        return s;
+      }
+      case ExprKind::kSeq: {
+        int32_t cur = start;
+        for (ExprId k : n.kids) {
+          cur = build(k, cur);
+          if (cur < 0) return -1;
+        }
+        return cur;
+      }
+      case ExprKind::kAlt: {
+        int32_t end = nfa.add();
+        for (ExprId k : n.kids) {
+          int32_t s = nfa.add();
+          nfa.states[start].eps.push_back(s);
+          int32_t x = build(k, s);
+          if (x < 0) return -1;
+          nfa.states[x].eps.push_back(end);
+        }
+        return end;
+      }
+      case ExprKind::kRepeat: {
+        int32_t cur = start;
+        for (int32_t i = 0; i < n.min; ++i) {
+          cur = build(n.kids[0], cur);
+          if (cur < 0) return -1;
+        }
+        if (n.max == kUnbounded) {
+          int32_t loop = nfa.add();
+          nfa.states[cur].eps.push_back(loop);
+          int32_t x = build(n.kids[0], loop);
+          if (x < 0) return -1;
+          nfa.states[x].eps.push_back(loop);
+          return loop;
+        }
+        int32_t end = nfa.add();
+        nfa.states[cur].eps.push_back(end);
+        for (int32_t i = n.min; i < n.max; ++i) {
+          cur = build(n.kids[0], cur);
+          if (cur < 0) return -1;
+          nfa.states[cur].eps.push_back(end);
+        }
+        return end;
+      }
+      case ExprKind::kRef: {
+        if (recursive_[n.rule]) {
+          int32_t s = nfa.add();
+          nfa.states[start].calls.push_back({n.rule, s});
+          return s;
+        }
+        return build(g_.rule_body(n.rule), start);
+      }
+    }
+    return -1;
+  }
+
+  Nfa nfa;
+
+ private:
+  const Grammar& g_;
+  const std::vector<bool>& recursive_;
+  size_t limit_;
+};
+
+void collect_refs(const Grammar& g, ExprId e, std::vector<int32_t>& out) {
+  const ExprNode& n = g.node(e);
+  if (n.kind == ExprKind::kRef) out.push_back(n.rule);
+  for (ExprId k : n.kids) collect_refs(g, k, out);
+}
+
+}  // namespace
+
+Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
+  FATHOM_RETURN_IF_ERROR(g.validate());
+  const size_t nr = g.rule_count();
+  std::vector<std::vector<int32_t>> refs(nr);
+  for (size_t r = 0; r < nr; ++r) {
+    collect_refs(g, g.rule_body(int32_t(r)), refs[r]);
+    std::sort(refs[r].begin(), refs[r].end());
+    refs[r].erase(std::unique(refs[r].begin(), refs[r].end()), refs[r].end());
+  }
+  // A rule is recursive when it can reach itself through references.
+  std::vector<bool> recursive(nr, false);
+  for (size_t r = 0; r < nr; ++r) {
+    std::vector<bool> seen(nr, false);
+    std::vector<int32_t> stack(refs[r].begin(), refs[r].end());
+    while (!stack.empty() && !recursive[r]) {
+      int32_t x = stack.back();
+      stack.pop_back();
+      if (x == int32_t(r)) recursive[r] = true;
+      if (seen[x]) continue;
+      seen[x] = true;
+      for (int32_t y : refs[x]) stack.push_back(y);
+    }
+  }
+
+  // Rules that get an automaton of their own: the root and every recursive rule reachable
+  // from it through calls. Discovered while building.
+  std::vector<int32_t> dfa_index(nr, -1);
+  std::vector<int32_t> order;
+  auto want = [&](int32_t r) {
+    if (dfa_index[r] < 0) {
+      dfa_index[r] = int32_t(order.size());
+      order.push_back(r);
+    }
+    return dfa_index[r];
+  };
+  want(g.root());
+
+  Pda pda;
+  struct PendingCall {
+    int32_t state;
+    int32_t grammar_rule;
+    int32_t ret;
+  };
+  std::vector<PendingCall> pending;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> state_calls;  // (grammar rule, ret)
+
+  for (size_t oi = 0; oi < order.size(); ++oi) {
+    const int32_t rule = order[oi];
+    NfaBuilder nb(g, recursive, limits.max_nfa_states);
+    int32_t nstart = nb.nfa.add();
+    int32_t nfinal = nb.build(g.rule_body(rule), nstart);
+    if (nfinal < 0) {
+      return unsupported("grammar too large: rule '" + g.rule_name(rule) + "' expands past " +
+                         std::to_string(limits.max_nfa_states) + " automaton states");
+    }
+    Nfa& nfa = nb.nfa;
+    std::vector<uint32_t> mark(nfa.states.size(), 0);
+    uint32_t gen = 0;
+    auto closure = [&](std::vector<int32_t>& set) {
+      ++gen;
+      std::vector<int32_t> stack;
+      for (int32_t s : set) {
+        if (mark[s] != gen) {
+          mark[s] = gen;
+          stack.push_back(s);
+        }
+      }
+      set.clear();
+      while (!stack.empty()) {
+        int32_t s = stack.back();
+        stack.pop_back();
+        set.push_back(s);
+        for (int32_t t : nfa.states[s].eps) {
+          if (mark[t] != gen) {
+            mark[t] = gen;
+            stack.push_back(t);
+          }
+        }
+      }
+      std::sort(set.begin(), set.end());
+    };
+    std::map<std::vector<int32_t>, int32_t> ids;
+    std::vector<std::vector<int32_t>> work;
+    const int32_t base = int32_t(pda.states.size());
+    auto intern = [&](std::vector<int32_t> set) -> int32_t {
+      auto it = ids.find(set);
+      if (it != ids.end()) return it->second;
+      int32_t id = base + int32_t(work.size());
+      ids.emplace(set, id);
+      work.push_back(std::move(set));
+      return id;
+    };
+    std::vector<int32_t> s0{nstart};
+    closure(s0);
+    intern(s0);
+    pda.rule_start.push_back(base);
+    pda.rule_names.push_back(g.rule_name(rule));
+    for (size_t wi = 0; wi < work.size(); ++wi) {
+      if (base + wi >= limits.max_dfa_states) {
+        return unsupported("grammar too large: more than " + std::to_string(limits.max_dfa_states) +
+                           " automaton states");
+      }
+      const std::vector<int32_t> set = work[wi];
+      Pda::State st;
+      st.rule = int32_t(oi);
+      st.accepting = std::binary_search(set.begin(), set.end(), nfinal);
+      pda.states.push_back(st);
+      pda.next.resize(pda.states.size() * 256, -1);
+      state_calls.emplace_back();
+      const size_t row = (base + wi) * 256;
+      std::vector<int32_t> raw, prev_raw;
+      int32_t prev_target = -1;
+      for (int b = 0; b < 256; ++b) {
+        raw.clear();
+        for (int32_t s : set) {
+          for (const auto& [bs, t] : nfa.states[s].bytes) {
+            if (bs.has(b)) raw.push_back(t);
+          }
+        }
+        if (raw.empty()) continue;
+        std::sort(raw.begin(), raw.end());
+        raw.erase(std::unique(raw.begin(), raw.end()), raw.end());
+        if (raw != prev_raw || prev_target < 0) {
+          std::vector<int32_t> cl = raw;
+          closure(cl);
+          prev_target = intern(std::move(cl));
+          prev_raw = raw;
+        }
+        pda.next[row + b] = prev_target;
+      }
+      std::map<int32_t, std::vector<int32_t>> by_rule;
+      for (int32_t s : set) {
+        for (auto [r, t] : nfa.states[s].calls) by_rule[r].push_back(t);
+      }
+      for (auto& [r, targets] : by_rule) {
+        closure(targets);
+        int32_t ret = intern(std::move(targets));
+        want(r);
+        pending.push_back({base + int32_t(wi), r, ret});
+      }
+    }
+  }
+  // Resolve calls now that every rule has a start state.
+  std::vector<std::vector<Pda::Call>> calls_of(pda.states.size());
+  for (const PendingCall& pc : pending) {
+    calls_of[pc.state].push_back({pda.rule_start[dfa_index[pc.grammar_rule]], pc.ret});
+  }
+  const size_t ns = pda.states.size();
+  const size_t nrules = pda.rule_start.size();
+
+  // Trim: live states can reach acceptance; productive rules have a live start.
+  std::vector<bool> live(ns, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t s = 0; s < ns; ++s) {
+      if (live[s]) continue;
+      bool l = pda.states[s].accepting;
+      for (int b = 0; b < 256 && !l; ++b) {
+        int32_t t = pda.next[s * 256 + b];
+        if (t >= 0 && live[t]) l = true;
+      }
+      for (const Pda::Call& c : calls_of[s]) {
+        if (!l && live[c.callee_start] && live[c.ret]) l = true;
+      }
+      if (l) {
+        live[s] = true;
+        changed = true;
+      }
+    }
+  }
+  if (!live[pda.rule_start[0]]) return invalid_argument("grammar accepts no string");
+  for (size_t s = 0; s < ns; ++s) {
+    Pda::State& st = pda.states[s];
+    st.calls_begin = uint32_t(pda.calls.size());
+    if (live[s]) {
+      for (const Pda::Call& c : calls_of[s]) {
+        if (live[c.callee_start] && live[c.ret]) pda.calls.push_back(c);
+      }
+    }
+    st.calls_end = uint32_t(pda.calls.size());
+    int nbytes = 0, last = -1;
+    for (int b = 0; b < 256; ++b) {
+      int32_t& t = pda.next[s * 256 + b];
+      if (t >= 0 && (!live[s] || !live[t])) t = -1;
+      if (t >= 0) {
+        ++nbytes;
+        last = b;
+      }
+    }
+    st.has_bytes = nbytes > 0;
+    st.single_byte = nbytes == 1 ? int16_t(last) : int16_t(-1);
+    st.trivial = !st.accepting && st.calls_begin == st.calls_end;
+  }
+
+  // Nullable states (can accept without reading a byte) and first bytes.
+  std::vector<bool> nullable(ns, false);
+  std::vector<ByteSet> first(ns);
+  for (size_t s = 0; s < ns; ++s) {
+    nullable[s] = pda.states[s].accepting;
+    for (int b = 0; b < 256; ++b) {
+      if (pda.next[s * 256 + b] >= 0) first[s].set(b);
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t s = 0; s < ns; ++s) {
+      const Pda::State& st = pda.states[s];
+      for (uint32_t ci = st.calls_begin; ci < st.calls_end; ++ci) {
+        const Pda::Call& c = pda.calls[ci];
+        ByteSet f = first[s];
+        f |= first[c.callee_start];
+        if (nullable[c.callee_start]) {
+          f |= first[c.ret];
+          if (nullable[c.ret] && !nullable[s]) {
+            nullable[s] = true;
+            changed = true;
+          }
+        }
+        if (!(f == first[s])) {
+          first[s] = f;
+          changed = true;
+        }
+      }
+    }
+  }
+  // Left recursion: a rule that calls, without reading a byte, a rule that calls it back.
+  {
+    std::vector<std::vector<int32_t>> left(nrules);
+    for (size_t r = 0; r < nrules; ++r) {
+      std::vector<int32_t> stack{pda.rule_start[r]};
+      std::vector<bool> seen(ns, false);
+      while (!stack.empty()) {
+        int32_t s = stack.back();
+        stack.pop_back();
+        if (seen[s]) continue;
+        seen[s] = true;
+        const Pda::State& st = pda.states[s];
+        for (uint32_t ci = st.calls_begin; ci < st.calls_end; ++ci) {
+          const Pda::Call& c = pda.calls[ci];
+          left[r].push_back(pda.states[c.callee_start].rule);
+          if (nullable[c.callee_start]) stack.push_back(c.ret);
+        }
+      }
+    }
+    // Cycle detection by DFS colors.
+    std::vector<int> color(nrules, 0);
+    std::string cyclic;
+    auto dfs = [&](auto&& self, int32_t r) -> bool {
+      color[r] = 1;
+      for (int32_t x : left[r]) {
+        if (color[x] == 1 || (color[x] == 0 && self(self, x))) {
+          if (cyclic.empty()) cyclic = pda.rule_names[x];
+          return true;
+        }
+      }
+      color[r] = 2;
+      return false;
+    };
+    for (size_t r = 0; r < nrules; ++r) {
+      if (color[r] == 0 && dfs(dfs, int32_t(r))) {
+        return unsupported("left recursion through rule '" + cyclic + "'");
+      }
+    }
+  }
+  // Follow sets.
+  pda.follow.assign(nrules, ByteSet{});
+  pda.follow_end.assign(nrules, false);
+  pda.follow_end[0] = true;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t s = 0; s < ns; ++s) {
+      const Pda::State& st = pda.states[s];
+      for (uint32_t ci = st.calls_begin; ci < st.calls_end; ++ci) {
+        const Pda::Call& c = pda.calls[ci];
+        int32_t callee = pda.states[c.callee_start].rule;
+        ByteSet f = pda.follow[callee];
+        f |= first[c.ret];
+        bool end = pda.follow_end[callee];
+        if (nullable[c.ret]) {
+          f |= pda.follow[st.rule];
+          end = end || pda.follow_end[st.rule];
+        }
+        if (!(f == pda.follow[callee]) || end != pda.follow_end[callee]) {
+          pda.follow[callee] = f;
+          pda.follow_end[callee] = end;
+          changed = true;
+        }
+      }
+    }
+  }
+  pda.root_start = pda.rule_start[0];
+  return pda;
+}
+
+}  // namespace fathom::grammar

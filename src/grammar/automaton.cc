@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 namespace fathom::grammar {
 namespace {
@@ -162,6 +163,23 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
                          std::to_string(limits.max_nfa_states) + " automaton states");
     }
     Nfa& nfa = nb.nfa;
+    // Byte edges as maximal ranges (lo, hi, target).
+    std::vector<std::vector<std::tuple<int, int, int32_t>>> ranges(nfa.states.size());
+    for (size_t s = 0; s < nfa.states.size(); ++s) {
+      for (const auto& [bs, t] : nfa.states[s].bytes) {
+        for (int b = 0; b < 256;) {
+          if (!bs.has(b)) {
+            ++b;
+            continue;
+          }
+          int hi = b;
+          while (hi + 1 < 256 && bs.has(hi + 1)) ++hi;
+          ranges[s].push_back({b, hi, t});
+          b = hi + 1;
+        }
+      }
+    }
+    std::vector<int> bounds;
     std::vector<uint32_t> mark(nfa.states.size(), 0);
     uint32_t gen = 0;
     auto closure = [&](std::vector<int32_t>& set) {
@@ -216,13 +234,25 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
       pda.next.resize(pda.states.size() * 256, -1);
       state_calls.emplace_back();
       const size_t row = (base + wi) * 256;
+      // Split the byte space at every edge boundary; bytes inside one interval go to the
+      // same set of NFA states.
+      bounds.assign({0, 256});
+      for (int32_t s : set) {
+        for (const auto& [lo, hi, t] : ranges[s]) {
+          bounds.push_back(lo);
+          bounds.push_back(hi + 1);
+        }
+      }
+      std::sort(bounds.begin(), bounds.end());
+      bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
       std::vector<int32_t> raw, prev_raw;
       int32_t prev_target = -1;
-      for (int b = 0; b < 256; ++b) {
+      for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+        const int b = bounds[k];
         raw.clear();
         for (int32_t s : set) {
-          for (const auto& [bs, t] : nfa.states[s].bytes) {
-            if (bs.has(b)) raw.push_back(t);
+          for (const auto& [lo, hi, t] : ranges[s]) {
+            if (lo <= b && b <= hi) raw.push_back(t);
           }
         }
         if (raw.empty()) continue;
@@ -234,7 +264,7 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
           prev_target = intern(std::move(cl));
           prev_raw = raw;
         }
-        pda.next[row + b] = prev_target;
+        for (int x = b; x < bounds[k + 1]; ++x) pda.next[row + x] = prev_target;
       }
       std::map<int32_t, std::vector<int32_t>> by_rule;
       for (int32_t s : set) {
@@ -257,22 +287,51 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
   const size_t nrules = pda.rule_start.size();
 
   // Trim: live states can reach acceptance; productive rules have a live start.
+  // Backward search over byte edges from accepting states; a call makes its state live
+  // once both the callee's start and the return state are live.
   std::vector<bool> live(ns, false);
-  for (bool changed = true; changed;) {
-    changed = false;
+  {
+    std::vector<std::vector<int32_t>> pred(ns);
     for (size_t s = 0; s < ns; ++s) {
-      if (live[s]) continue;
-      bool l = pda.states[s].accepting;
-      for (int b = 0; b < 256 && !l; ++b) {
+      int32_t last = -1;
+      for (int b = 0; b < 256; ++b) {
         int32_t t = pda.next[s * 256 + b];
-        if (t >= 0 && live[t]) l = true;
+        if (t >= 0 && t != last) {
+          pred[t].push_back(int32_t(s));
+          last = t;
+        }
       }
-      for (const Pda::Call& c : calls_of[s]) {
-        if (!l && live[c.callee_start] && live[c.ret]) l = true;
+    }
+    std::vector<int32_t> stack;
+    auto mark = [&](int32_t s) {
+      if (live[s]) return;
+      live[s] = true;
+      stack.push_back(s);
+      while (!stack.empty()) {
+        int32_t x = stack.back();
+        stack.pop_back();
+        for (int32_t p : pred[x]) {
+          if (!live[p]) {
+            live[p] = true;
+            stack.push_back(p);
+          }
+        }
       }
-      if (l) {
-        live[s] = true;
-        changed = true;
+    };
+    for (size_t s = 0; s < ns; ++s) {
+      if (pda.states[s].accepting) mark(int32_t(s));
+    }
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t s = 0; s < ns; ++s) {
+        if (live[s]) continue;
+        for (const Pda::Call& c : calls_of[s]) {
+          if (live[c.callee_start] && live[c.ret]) {
+            mark(int32_t(s));
+            changed = true;
+            break;
+          }
+        }
       }
     }
   }

@@ -1,8 +1,10 @@
 #include "grammar/automaton.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 
 namespace fathom::grammar {
 namespace {
@@ -105,6 +107,89 @@ void collect_refs(const Grammar& g, ExprId e, std::vector<int32_t>& out) {
   for (ExprId k : n.kids) collect_refs(g, k, out);
 }
 
+// Merges equivalent states (Moore's partition refinement): states of the same rule that
+// accept alike, step to equivalent states on every byte and make equivalent calls. Subset
+// construction leaves many such duplicates (one per branch a character class took).
+void minimize(Pda& pda) {
+  const size_t ns = pda.states.size();
+  // Bytes b and b + 1 behave alike in every state: one representative per run.
+  std::vector<int> reps{0};
+  for (int b = 1; b < 256; ++b) {
+    bool differs = false;
+    for (size_t s = 0; s < ns && !differs; ++s) {
+      differs = pda.next[s * 256 + b] != pda.next[s * 256 + b - 1];
+    }
+    if (differs) reps.push_back(b);
+  }
+  struct VecHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int32_t x : v) h = (h ^ uint32_t(x)) * 1099511628211ull;
+      return size_t(h);
+    }
+  };
+  std::vector<int32_t> cls(ns);
+  size_t n_classes = 0;
+  {
+    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+    for (size_t s = 0; s < ns; ++s) {
+      const Pda::State& st = pda.states[s];
+      std::vector<int32_t> key{st.rule, st.accepting, int32_t(st.calls_end - st.calls_begin)};
+      cls[s] = ids.try_emplace(key, int32_t(ids.size())).first->second;
+    }
+    n_classes = ids.size();
+  }
+  std::vector<int32_t> sig, next_cls(ns);
+  while (true) {
+    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+    ids.reserve(ns);
+    for (size_t s = 0; s < ns; ++s) {
+      sig.clear();
+      sig.push_back(cls[s]);
+      for (int b : reps) {
+        int32_t t = pda.next[s * 256 + b];
+        sig.push_back(t < 0 ? -1 : cls[t]);
+      }
+      const Pda::State& st = pda.states[s];
+      for (uint32_t ci = st.calls_begin; ci < st.calls_end; ++ci) {
+        sig.push_back(cls[pda.calls[ci].callee_start]);
+        sig.push_back(cls[pda.calls[ci].ret]);
+      }
+      next_cls[s] = ids.try_emplace(sig, int32_t(ids.size())).first->second;
+    }
+    cls.swap(next_cls);
+    if (ids.size() == n_classes) break;
+    n_classes = ids.size();
+  }
+  if (n_classes == ns) return;
+  // Rebuild with one representative per class.
+  std::vector<int32_t> rep(n_classes, -1);
+  for (size_t s = 0; s < ns; ++s) {
+    if (rep[cls[s]] < 0) rep[cls[s]] = int32_t(s);
+  }
+  Pda out;
+  out.states.resize(n_classes);
+  out.next.assign(n_classes * 256, -1);
+  for (size_t c = 0; c < n_classes; ++c) {
+    const size_t s = size_t(rep[c]);
+    Pda::State st = pda.states[s];
+    st.calls_begin = uint32_t(out.calls.size());
+    for (uint32_t ci = pda.states[s].calls_begin; ci < pda.states[s].calls_end; ++ci) {
+      out.calls.push_back({cls[pda.calls[ci].callee_start], cls[pda.calls[ci].ret]});
+    }
+    st.calls_end = uint32_t(out.calls.size());
+    out.states[c] = st;
+    for (int b = 0; b < 256; ++b) {
+      int32_t t = pda.next[s * 256 + b];
+      out.next[c * 256 + b] = t < 0 ? -1 : cls[t];
+    }
+  }
+  for (int32_t& r : pda.rule_start) r = cls[r];
+  pda.states = std::move(out.states);
+  pda.next = std::move(out.next);
+  pda.calls = std::move(out.calls);
+}
+
 }  // namespace
 
 Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
@@ -167,11 +252,15 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
     std::vector<std::vector<std::tuple<int, int, int32_t>>> ranges(nfa.states.size());
     for (size_t s = 0; s < nfa.states.size(); ++s) {
       for (const auto& [bs, t] : nfa.states[s].bytes) {
-        for (int b = 0; b < 256;) {
-          if (!bs.has(b)) {
-            ++b;
+        // Maximal runs of set bits, found a word at a time.
+        int b = 0;
+        while (b < 256) {
+          uint64_t w = bs.w[b >> 6] >> (b & 63);
+          if (w == 0) {
+            b = (b | 63) + 1;
             continue;
           }
+          b += std::countr_zero(w);
           int hi = b;
           while (hi + 1 < 256 && bs.has(hi + 1)) ++hi;
           ranges[s].push_back({b, hi, t});
@@ -182,9 +271,10 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
     std::vector<int> bounds;
     std::vector<uint32_t> mark(nfa.states.size(), 0);
     uint32_t gen = 0;
+    std::vector<int32_t> stack;
     auto closure = [&](std::vector<int32_t>& set) {
       ++gen;
-      std::vector<int32_t> stack;
+      stack.clear();
       for (int32_t s : set) {
         if (mark[s] != gen) {
           mark[s] = gen;
@@ -195,7 +285,10 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
       while (!stack.empty()) {
         int32_t s = stack.back();
         stack.pop_back();
-        set.push_back(s);
+        // Keep only states that matter for the future (byte edges, calls, the end): sets
+        // that differ in pass-through states alone are the same DFA state.
+        const Nfa::State& ns_ = nfa.states[s];
+        if (!ns_.bytes.empty() || !ns_.calls.empty() || s == nfinal) set.push_back(s);
         for (int32_t t : nfa.states[s].eps) {
           if (mark[t] != gen) {
             mark[t] = gen;
@@ -205,7 +298,14 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
       }
       std::sort(set.begin(), set.end());
     };
-    std::map<std::vector<int32_t>, int32_t> ids;
+    struct SetHash {
+      size_t operator()(const std::vector<int32_t>& v) const {
+        uint64_t h = 1469598103934665603ull;
+        for (int32_t x : v) h = (h ^ uint32_t(x)) * 1099511628211ull;
+        return size_t(h);
+      }
+    };
+    std::unordered_map<std::vector<int32_t>, int32_t, SetHash> ids;
     std::vector<std::vector<int32_t>> work;
     const int32_t base = int32_t(pda.states.size());
     auto intern = [&](std::vector<int32_t> set) -> int32_t {
@@ -226,7 +326,7 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
         return unsupported("grammar too large: more than " + std::to_string(limits.max_dfa_states) +
                            " automaton states");
       }
-      const std::vector<int32_t> set = work[wi];
+      const std::vector<int32_t> set = std::move(work[wi]);
       Pda::State st;
       st.rule = int32_t(oi);
       st.accepting = std::binary_search(set.begin(), set.end(), nfinal);
@@ -359,10 +459,12 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
     st.trivial = !st.accepting && st.calls_begin == st.calls_end;
   }
 
+  if (limits.minimize) minimize(pda);
+  const size_t n_states = pda.states.size();
   // Nullable states (can accept without reading a byte) and first bytes.
-  std::vector<bool> nullable(ns, false);
-  std::vector<ByteSet> first(ns);
-  for (size_t s = 0; s < ns; ++s) {
+  std::vector<bool> nullable(n_states, false);
+  std::vector<ByteSet> first(n_states);
+  for (size_t s = 0; s < n_states; ++s) {
     nullable[s] = pda.states[s].accepting;
     for (int b = 0; b < 256; ++b) {
       if (pda.next[s * 256 + b] >= 0) first[s].set(b);
@@ -370,7 +472,7 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
   }
   for (bool changed = true; changed;) {
     changed = false;
-    for (size_t s = 0; s < ns; ++s) {
+    for (size_t s = 0; s < n_states; ++s) {
       const Pda::State& st = pda.states[s];
       for (uint32_t ci = st.calls_begin; ci < st.calls_end; ++ci) {
         const Pda::Call& c = pda.calls[ci];
@@ -395,7 +497,7 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
     std::vector<std::vector<int32_t>> left(nrules);
     for (size_t r = 0; r < nrules; ++r) {
       std::vector<int32_t> stack{pda.rule_start[r]};
-      std::vector<bool> seen(ns, false);
+      std::vector<bool> seen(n_states, false);
       while (!stack.empty()) {
         int32_t s = stack.back();
         stack.pop_back();
@@ -435,7 +537,7 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
   pda.follow_end[0] = true;
   for (bool changed = true; changed;) {
     changed = false;
-    for (size_t s = 0; s < ns; ++s) {
+    for (size_t s = 0; s < n_states; ++s) {
       const Pda::State& st = pda.states[s];
       for (uint32_t ci = st.calls_begin; ci < st.calls_end; ++ci) {
         const Pda::Call& c = pda.calls[ci];

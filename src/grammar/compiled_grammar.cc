@@ -93,61 +93,108 @@ std::unique_ptr<PositionMask> CompiledGrammar::compute_mask(int32_t state) const
   const TokenTable& tt = *tokens_;
   const auto& trie = tt.trie();
   const size_t n_tokens = tt.sorted().size();
-  std::vector<uint8_t> cls(n_tokens, 0);  // 0 rejected, 1 accepted, 2 uncertain
   const size_t max_depth = tt.max_token_len() + 1;
-  std::vector<std::vector<Top>> cfg(max_depth), tops(max_depth);
-  std::vector<uint8_t> flag(max_depth, 0), pop_ok(max_depth, 0);
-  FrameArena arena;
-  ClosureScratch scratch;
+  // Per-thread working memory, reused across walks. Accepted and uncertain tokens are found
+  // in trie order, which is rank order, so both lists come out sorted by rank.
+  struct Scratch {
+    std::vector<std::vector<Top>> cfg, tops;
+    std::vector<uint8_t> flag, pop_ok, simple;
+    std::vector<int32_t> s_state, s_frame, accepted;
+    FrameArena arena;
+    ClosureScratch closure;
+  };
+  thread_local Scratch w;
+  w.cfg.resize(max_depth);
+  w.tops.resize(max_depth);
+  w.flag.assign(max_depth, 0);
+  w.pop_ok.assign(max_depth, 0);
+  w.simple.assign(max_depth, 0);
+  w.s_state.assign(max_depth, 0);
+  w.s_frame.assign(max_depth, 0);
+  w.accepted.clear();
+  w.arena.clear();
+  auto& cfg = w.cfg;
+  auto& tops = w.tops;
+  auto& flag = w.flag;
+  auto& pop_ok = w.pop_ok;
+  auto& simple = w.simple;
+  auto& s_state = w.s_state;
+  auto& s_frame = w.s_frame;
+  auto& accepted = w.accepted;
+  FrameArena& arena = w.arena;
+  ClosureScratch& scratch = w.closure;
+  auto m = std::make_unique<PositionMask>();
   const ByteSet& follow = pda_.follow[pda_.states[state].rule];
   tops[0] = {Top{state, kSentinel}};
+  simple[0] = 1;
+  s_state[0] = state;
+  s_frame[0] = kSentinel;
+  const auto& states = pda_.states;
   size_t i = 0;
   while (i < trie.size()) {
     const TokenTable::TrieNode& node = trie[i];
     const size_t d = node.depth;
-    advance(pda_, tops[d - 1], node.byte, cfg[d]);
     flag[d] = flag[d - 1] || (pop_ok[d - 1] && follow.has(node.byte));
-    if (cfg[d].empty()) {
+    bool alive;
+    bool done = false;  // tops[d] / simple[d] already set
+    if (simple[d - 1]) {
+      const int32_t t = pda_.step(s_state[d - 1], node.byte);
+      alive = t >= 0;
+      if (alive && states[t].trivial) {
+        simple[d] = 1;
+        s_state[d] = t;
+        s_frame[d] = s_frame[d - 1];
+        pop_ok[d] = 0;
+        done = true;
+      } else if (alive) {
+        cfg[d].assign(1, Top{t, s_frame[d - 1]});
+      }
+    } else {
+      advance(pda_, tops[d - 1], node.byte, cfg[d]);
+      alive = !cfg[d].empty();
+    }
+    if (!alive) {
       if (flag[d]) {
-        for (int32_t r = node.sub_begin; r < node.sub_end; ++r) cls[r] = 2;
+        for (int32_t r = node.sub_begin; r < node.sub_end; ++r) m->uncertain.push_back(r);
       }
       i = size_t(node.end);
       continue;
     }
-    for (int32_t r = node.tok_begin; r < node.tok_end; ++r) cls[r] = 1;
-    if (size_t(node.end) > i + 1) {
+    for (int32_t r = node.tok_begin; r < node.tok_end; ++r) accepted.push_back(r);
+    if (!done && size_t(node.end) > i + 1) {
       ClosureInfo info = closure(pda_, arena, cfg[d], tops[d], scratch);
       pop_ok[d] = info.hit_sentinel;
+      simple[d] = tops[d].size() == 1 && states[tops[d][0].state].trivial;
+      if (simple[d]) {
+        s_state[d] = tops[d][0].state;
+        s_frame[d] = tops[d][0].frame;
+      }
     }
     ++i;
   }
 
-  auto m = std::make_unique<PositionMask>();
   const auto& sorted = tt.sorted();
-  size_t n_acc = 0;
-  for (size_t r = 0; r < n_tokens; ++r) {
-    if (cls[r] == 1) ++n_acc;
-    if (cls[r] == 2) m->uncertain.push_back(int32_t(r));
-  }
+  const size_t n_acc = accepted.size();
   m->accepted = n_acc;
   const size_t words = tt.mask_words();
   const size_t n_rej = n_tokens - n_acc;
   if (n_acc <= words) {
     m->kind = PositionMask::Kind::kAcceptList;
-    for (size_t r = 0; r < n_tokens; ++r) {
-      if (cls[r] == 1) m->ids.push_back(sorted[r]);
-    }
+    for (int32_t r : accepted) m->ids.push_back(sorted[r]);
   } else if (n_rej <= words) {
     m->kind = PositionMask::Kind::kRejectList;
+    size_t k = 0;
     for (size_t r = 0; r < n_tokens; ++r) {
-      if (cls[r] != 1) m->ids.push_back(sorted[r]);
+      if (k < n_acc && accepted[k] == int32_t(r)) {
+        ++k;
+      } else {
+        m->ids.push_back(sorted[r]);
+      }
     }
   } else {
     m->kind = PositionMask::Kind::kBitset;
     m->bits.assign(words, 0);
-    for (size_t r = 0; r < n_tokens; ++r) {
-      if (cls[r] == 1) m->bits[sorted[r] >> 5] |= 1u << (sorted[r] & 31);
-    }
+    for (int32_t r : accepted) m->bits[sorted[r] >> 5] |= 1u << (sorted[r] & 31);
   }
   std::sort(m->ids.begin(), m->ids.end());
   return m;

@@ -393,6 +393,82 @@ class SchemaCompiler {
     return g_.alt(std::move(alts));
   }
 
+  // Numbers within integral bounds: a plain decimal (no exponent), by magnitude ranges.
+  // m in [a, b] (b < 0: unbounded), each end inclusive or exclusive.
+  ExprId magnitude(int64_t a, bool a_excl, int64_t b, bool b_excl) {
+    ExprId digits = g_.plus(g_.byte_range('0', '9'));
+    ExprId frac_any = g_.opt(g_.seq({lit("."), digits}));
+    ExprId frac_zero = g_.opt(g_.seq({lit("."), g_.plus(lit("0"))}));
+    ExprId frac_nonzero = g_.seq(
+        {lit("."), g_.star(lit("0")), g_.byte_range('1', '9'), g_.star(g_.byte_range('0', '9'))});
+    std::vector<ExprId> alts;
+    if (b >= 0 && a > b) return g_.nothing();
+    if (b >= 0 && a == b) {
+      if (a_excl || b_excl) return g_.nothing();
+      return g_.seq({lit(std::to_string(a)), frac_zero});
+    }
+    alts.push_back(g_.seq({lit(std::to_string(a)), a_excl ? frac_nonzero : frac_any}));
+    if (b < 0) {
+      alts.push_back(g_.seq({nonneg(a + 1, -1), frac_any}));
+    } else {
+      if (b - 1 >= a + 1) alts.push_back(g_.seq({nonneg(a + 1, b - 1), frac_any}));
+      if (!b_excl) alts.push_back(g_.seq({lit(std::to_string(b)), frac_zero}));
+    }
+    return g_.alt(std::move(alts));
+  }
+
+  Result<ExprId> bounded_number(const Value& s, const std::string& path) {
+    bool has_lo = false, has_hi = false, lo_excl = false, hi_excl = false;
+    int64_t lo = 0, hi = 0;
+    for (const char* k : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      const Value* v = s.find(k);
+      if (!v) continue;
+      double x;
+      if (!number_value(*v, &x)) return invalid_argument(std::string(k) + " is not a number");
+      if (x != std::floor(x) || std::fabs(x) > 1e15) {
+        return unsupported(std::string("'") + k + "' with a non-integer value on numbers at " +
+                           path);
+      }
+      const int64_t n = int64_t(x);
+      const bool excl = k[0] == 'e';
+      if (std::string_view(k).find("inimum") != std::string_view::npos) {
+        if (!has_lo || n > lo || (n == lo && excl)) {
+          lo = n;
+          lo_excl = excl;
+        }
+        has_lo = true;
+      } else {
+        if (!has_hi || n < hi || (n == hi && excl)) {
+          hi = n;
+          hi_excl = excl;
+        }
+        has_hi = true;
+      }
+    }
+    std::vector<ExprId> alts;
+    // Non-negative values.
+    if (!has_hi || hi > 0 || (hi == 0 && !hi_excl)) {
+      int64_t a = 0;
+      bool a_excl = false;
+      if (has_lo && lo >= 0) {
+        a = lo;
+        a_excl = lo_excl;
+      }
+      alts.push_back(magnitude(a, a_excl, has_hi ? hi : -1, hi_excl));
+    }
+    // Negative values -m, m > 0.
+    if (!has_lo || lo < 0) {
+      int64_t a = 0;
+      bool a_excl = true;
+      if (has_hi && hi < 0) {
+        a = -hi;
+        a_excl = hi_excl;
+      }
+      alts.push_back(g_.seq({lit("-"), magnitude(a, a_excl, has_lo ? -lo : -1, lo_excl)}));
+    }
+    return g_.alt(std::move(alts));
+  }
+
   // --- Strings -----------------------------------------------------------------------------
   Result<ExprId> format_regex(const std::string& f) {
     static const std::map<std::string, std::string> kFormats = {
@@ -962,11 +1038,16 @@ class SchemaCompiler {
         FATHOM_ASSIGN_OR_RETURN(ExprId e, integer(s));
         alts.push_back(e);
       } else if (t == "number") {
+        bool bounded = false;
         for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-          if (s.find(k))
-            return unsupported(std::string("'") + k + "' on non-integer numbers at " + path);
+          bounded = bounded || s.find(k) != nullptr;
         }
-        alts.push_back(any_number());
+        if (bounded) {
+          FATHOM_ASSIGN_OR_RETURN(ExprId e, bounded_number(s, path));
+          alts.push_back(e);
+        } else {
+          alts.push_back(any_number());
+        }
       } else if (t == "string") {
         FATHOM_ASSIGN_OR_RETURN(ExprId e, string_expr(s));
         alts.push_back(e);

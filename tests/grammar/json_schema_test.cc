@@ -31,6 +31,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
       {"minProperties", R"({"type": "object", "minProperties": 2})"},
       {"contains", R"({"type": "array", "contains": {"type": "integer"}})"},
       {"minimum", R"({"type": "number", "minimum": 0.5})"},
+      {"exclusiveMaximum", R"({"exclusiveMaximum": 2.5})"},
       {"oneOf", R"({"oneOf": [{"type": "integer"}, {"minimum": 2}]})"},
       {"format 'uri'", R"({"type": "string", "format": "uri"})"},
   };
@@ -74,6 +75,24 @@ TEST(JsonSchema, IntegerRanges) {
   EXPECT_TRUE(accepts(*open, "1000000000000000000000"));
   EXPECT_FALSE(accepts(*open, "94"));
   EXPECT_FALSE(accepts(*open, "-100"));
+}
+
+TEST(JsonSchema, NumberRanges) {
+  auto g = compile_schema(R"({"type":"number","minimum":-3,"exclusiveMaximum":10})");
+  ASSERT_TRUE(g);
+  for (const char* ok : {"-3", "-3.0", "-2.999", "-0.5", "0", "0.25", "9.99", "9", "5.000"}) {
+    EXPECT_TRUE(accepts(*g, ok)) << ok;
+  }
+  for (const char* bad : {"-3.01", "-4", "10", "10.0", "11", "1e2", "-0", "01.5"}) {
+    EXPECT_FALSE(accepts(*g, bad)) << bad;
+  }
+  auto pos = compile_schema(R"({"type":"number","exclusiveMinimum":0})");
+  ASSERT_TRUE(pos);
+  EXPECT_TRUE(accepts(*pos, "0.001"));
+  EXPECT_TRUE(accepts(*pos, "123456.5"));
+  EXPECT_FALSE(accepts(*pos, "0"));
+  EXPECT_FALSE(accepts(*pos, "0.000"));
+  EXPECT_FALSE(accepts(*pos, "-1"));
 }
 
 TEST(JsonSchema, WhitespacePolicies) {

@@ -29,7 +29,21 @@ class NfaBuilder {
 
   // Builds e starting at `start`; returns the exit state, or -1 when over the limit.
   int32_t build(ExprId e, int32_t start) {
-    if (nfa.states.size() > limit_) return -1;
+    if (nfa.states.size() > limit_ || depth_ > kMaxDepth) return -1;
+    ++depth_;
+    int32_t r = build_node(e, start);
+    --depth_;
+    return r;
+  }
+
+  Nfa nfa;
+
+ private:
+  // Expression nesting (including inlined rules) beyond this is "too large": the builder
+  // recurses once per level.
+  static constexpr int kMaxDepth = 2000;
+
+  int32_t build_node(ExprId e, int32_t start) {
     const ExprNode& n = g_.node(e);
     switch (n.kind) {
       case ExprKind::kEmpty:
@@ -93,9 +107,7 @@ class NfaBuilder {
     return -1;
   }
 
-  Nfa nfa;
-
- private:
+  int depth_ = 0;
   const Grammar& g_;
   const std::vector<bool>& recursive_;
   size_t limit_;
@@ -245,7 +257,8 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
     int32_t nfinal = nb.build(g.rule_body(rule), nstart);
     if (nfinal < 0) {
       return unsupported("grammar too large: rule '" + g.rule_name(rule) + "' expands past " +
-                         std::to_string(limits.max_nfa_states) + " automaton states");
+                         std::to_string(limits.max_nfa_states) +
+                         " automaton states or 2000 levels of nesting");
     }
     Nfa& nfa = nb.nfa;
     // Byte edges as maximal ranges (lo, hi, target).

@@ -178,12 +178,14 @@ class GbnfParser {
         ++pos_;
         atom = g_.code_points({{0, 0x10FFFF}});
       } else if (c == '(') {
+        if (++depth_ > 200) return unsupported("GBNF nesting deeper than 200 groups");
         ++pos_;
         skip_space(true);
         FATHOM_ASSIGN_OR_RETURN(atom, parse_alternates(true));
         skip_space(true);
         if (pos_ >= t_.size() || t_[pos_] != ')') return error("expected ')'");
         ++pos_;
+        --depth_;
       } else if (c == '<') {
         return unsupported("GBNF token references (<[id]>) are not supported");
       } else if (is_name_char(c)) {
@@ -250,6 +252,7 @@ class GbnfParser {
   size_t pos_ = 0;
   Grammar g_;
   std::vector<bool> defined_;
+  int depth_ = 0;
 };
 
 }  // namespace

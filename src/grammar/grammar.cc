@@ -117,6 +117,15 @@ void print_byte(std::string& out, int b) {
 }  // namespace
 
 void Grammar::print(ExprId e, std::string& out, int prec) const {
+  thread_local int depth = 0;
+  if (depth > 2000) {
+    out += "...";
+    return;
+  }
+  struct Guard {
+    Guard() { ++depth; }
+    ~Guard() { --depth; }
+  } guard;
   const ExprNode& n = nodes_[e];
   switch (n.kind) {
     case ExprKind::kEmpty:

@@ -63,6 +63,11 @@ class RegexParser {
   }
 
   Result<ExprId> parse_alternation() {
+    if (++depth_ > kMaxDepth) return unsup("nesting deeper than 200 groups");
+    struct Guard {
+      int& d;
+      ~Guard() { --d; }
+    } guard{depth_};
     std::vector<ExprId> branches;
     while (true) {
       FATHOM_ASSIGN_OR_RETURN(ExprId b, parse_branch(false));
@@ -146,7 +151,7 @@ class RegexParser {
       }
       if (peek('?')) ++pos_;  // lazy: same language
       if (peek('+')) return unsup("a possessive quantifier");
-      atom = g_.repeat(atom, mn, mx);
+      return g_.repeat(atom, mn, mx);  // a second quantifier is "nothing to repeat"
     }
     return atom;
   }
@@ -356,6 +361,8 @@ class RegexParser {
   std::string_view p_;
   const RegexOptions& o_;
   size_t pos_ = 0;
+  int depth_ = 0;
+  static constexpr int kMaxDepth = 200;
 };
 
 }  // namespace

@@ -479,6 +479,9 @@ class SchemaCompiler {
          R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[tT]([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([zZ]|[+-]([01]\d|2[0-3]):[0-5]\d))"},
         {"email",
          R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*)"},
+        // Scheme, colon, then no whitespace, quotes, backslashes or <>{}|^` (RFC 3986's
+        // excluded characters); not a full URI grammar.
+        {"uri", R"([A-Za-z][A-Za-z0-9+.\-]*:[^\s"\\<>{}|^`\x00-\x1f\x7f]+)"},
         {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
         {"ipv4", R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3})"},
         {"hostname",
@@ -865,6 +868,22 @@ class SchemaCompiler {
     return out;
   }
 
+  // An allOf part or an anyOf/oneOf branch that is a bare {"$ref": ...} (plus annotations),
+  // replaced by its target so it can be merged with its siblings. Recursion through such a
+  // merge stops at the nesting limit.
+  Result<Value> deref_part(const Value& part, const std::string& where, const std::string& path) {
+    const Value* ref = part.is_object() ? part.find("$ref") : nullptr;
+    if (!ref) return part;
+    for (const std::string& k : part.keys) {
+      if (k != "$ref" && !kAnnotations.count(k)) {
+        return unsupported("$ref with sibling keywords inside " + where + " at " + path);
+      }
+    }
+    if (!ref->is_string()) return invalid_argument("$ref is not a string");
+    FATHOM_ASSIGN_OR_RETURN(const Value* target, resolve(ref->text));
+    return *target;
+  }
+
   Result<std::vector<std::string>> types_of(const Value& s) {
     std::vector<std::string> out;
     const Value* t = s.find("type");
@@ -927,9 +946,8 @@ class SchemaCompiler {
       }
       merged = base;
       for (const Value& part : all->items) {
-        if (part.is_object() && part.find("$ref"))
-          return unsupported("$ref inside allOf at " + path);
-        FATHOM_ASSIGN_OR_RETURN(merged, merge(merged, part));
+        FATHOM_ASSIGN_OR_RETURN(Value p, deref_part(part, "allOf", path));
+        FATHOM_ASSIGN_OR_RETURN(merged, merge(merged, p));
       }
       return compile(merged, path);
     }
@@ -945,17 +963,14 @@ class SchemaCompiler {
       }
       std::vector<Value> branches;
       for (const Value& b : any->items) {
-        if (b.is_object() && b.find("$ref") && base.keys.size() > 0) {
-          bool only_annotations = true;
-          for (const std::string& k : base.keys)
-            only_annotations = only_annotations && kAnnotations.count(k);
-          if (!only_annotations)
-            return unsupported(std::string("$ref inside ") + key + " with sibling keywords at " +
-                               path);
-          branches.push_back(b);
+        bool only_annotations = true;
+        for (const std::string& k : base.keys) only_annotations &= kAnnotations.count(k) > 0;
+        if (b.is_object() && b.find("$ref") && only_annotations) {
+          branches.push_back(b);  // compiled as a reference (recursion allowed)
           continue;
         }
-        FATHOM_ASSIGN_OR_RETURN(Value m, merge(base, b));
+        FATHOM_ASSIGN_OR_RETURN(Value bd, deref_part(b, key, path));
+        FATHOM_ASSIGN_OR_RETURN(Value m, merge(base, bd));
         branches.push_back(std::move(m));
       }
       if (std::string(key) == "oneOf") {

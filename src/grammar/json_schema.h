@@ -9,7 +9,7 @@
 // Supported: type (incl. lists), properties, required, additionalProperties (bool or schema),
 // items (schema or draft-7 list), prefixItems, additionalItems, minItems, maxItems, enum,
 // const, minLength, maxLength, pattern, format (date, time, date-time, email, uuid, ipv4,
-// hostname), minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers, anyOf, oneOf whose
+// hostname, uri: scheme ":" and no excluded characters), minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers, anyOf, oneOf whose
 // branches cannot overlap, allOf whose parts merge without conflict, $ref to "#" and JSON
 // pointers into the document (definitions/$defs; recursion allowed), boolean schemas,
 // uniqueItems false. Annotations (title, description, default, examples, $comment, $schema,

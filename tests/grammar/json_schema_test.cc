@@ -33,7 +33,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
       {"minimum", R"({"type": "number", "minimum": 0.5})"},
       {"exclusiveMaximum", R"({"exclusiveMaximum": 2.5})"},
       {"oneOf", R"({"oneOf": [{"type": "integer"}, {"minimum": 2}]})"},
-      {"format 'uri'", R"({"type": "string", "format": "uri"})"},
+      {"format 'ipv6'", R"({"type": "string", "format": "ipv6"})"},
   };
   for (const auto& [kw, s] : cases) {
     auto g = json_schema_grammar(std::string_view(s));
@@ -93,6 +93,35 @@ TEST(JsonSchema, NumberRanges) {
   EXPECT_FALSE(accepts(*pos, "0"));
   EXPECT_FALSE(accepts(*pos, "0.000"));
   EXPECT_FALSE(accepts(*pos, "-1"));
+}
+
+// Pydantic-style schemas: $defs, allOf with a lone $ref, anyOf with null, formats.
+TEST(JsonSchema, PydanticStyle) {
+  auto g = compile_schema(R"({
+    "$defs": {
+      "Address": {"type": "object", "title": "Address",
+                  "properties": {"city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+                  "required": ["city", "zip"], "additionalProperties": false}
+    },
+    "type": "object",
+    "properties": {
+      "home": {"allOf": [{"$ref": "#/$defs/Address"}], "description": "where"},
+      "work": {"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}], "default": null},
+      "site": {"type": "string", "format": "uri"},
+      "born": {"type": "string", "format": "date"}
+    },
+    "required": ["home"],
+    "additionalProperties": false
+  })",
+                          {.whitespace = JsonSchemaOptions::Whitespace::kCompact});
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(accepts(*g, R"({"home":{"city":"Oslo","zip":"01234"}})"));
+  EXPECT_TRUE(accepts(
+      *g,
+      R"({"home":{"city":"A","zip":"12345"},"work":null,"site":"https://x.org/a?b=c","born":"1999-12-31"})"));
+  EXPECT_FALSE(accepts(*g, R"({"home":{"city":"Oslo","zip":"0123"}})"));
+  EXPECT_FALSE(accepts(*g, R"({"home":{"city":"A","zip":"12345"},"site":"no scheme"})"));
+  EXPECT_FALSE(accepts(*g, R"({"home":{"city":"A","zip":"12345"},"born":"1999-13-01"})"));
 }
 
 TEST(JsonSchema, WhitespacePolicies) {

@@ -27,12 +27,18 @@ class NfaBuilder {
   NfaBuilder(const Grammar& g, const std::vector<bool>& recursive, size_t limit)
       : g_(g), recursive_(recursive), limit_(limit) {}
 
-  // Builds e starting at `start`; returns the exit state, or -1 when over the limit.
-  int32_t build(ExprId e, int32_t start) {
+  // Builds e so that it continues into `next`; returns its entry state, or -1 when over the
+  // limits. Built backwards, a fragment depends only on (e, next), so equal pairs share one
+  // fragment: an object's optional-member tails, which every "first member" alternative
+  // repeats, are built once instead of once per alternative.
+  int32_t build(ExprId e, int32_t next) {
     if (nfa.states.size() > limit_ || depth_ > kMaxDepth) return -1;
+    const uint64_t key = (uint64_t(uint32_t(e)) << 32) | uint32_t(next);
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     ++depth_;
-    int32_t r = build_node(e, start);
+    int32_t r = build_node(e, next);
     --depth_;
+    if (r >= 0) memo_.emplace(key, r);
     return r;
   }
 
@@ -43,70 +49,73 @@ class NfaBuilder {
   // recurses once per level.
   static constexpr int kMaxDepth = 2000;
 
-  int32_t build_node(ExprId e, int32_t start) {
+  int32_t build_node(ExprId e, int32_t next) {
     const ExprNode& n = g_.node(e);
     switch (n.kind) {
       case ExprKind::kEmpty:
-        return start;
+        return next;
       case ExprKind::kBytes: {
         int32_t s = nfa.add();
-        nfa.states[start].bytes.push_back({n.bytes, s});
+        nfa.states[s].bytes.push_back({n.bytes, next});
         return s;
       }
       case ExprKind::kSeq: {
-        int32_t cur = start;
-        for (ExprId k : n.kids) {
-          cur = build(k, cur);
+        int32_t cur = next;
+        for (size_t i = n.kids.size(); i-- > 0;) {
+          cur = build(n.kids[i], cur);
           if (cur < 0) return -1;
         }
         return cur;
       }
       case ExprKind::kAlt: {
-        int32_t end = nfa.add();
+        int32_t s = nfa.add();
         for (ExprId k : n.kids) {
-          int32_t s = nfa.add();
-          nfa.states[start].eps.push_back(s);
-          int32_t x = build(k, s);
+          int32_t x = build(k, next);
           if (x < 0) return -1;
-          nfa.states[x].eps.push_back(end);
+          nfa.states[s].eps.push_back(x);
         }
-        return end;
+        return s;
       }
       case ExprKind::kRepeat: {
-        int32_t cur = start;
+        int32_t cur;
+        if (n.max == kUnbounded) {
+          int32_t loop = nfa.add();
+          nfa.states[loop].eps.push_back(next);
+          int32_t body = build(n.kids[0], loop);
+          if (body < 0) return -1;
+          nfa.states[loop].eps.push_back(body);
+          cur = loop;
+        } else {
+          // X{0,k} = (X (X (...)?)?)? followed by next.
+          cur = next;
+          for (int32_t i = n.min; i < n.max; ++i) {
+            int32_t s = nfa.add();
+            nfa.states[s].eps.push_back(next);
+            int32_t body = build(n.kids[0], cur);
+            if (body < 0) return -1;
+            nfa.states[s].eps.push_back(body);
+            cur = s;
+          }
+        }
         for (int32_t i = 0; i < n.min; ++i) {
           cur = build(n.kids[0], cur);
           if (cur < 0) return -1;
         }
-        if (n.max == kUnbounded) {
-          int32_t loop = nfa.add();
-          nfa.states[cur].eps.push_back(loop);
-          int32_t x = build(n.kids[0], loop);
-          if (x < 0) return -1;
-          nfa.states[x].eps.push_back(loop);
-          return loop;
-        }
-        int32_t end = nfa.add();
-        nfa.states[cur].eps.push_back(end);
-        for (int32_t i = n.min; i < n.max; ++i) {
-          cur = build(n.kids[0], cur);
-          if (cur < 0) return -1;
-          nfa.states[cur].eps.push_back(end);
-        }
-        return end;
+        return cur;
       }
       case ExprKind::kRef: {
         if (recursive_[n.rule]) {
           int32_t s = nfa.add();
-          nfa.states[start].calls.push_back({n.rule, s});
+          nfa.states[s].calls.push_back({n.rule, next});
           return s;
         }
-        return build(g_.rule_body(n.rule), start);
+        return build(g_.rule_body(n.rule), next);
       }
     }
     return -1;
   }
 
+  std::unordered_map<uint64_t, int32_t> memo_;
   int depth_ = 0;
   const Grammar& g_;
   const std::vector<bool>& recursive_;
@@ -253,9 +262,9 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
   for (size_t oi = 0; oi < order.size(); ++oi) {
     const int32_t rule = order[oi];
     NfaBuilder nb(g, recursive, limits.max_nfa_states);
-    int32_t nstart = nb.nfa.add();
-    int32_t nfinal = nb.build(g.rule_body(rule), nstart);
-    if (nfinal < 0) {
+    const int32_t nfinal = nb.nfa.add();
+    const int32_t nstart = nb.build(g.rule_body(rule), nfinal);
+    if (nstart < 0) {
       return unsupported("grammar too large: rule '" + g.rule_name(rule) + "' expands past " +
                          std::to_string(limits.max_nfa_states) +
                          " automaton states or 2000 levels of nesting");

@@ -124,6 +124,30 @@ TEST(JsonSchema, PydanticStyle) {
   EXPECT_FALSE(accepts(*g, R"({"home":{"city":"A","zip":"12345"},"born":"1999-13-01"})"));
 }
 
+// draft 2020-12 tuples (the Debian suite has no 2020-12 folder): prefixItems, items for the
+// rest (false: none), minItems/maxItems across both.
+TEST(JsonSchema, PrefixItems) {
+  JsonSchemaOptions compact{.whitespace = JsonSchemaOptions::Whitespace::kCompact};
+  auto closed = compile_schema(
+      R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false})",
+      compact);
+  ASSERT_TRUE(closed);
+  EXPECT_TRUE(accepts(*closed, "[]"));
+  EXPECT_TRUE(accepts(*closed, "[1]"));
+  EXPECT_TRUE(accepts(*closed, R"([1,"a"])"));
+  EXPECT_FALSE(accepts(*closed, R"([1,"a",2])"));
+  EXPECT_FALSE(accepts(*closed, R"(["a"])"));
+  auto rest = compile_schema(
+      R"({"type":"array","prefixItems":[{"const":"x"}],"items":{"type":"boolean"},"minItems":2,"maxItems":3})",
+      compact);
+  ASSERT_TRUE(rest);
+  EXPECT_TRUE(accepts(*rest, R"(["x",true])"));
+  EXPECT_TRUE(accepts(*rest, R"(["x",true,false])"));
+  EXPECT_FALSE(accepts(*rest, R"(["x"])"));
+  EXPECT_FALSE(accepts(*rest, R"(["x",true,false,true])"));
+  EXPECT_FALSE(accepts(*rest, R"(["x",1])"));
+}
+
 TEST(JsonSchema, WhitespacePolicies) {
   const char* s =
       R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"],"additionalProperties":false})";

@@ -155,12 +155,15 @@ std::unique_ptr<PositionMask> CompiledGrammar::compute_mask(int32_t state) const
     }
     if (!alive) {
       if (flag[d]) {
-        for (int32_t r = node.sub_begin; r < node.sub_end; ++r) m->uncertain.push_back(r);
+        const int32_t sub_end = tt.sub_end(i);
+        for (int32_t r = node.sub_begin; r < sub_end; ++r) m->uncertain.push_back(r);
       }
       i = size_t(node.end);
       continue;
     }
-    for (int32_t r = node.tok_begin; r < node.tok_end; ++r) accepted.push_back(r);
+    for (int32_t r = node.sub_begin; r < node.sub_begin + node.tok_count; ++r) {
+      accepted.push_back(r);
+    }
     if (!done && size_t(node.end) > i + 1) {
       ClosureInfo info = closure(pda_, arena, cfg[d], tops[d], scratch);
       pop_ok[d] = info.hit_sentinel;

@@ -9,11 +9,12 @@
 // Supported: type (incl. lists), properties, required, additionalProperties (bool or schema),
 // items (schema or draft-7 list), prefixItems, additionalItems, minItems, maxItems, enum,
 // const, minLength, maxLength, pattern, format (date, time, date-time, email, uuid, ipv4,
-// hostname, uri: scheme ":" and no excluded characters), minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers, anyOf, oneOf whose
-// branches cannot overlap, allOf whose parts merge without conflict, $ref to "#" and JSON
-// pointers into the document (definitions/$defs; recursion allowed), boolean schemas,
-// uniqueItems false. Annotations (title, description, default, examples, $comment, $schema,
-// root $id, ...) are ignored. Every other assertion keyword is kUnsupported, naming it.
+// hostname, uri: scheme ":" and no excluded characters),
+// minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers, anyOf, oneOf whose branches cannot
+// overlap, allOf whose parts merge without conflict, $ref to "#" and JSON pointers into the
+// document (definitions/$defs; recursion allowed), boolean schemas, uniqueItems false. Annotations
+// (title, description, default, examples, $comment, $schema, root $id, ...) are ignored. Every
+// other assertion keyword is kUnsupported, naming it.
 #pragma once
 
 #include <string_view>

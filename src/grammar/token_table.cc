@@ -49,7 +49,7 @@ void TokenTable::build() {
   for (size_t id = 0; id < n; ++id) {
     for (char c : bytes_[id]) mix(uint8_t(c));
     mix(0x100 + bytes_[id].size());
-    if (bytes_[id].empty()) continue;
+    if (bytes_[id].empty() || bytes_[id].size() > 65535) continue;
     usable_[id] = true;
     sorted_.push_back(int32_t(id));
     usable_mask_[id / 32] |= 1u << (id % 32);
@@ -65,29 +65,37 @@ void TokenTable::build() {
   // Trie in depth-first order: path[d] is the node at depth d + 1 on the current path.
   std::vector<int32_t> path;
   std::string_view prev;
+  std::vector<int32_t> kept;
   for (size_t i = 0; i < sorted_.size(); ++i) {
     std::string_view cur = bytes_[sorted_[i]];
     size_t l = 0;
     while (l < prev.size() && l < cur.size() && prev[l] == cur[l]) ++l;
+    if (l == cur.size() && l == prev.size() && trie_[path.back()].tok_count == 255) {
+      // A 256th duplicate: unusable.
+      usable_[sorted_[i]] = false;
+      usable_mask_[sorted_[i] / 32] &= ~(1u << (sorted_[i] % 32));
+      continue;
+    }
     while (path.size() > l) {
       trie_[path.back()].end = int32_t(trie_.size());
-      trie_[path.back()].sub_end = int32_t(i);
       path.pop_back();
     }
+    const int32_t rank = int32_t(kept.size());
     for (size_t d = l; d < cur.size(); ++d) {
-      trie_.push_back(TrieNode{uint8_t(cur[d]), uint16_t(d + 1), 0, 0, 0, int32_t(i), 0});
+      trie_.push_back(TrieNode{uint8_t(cur[d]), 0, uint16_t(d + 1), 0, rank});
       path.push_back(int32_t(trie_.size() - 1));
     }
-    TrieNode& last = trie_[path.back()];
-    if (last.tok_end == last.tok_begin) last.tok_begin = int32_t(i);
-    last.tok_end = int32_t(i + 1);
+    ++trie_[path.back()].tok_count;
+    kept.push_back(sorted_[i]);
     prev = cur;
   }
   while (!path.empty()) {
     trie_[path.back()].end = int32_t(trie_.size());
-    trie_[path.back()].sub_end = int32_t(sorted_.size());
     path.pop_back();
   }
+  sorted_ = std::move(kept);
+  std::fill(rank_.begin(), rank_.end(), -1);
+  for (size_t i = 0; i < sorted_.size(); ++i) rank_[sorted_[i]] = int32_t(i);
 }
 
 }  // namespace fathom::grammar

@@ -3,7 +3,9 @@
 // special tokens, never ids whose bytes are empty), the stop ids that end a grammar, and a
 // byte trie over the usable tokens in depth-first order, which the mask computation walks.
 //
-// Build one per tokenizer and share it; it is immutable and safe to read from any thread.
+// Tokens longer than 65,535 bytes, or a 256th token with the same bytes as others, are
+// treated as unusable. Build one per tokenizer and share it; it is immutable and safe to read from
+// any thread.
 #pragma once
 
 #include <cstdint>
@@ -22,15 +24,19 @@ namespace fathom::grammar {
 
 class TokenTable {
  public:
+  // 12 bytes, so the precomputation's walk over all nodes streams little memory.
   struct TrieNode {
     uint8_t byte;
+    uint8_t tok_count;  // tokens whose bytes end here: sorted()[sub_begin, sub_begin + count)
     uint16_t depth;     // length of the prefix this node stands for (>= 1)
     int32_t end;        // one past the last node of this node's subtree
-    int32_t tok_begin;  // tokens whose bytes end here: sorted()[tok_begin, tok_end)
-    int32_t tok_end;
-    int32_t sub_begin;  // tokens in this node's subtree: sorted()[sub_begin, sub_end)
-    int32_t sub_end;
+    int32_t sub_begin;  // first token (rank) in this node's subtree; tokens ending here first
   };
+  // One past the last token (rank) in the subtree of trie()[i].
+  int32_t sub_end(size_t i) const {
+    const size_t e = size_t(trie_[i].end);
+    return e < trie_.size() ? trie_[e].sub_begin : int32_t(sorted_.size());
+  }
 
   // vocab_size: size of the model's logits row (0: the tokenizer's); stop_ids: the ids that
   // end the output once the grammar is complete (empty: none).

@@ -122,10 +122,15 @@ class NfaBuilder {
   size_t limit_;
 };
 
-void collect_refs(const Grammar& g, ExprId e, std::vector<int32_t>& out) {
-  const ExprNode& n = g.node(e);
-  if (n.kind == ExprKind::kRef) out.push_back(n.rule);
-  for (ExprId k : n.kids) collect_refs(g, k, out);
+// Iterative: expression trees from untrusted text can be deep.
+void collect_refs(const Grammar& g, ExprId root, std::vector<int32_t>& out) {
+  std::vector<ExprId> stack{root};
+  while (!stack.empty()) {
+    const ExprNode& n = g.node(stack.back());
+    stack.pop_back();
+    if (n.kind == ExprKind::kRef) out.push_back(n.rule);
+    stack.insert(stack.end(), n.kids.begin(), n.kids.end());
+  }
 }
 
 // Merges equivalent states (Moore's partition refinement): states of the same rule that

@@ -47,7 +47,7 @@ bool GrammarMatcher::run_bytes(std::vector<Top>& config, std::string_view bytes)
 
 void GrammarMatcher::push_history() {
   history_.push_back(Snapshot{config_, terminated_});
-  if (history_.size() > max_rollback_) history_.erase(history_.begin());
+  if (history_.size() > max_rollback_) history_.pop_front();
 }
 
 bool GrammarMatcher::accept_bytes(std::string_view bytes) {

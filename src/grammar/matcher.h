@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -72,7 +73,7 @@ class GrammarMatcher {
   bool expanded_ = false;
   bool can_end_ = false;
   bool terminated_ = false;
-  std::vector<Snapshot> history_;
+  std::deque<Snapshot> history_;
   std::vector<uint32_t> tmp_words_;
   // Per-depth scratch for check_uncertain.
   std::vector<std::vector<Top>> cfg_d_, tops_d_;

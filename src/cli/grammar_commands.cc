@@ -3,7 +3,8 @@
 // (--output, or else a text generated from the grammar by a seeded walk). Prints one JSON line:
 // compile_ms, precompute_ms (all state masks, only with --precompute), mask_us_median and
 // mask_us_p99 with the mask cache warm (a second matcher over the same compiled grammar),
-// mask_us_median_cold (first matcher, masks computed on first use), tokens.
+// mask_us_median_cold (first matcher, masks computed on first use), tokens, and the states
+// whose masks were computed with the memory they take.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -170,10 +171,11 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
   std::printf(
       "{\"kind\":\"%s\",\"vocab_size\":%zu,\"states\":%zu,\"compile_ms\":%.3f,"
       "\"precompute_ms\":%.3f,\"tokens\":%zu,\"mask_us_median\":%.2f,\"mask_us_p99\":%.2f,"
-      "\"mask_us_median_cold\":%.2f,\"mask_us_p99_cold\":%.2f,\"cached_states\":%zu}\n",
+      "\"mask_us_median_cold\":%.2f,\"mask_us_p99_cold\":%.2f,\"cached_states\":%zu,"
+      "\"cached_mask_bytes\":%zu}\n",
       kind.c_str(), table.value()->vocab_size(), cg.value()->pda().states.size(), compile_ms,
       precompute_ms, ids.value().size(), pct(warm, 0.5), pct(warm, 0.99), pct(cold, 0.5),
-      pct(cold, 0.99), cg.value()->cached_states());
+      pct(cold, 0.99), cg.value()->cached_states(), cg.value()->cached_bytes());
   return 0;
 }
 

@@ -88,6 +88,16 @@ size_t CompiledGrammar::cached_states() const {
   return owned_.size();
 }
 
+size_t CompiledGrammar::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& m : owned_) {
+    n += sizeof(PositionMask) +
+         4 * (m->ids.capacity() + m->bits.capacity() + m->uncertain.capacity());
+  }
+  return n;
+}
+
 // Walks the token trie from `state` with an unknown caller (kSentinel) below it.
 std::unique_ptr<PositionMask> CompiledGrammar::compute_mask(int32_t state) const {
   const TokenTable& tt = *tokens_;

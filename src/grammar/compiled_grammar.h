@@ -74,8 +74,9 @@ class CompiledGrammar {
   const PositionMask& mask_at(int32_t state) const;
   // Computes every state's mask (in parallel over the pool, if given).
   void precompute(ThreadPool* pool = nullptr) const;
-  // How many states have their mask computed.
+  // How many states have their mask computed, and the bytes those masks take.
   size_t cached_states() const;
+  size_t cached_bytes() const;
 
  private:
   CompiledGrammar() = default;

@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libutf8proc-dev libsimdjson-dev nlohmann-json3-dev libcli11-dev
   libboost-dev libxxhash-dev
+  json-schema-test-suite python3-jsonschema
   nodejs
 )
 

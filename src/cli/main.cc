@@ -4,6 +4,10 @@
 
 #include "cli/commands.h"
 
+namespace fathom::cli {
+void add_grammar_bench_command(CLI::App& app, Runner* run);  // grammar_commands.cc
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Fathom: an inference stack for DeepSeek V4-family models"};
   app.set_version_flag("--version", "fathom 0.1.0");
@@ -15,6 +19,7 @@ int main(int argc, char** argv) {
   fathom::cli::add_run_commands(app, &run);
   fathom::cli::add_serve_command(app, &run);
   fathom::cli::add_bench_commands(app, &run);
+  fathom::cli::add_grammar_bench_command(app, &run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,56 @@
+// GrammarSpec: what a request asks for (a regex, a JSON Schema, a GBNF grammar or a list of
+// choices), turned into a Grammar by build_grammar(). GrammarCache: compiled grammars for one
+// vocabulary, least recently used first out, keyed by the canonical text of the built grammar
+// (so two spellings of the same schema share one entry). Thread-safe; compilation happens
+// outside the lock (two threads may compile the same grammar once each; one result is kept).
+#pragma once
+
+#include <cstddef>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "grammar/compiled_grammar.h"
+#include "grammar/json_schema.h"
+
+namespace fathom::grammar {
+
+struct GrammarSpec {
+  enum class Kind { kRegex, kJsonSchema, kGbnf, kChoice };
+  Kind kind = Kind::kJsonSchema;
+  std::string text;                  // the regex, schema JSON or GBNF text
+  std::vector<std::string> choices;  // kChoice
+  JsonSchemaOptions json;
+};
+
+// A grammar matching exactly one of the given strings (at least one).
+Result<Grammar> choice_grammar(const std::vector<std::string>& choices);
+Result<Grammar> build_grammar(const GrammarSpec& spec);
+
+class GrammarCache {
+ public:
+  GrammarCache(std::shared_ptr<const TokenTable> tokens, size_t capacity,
+               CompileOptions options = {});
+
+  // The compiled grammar for spec, from the cache or compiled now.
+  Result<std::shared_ptr<const CompiledGrammar>> get(const GrammarSpec& spec);
+  size_t size() const;
+  size_t hits() const;
+  size_t misses() const;
+
+ private:
+  std::shared_ptr<const TokenTable> tokens_;
+  size_t capacity_;
+  CompileOptions options_;
+  mutable std::mutex mu_;
+  using Entry = std::pair<std::string, std::shared_ptr<const CompiledGrammar>>;
+  std::list<Entry> lru_;  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+  size_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace fathom::grammar

@@ -27,7 +27,8 @@ const rssMb = (pid) => Number(fs.readFileSync(`/proc/${pid}/status`, 'utf8').mat
 async function stream(base, prompt, maxTokens) {
   const t0 = performance.now();
   const r = await fetch(base + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true, stream: true, temperature: 0 }) });
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true, stream: true, temperature: 0,
+                           stream_options: { include_usage: true } }) });
   const reader = r.body.getReader();
   const dec = new TextDecoder();
   let ttft = null, buf = '', tokens = 0, cached = 0;

@@ -15,6 +15,12 @@ using namespace detail;
 
 namespace {
 
+Value ids_json(const std::vector<int32_t>& ids) {
+  Value a = Value::array();
+  for (int32_t t : ids) a.items.push_back(Value::from_int(t));
+  return a;
+}
+
 // A list of token ids, each in [0, 2^31).
 Result<std::vector<int32_t>> token_ids(const Value& list) {
   std::vector<int32_t> ids;
@@ -114,6 +120,10 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
     if (k < -1) return bad("'top_k' must be -1 (off) or at least 0");
     if (k > 0) sp.top_k = k;
   }
+  if (const Value* v = field(r, "return_token_ids")) {
+    if (v->kind != Value::Kind::kBool) return bad("'return_token_ids' must be a boolean");
+    req.return_token_ids = v->boolean;
+  }
   if (const Value* v = field(r, "ignore_eos")) {
     if (v->kind != Value::Kind::kBool) return bad("'ignore_eos' must be a boolean");
     sp.ignore_eos = v->boolean;
@@ -211,20 +221,36 @@ std::string CompletionsResponder::chunk(Value choice) const {
   return "data: " + pyjson::dumps(c, false, true) + "\n\n";
 }
 
+void CompletionsResponder::add_token_ids(const std::vector<int32_t>& ids) {
+  if (!choice_.token_ids) return;
+  pending_ids_.insert(pending_ids_.end(), ids.begin(), ids.end());
+  token_ids_.insert(token_ids_.end(), ids.begin(), ids.end());
+}
+
 std::string CompletionsResponder::stream(const std::string& text,
                                          const std::vector<TokenLogprob>& logprobs) {
   if (choice_.logprobs) pending_.insert(pending_.end(), logprobs.begin(), logprobs.end());
   if (text.empty()) return "";
   Value lp = logprobs_json(pending_, &stream_offset_);
   pending_.clear();
-  return chunk(choice_json(text, lp, nullptr));
+  Value c = choice_json(text, lp, nullptr);
+  if (choice_.token_ids) {
+    c.set("token_ids", ids_json(pending_ids_));
+    pending_ids_.clear();
+  }
+  return chunk(std::move(c));
 }
 
 std::string CompletionsResponder::stream_finish(prompt::FinishReason reason, const Usage& usage) {
   finish_ = reason;
   finished_ = true;
   pending_.clear();
-  std::string out = chunk(choice_json("", Value(), finish_name(reason)));
+  Value c = choice_json("", Value(), finish_name(reason));
+  if (choice_.token_ids) {
+    c.set("token_ids", ids_json(pending_ids_));
+    pending_ids_.clear();
+  }
+  std::string out = chunk(std::move(c));
   if (choice_.n == 1) out += stream_tail(usage);
   return out;
 }
@@ -271,9 +297,11 @@ std::string completion_json(const std::vector<CompletionsResponder>& choices, co
   r.set("model", Value::from_string(first.model_));
   for (const CompletionsResponder* c : sorted) {
     int64_t offset = 0;
-    out.items.push_back(
+    Value choice =
         c->choice_json(c->text_, c->logprobs_json(c->logprobs_, &offset),
-                       finish_name(c->finished_ ? c->finish_ : prompt::FinishReason::kStop)));
+                       finish_name(c->finished_ ? c->finish_ : prompt::FinishReason::kStop));
+    if (c->choice_.token_ids) choice.set("token_ids", ids_json(c->token_ids_));
+    out.items.push_back(std::move(choice));
   }
   r.set("choices", std::move(out));
   r.set("usage", usage_json(usage));

@@ -37,7 +37,8 @@ struct CompletionsRequest {
   // Legacy logprobs: the sampled token's log probability and this many alternatives (0..20).
   std::optional<int> logprobs;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage (non-streaming always has usage)
+  bool include_usage = false;     // stream_options.include_usage (non-streaming always has usage)
+  bool return_token_ids = false;  // vLLM's: each choice also carries its generated `token_ids`
 };
 
 // Rejected with a 400 naming the field: batched prompts (more than one prompt in a list),
@@ -52,6 +53,7 @@ struct CompletionsChoice {
   int n = 1;
   bool logprobs = false;
   bool include_usage = false;
+  bool token_ids = false;  // CompletionsRequest::return_token_ids
 };
 
 class CompletionsResponder {
@@ -64,6 +66,9 @@ class CompletionsResponder {
   // and the log probabilities of the tokens behind it. Tokens whose text is still held back
   // (`text` empty) wait for the next call. Empty when there is nothing to send.
   std::string stream(const std::string& text, const std::vector<TokenLogprob>& logprobs = {});
+  // The generated ids behind the text (when the choice returns token ids): they go out with
+  // the next chunk, and fold into the complete response.
+  void add_token_ids(const std::vector<int32_t>& ids);
   // The finish chunk (finish_reason "length" for kLength, else "stop"); with n == 1 followed by
   // stream_tail(usage).
   std::string stream_finish(prompt::FinishReason reason, const Usage& usage);
@@ -95,6 +100,8 @@ class CompletionsResponder {
   int64_t created_;
   CompletionsChoice choice_;
   std::vector<TokenLogprob> pending_;  // tokens whose text has not been sent yet
+  std::vector<int32_t> pending_ids_;   // ids not sent yet (streaming, token_ids)
+  std::vector<int32_t> token_ids_;     // every generated id (complete response, token_ids)
   int64_t stream_offset_ = 0;          // characters sent so far (text_offset)
   // Folded state.
   std::string text_;

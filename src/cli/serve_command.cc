@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "engine/engine.h"
@@ -31,11 +32,14 @@ std::atomic<int> g_signal{0};
 void on_signal(int s) { g_signal.store(s); }
 
 struct ServeArgs {
-  std::string model, tokenizer, host = "127.0.0.1", api_key, name, numerics = "fast";
+  std::string model, tokenizer, host = "127.0.0.1", api_key, numerics = "fast";
+  std::vector<std::string> names;  // --served-model-name, repeatable
   int port = 8000, threads = 0, http_threads = 2, max_connections = 4096;
   int64_t kv_budget_mb = 4096, max_tokens = 0, prefix_cache_mb = 1024, decoder_keep = 0;
   double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30;
+  int64_t max_step_tokens = 256;
   bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
+  bool error_injection = false;
 };
 
 std::string cache_dir() {
@@ -55,7 +59,7 @@ int fail(const Status& s) {
 }
 
 int run_serve(const ServeArgs& a) {
-  std::string model_dir = a.model, name = a.name;
+  std::string model_dir = a.model, name = a.names.empty() ? std::string() : a.names.front();
   if (model_dir.empty()) {
     model_dir = cache_dir() + "/models/demo-seed0";
     if (name.empty()) name = "fathom-demo";
@@ -117,15 +121,17 @@ int run_serve(const ServeArgs& a) {
   eo.swa_bounded_replay = a.swa_bounded_replay;
   eo.decoder_replay_keep = a.decoder_keep;
   eo.async_scheduling = !a.no_async;
+  eo.max_step_tokens = a.max_step_tokens;
   runner::V41Runner model_runner(**m);
   engine::Engine eng(model_runner, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
   so.api_key = a.api_key;
-  so.model_name = name;
+  so.model_names = a.names.empty() ? std::vector<std::string>{name} : a.names;
   so.default_max_tokens = a.max_tokens;
   so.allow_forced_output = a.forced;
+  so.allow_error_injection = a.error_injection;
   // YaRN stretches the original context by rope_factor (V4.1: 64Ki x 16 = 1Mi tokens).
   {
     const auto& cfg = (*m)->config();
@@ -205,7 +211,10 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--host", a->host, "Address to bind");
   c->add_option("--port", a->port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
   c->add_option("--api-key", a->api_key, "Require this key (Authorization: Bearer or x-api-key)");
-  c->add_option("--served-model-name", a->name, "Model name reported to clients");
+  c->add_option("--served-model-name", a->names,
+                "A name clients may give as `model` (repeatable; the first is the default and is "
+                "reported back). deepseek-chat (thinking off) and deepseek-reasoner (thinking on) "
+                "are always served too");
   c->add_option("--numerics", a->numerics, "fast (default) or strict")
       ->check(CLI::IsMember({"fast", "strict"}));
   c->add_option("--threads", a->threads, "Compute threads (0 = all)");
@@ -239,8 +248,14 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--http-threads", a->http_threads,
                 "HTTP io threads (and as many request-parsing workers)")
       ->check(CLI::Range(1, 64));
+  c->add_option("--max-step-tokens", a->max_step_tokens,
+                "Token budget of one engine step: decode tokens plus prefill chunks")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   c->add_flag("--allow-forced-output", a->forced,
               "Testing aid: accept forced_output_ids (teacher-forced output tokens)");
+  c->add_flag("--allow-error-injection", a->error_injection,
+              "Testing aid: accept fathom_inject_error_after (the engine fails the request after "
+              "that many tokens)");
   c->callback([a, run] { *run = [a] { return run_serve(*a); }; });
 }
 

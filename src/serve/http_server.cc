@@ -408,24 +408,10 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
   };
   arm_watch();
 
+  // A stream's status line and headers go out with its first bytes, not before: a producer
+  // that fails before it has produced anything answers with a complete error response
+  // instead (an HTTP error in the protocol's shape, not an error event inside a 200).
   bool sent_head = false, ok = true, cancelled = false;
-  if (reply.stream) {
-    bhttp::response<bhttp::empty_body> head;
-    head.version(11);
-    head.result(unsigned(reply.response.status));
-    head.set(bhttp::field::server, "fathom");
-    if (!reply.response.content_type.empty())
-      head.set(bhttp::field::content_type, reply.response.content_type);
-    for (const auto& [k, v] : reply.response.headers) head.insert(k, v);
-    head.keep_alive(keep_alive);
-    head.chunked(true);
-    bhttp::response_serializer<bhttp::empty_body> sr(head);
-    c->stream.expires_after(seconds(opt.write_timeout_s));
-    co_await bhttp::async_write_header(c->stream, sr, asio::redirect_error(use_awaitable, ec));
-    c->stream.expires_never();
-    ok = !ec;
-    sent_head = ok;
-  }
   p.start([wk] { wk->wake(); });
   Response out;
   bool done = false;
@@ -442,6 +428,28 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
     }
     out.body.clear();
     done = p.poll(&out);
+    if (reply.stream && !sent_head && done && out.status >= 400) break;  // failed before it began
+    if (reply.stream && !sent_head && (!out.body.empty() || done)) {
+      bhttp::response<bhttp::empty_body> head;
+      head.version(11);
+      head.result(unsigned(reply.response.status));
+      head.set(bhttp::field::server, "fathom");
+      if (!reply.response.content_type.empty())
+        head.set(bhttp::field::content_type, reply.response.content_type);
+      for (const auto& [k, v] : reply.response.headers) head.insert(k, v);
+      head.keep_alive(keep_alive);
+      head.chunked(true);
+      bhttp::response_serializer<bhttp::empty_body> sr(head);
+      c->stream.expires_after(seconds(opt.write_timeout_s));
+      co_await bhttp::async_write_header(c->stream, sr, asio::redirect_error(use_awaitable, ec));
+      c->stream.expires_never();
+      sent_head = !ec;
+      if (ec) {
+        ++disconnects;
+        ok = false;
+        break;
+      }
+    }
     if (reply.stream && !out.body.empty()) {
       c->stream.expires_after(seconds(opt.write_timeout_s));
       co_await asio::async_write(c->stream, bhttp::make_chunk(asio::buffer(out.body)),
@@ -469,7 +477,7 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
     co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
   }
   if (!ok || watch->closed) co_return false;
-  if (reply.stream) {
+  if (reply.stream && sent_head) {
     c->stream.expires_after(seconds(opt.write_timeout_s));
     co_await asio::async_write(c->stream, bhttp::make_chunk_last(),
                                asio::redirect_error(use_awaitable, ec));

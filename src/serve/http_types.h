@@ -53,9 +53,11 @@ class Producer {
   // producer's whole life, even after the connection is gone.
   virtual void start(std::function<void()> wake) = 0;
   // Moves what is ready into `out`. A streamed reply appends bytes to out->body (its status
-  // and headers went out before the first poll). A reply that is not streamed sets *out to
-  // the complete response on the call that returns true (nothing was sent before). Returns
-  // true when the response is complete (no poll() follows). Never blocks.
+  // and headers go out with the first bytes); until it has produced any, it may instead fail
+  // as a whole: set *out to a complete error response (status >= 400) and return true. A
+  // reply that is not streamed sets *out to the complete response on the call that returns
+  // true (nothing was sent before). Returns true when the response is complete (no poll()
+  // follows). Never blocks.
   virtual bool poll(Response* out) = 0;
   // The client went away or the server's drain deadline passed: stop the work behind it
   // (e.g. cancel the engine request). The transport may then keep polling until poll()

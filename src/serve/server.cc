@@ -8,10 +8,13 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <type_traits>
 
 #include "api/anthropic_messages.h"
 #include "api/chat_completions.h"
+#include "api/completions.h"
 #include "api/errors.h"
+#include "api/models.h"
 #include "api/openai_responses.h"
 #include "api/stop_matcher.h"
 #include "core/json_write.h"
@@ -71,18 +74,28 @@ struct Metrics {
   int64_t ttft_count = 0, latency_count = 0;
 };
 
-// "forced_output_ids": [ids] of a request body (only when the server allows it).
-Status forced_ids(std::string_view body, std::vector<int32_t>* out) {
+// The testing hooks a server may accept in a request body (each only when its flag allows):
+// "forced_output_ids" (teacher-forced output ids) and "fathom_inject_error_after" (the
+// engine fails the request after that many tokens).
+Status read_test_hooks(std::string_view body, const ServerOptions& opt,
+                       engine::GenerationRequest* g) {
+  if (!opt.allow_forced_output && !opt.allow_error_injection) return Status::ok();
   auto v = pyjson::parse(body);
   if (!v.is_ok() || !v->is_object()) return Status::ok();  // the adapter reports bad JSON
-  const Value* f = v->find("forced_output_ids");
-  if (f == nullptr) return Status::ok();
-  if (!f->is_array()) return invalid_argument("'forced_output_ids' must be a list of token ids");
-  for (const Value& e : f->items) {
+  if (const Value* f = opt.allow_forced_output ? v->find("forced_output_ids") : nullptr) {
+    if (!f->is_array()) return invalid_argument("'forced_output_ids' must be a list of token ids");
+    for (const Value& e : f->items) {
+      int64_t x = 0;
+      if (!e.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
+        return invalid_argument("'forced_output_ids' must be a list of token ids");
+      g->forced_output.push_back(int32_t(x));
+    }
+  }
+  if (const Value* f = opt.allow_error_injection ? v->find("fathom_inject_error_after") : nullptr) {
     int64_t x = 0;
-    if (!e.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
-      return invalid_argument("'forced_output_ids' must be a list of token ids");
-    out->push_back(int32_t(x));
+    if (!f->int_fits_int64(&x) || x < 0)
+      return invalid_argument("'fathom_inject_error_after' must be a non-negative integer");
+    g->inject_error_after = x;
   }
   return Status::ok();
 }
@@ -132,12 +145,6 @@ std::string transport_error_json(std::string_view path, int status, const std::s
   return out;
 }
 
-// What /health reports about the engine.
-struct EngineHealth {
-  bool alive = true;
-  double stalled_seconds = 0;  // time with work to do and no step ending
-};
-
 }  // namespace
 
 struct Server::Impl {
@@ -146,12 +153,10 @@ struct Server::Impl {
   const prompt::PromptEncoder& encoder;
   ServerOptions opt;
   Metrics metrics;
-  int32_t eos = -1;
-  // The stall probe: the engine's step count when it last changed (or the engine was idle).
-  std::mutex health_mu;
-  int64_t health_steps = -1;
-  Clock::time_point health_since = Clock::now();
-  http::HttpServer http;  // last: its connections (and their producers) go first
+  int32_t eos = -1, think_end = -1;
+  std::vector<api::ServedModel> served;  // the names `model` may take; the first is the default
+  int64_t started = 0;                   // /v1/models' `created`
+  http::HttpServer http;                 // last: its connections (and their producers) go first
 
   static http::HttpServerOptions transport_options(const ServerOptions& o) {
     http::HttpServerOptions h;
@@ -170,25 +175,33 @@ struct Server::Impl {
   Impl(engine::Engine& e, const Tokenizer& t, const prompt::PromptEncoder& enc, ServerOptions o)
       : engine(e), tok(t), encoder(enc), opt(std::move(o)), http(transport_options(opt)) {
     eos = tok.id_of("<｜end▁of▁sentence｜>");
-  }
-
-  // The one place that decides whether the engine is healthy. Today from engine.stats()
-  // (steps not advancing while requests wait or run); Engine::health() replaces it later.
-  EngineHealth engine_health() {
-    const engine::EngineStats s = engine.stats();
-    const auto now = Clock::now();
-    std::lock_guard<std::mutex> lock(health_mu);
-    if (s.steps != health_steps || (s.running == 0 && s.waiting == 0)) {
-      health_steps = s.steps;
-      health_since = now;
+    think_end = tok.id_of("</think>");
+    // Every configured name thinks by default (as the V4.1 template does); DeepSeek's own
+    // names for the same weights follow: deepseek-chat (thinking off), deepseek-reasoner (on).
+    for (const std::string& n : opt.model_names) {
+      bool dup = false;
+      for (const auto& m : served) dup |= m.name == n;
+      if (!dup && !n.empty()) served.push_back({n, true});
     }
-    EngineHealth h;
-    h.stalled_seconds = std::chrono::duration<double>(now - health_since).count();
-    return h;
+    for (const api::ServedModel& m : std::initializer_list<api::ServedModel>{
+             {"deepseek-chat", false}, {"deepseek-reasoner", true}}) {
+      bool dup = false;
+      for (const auto& have : served) dup |= have.name == m.name;
+      if (!dup) served.push_back(m);
+    }
+    started = int64_t(std::time(nullptr));
   }
 
   std::string error_body(Protocol p, const Status& s) const {
     return p == Protocol::kMessages ? api::anthropic_error_json(s) : api::openai_error_json(s);
+  }
+  int error_status(Protocol p, const Status& s) const {
+    return p == Protocol::kMessages ? api::anthropic_http_status_of(s) : api::http_status_of(s);
+  }
+  // The whole reply for an error that happened before anything was sent.
+  Response error_response(Protocol p, const Status& s) {
+    count_error(p);
+    return Response::json(error_status(p, s), error_body(p, s));
   }
 
   void count_error(Protocol p) {
@@ -196,11 +209,7 @@ struct Server::Impl {
     ++metrics.errors[int(p)];
   }
 
-  Reply send_error(Protocol p, const Status& s, int http_status = 0) {
-    count_error(p);
-    return Reply::of(
-        Response::json(http_status ? http_status : api::http_status_of(s), error_body(p, s)));
-  }
+  Reply send_error(Protocol p, const Status& s) { return Reply::of(error_response(p, s)); }
 
   // Nothing when the request carries the API key (or none is configured); otherwise the
   // protocol's 401 (OpenAI shape unless `p` is Messages).
@@ -271,6 +280,7 @@ engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<i
     g.sampling.seed = uint64_t(*s.seed);
     g.seeded = true;
   }
+  g.ignore_eos = s.ignore_eos;
   // Default and cap: what the context leaves after the prompt.
   const int64_t room = std::max<int64_t>(1, opt.context_length - int64_t(g.prompt.size()));
   const int64_t fallback = opt.default_max_tokens > 0 ? opt.default_max_tokens : room;
@@ -278,164 +288,312 @@ engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<i
   return g;
 }
 
-// Base of the generation producers: the engine stream, woken through its waker, cancelled
-// when the producer goes (a client that left, a reply dropped at shutdown).
-class StreamProducer : public http::Producer {
- public:
-  explicit StreamProducer(std::shared_ptr<engine::RequestStream> s) : stream_(std::move(s)) {}
-  ~StreamProducer() override {
-    stream_->set_waker(nullptr);
-    stream_->cancel();
+// An engine event's log probabilities in the API's terms: each token's bytes and those of its
+// alternatives. Control tokens (EOS, </think>, DSML markers) are not content: left out.
+std::vector<api::TokenLogprob> api_logprobs(const Tokenizer& tok, const engine::StreamEvent& ev) {
+  std::vector<api::TokenLogprob> out;
+  for (const engine::TokenLogprob& l : ev.logprobs) {
+    if (tok.is_special(l.token)) continue;
+    api::TokenLogprob a;
+    a.token = std::string(tok.token_bytes(l.token));
+    a.logprob = l.logprob;
+    for (int32_t i = 0; i < l.top_count; ++i)
+      a.top.emplace_back(std::string(tok.token_bytes(l.top[size_t(i)].first)),
+                         l.top[size_t(i)].second);
+    out.push_back(std::move(a));
   }
-  void start(std::function<void()> wake) override { stream_->set_waker(std::move(wake)); }
-  void cancel() override { stream_->cancel(); }
+  return out;
+}
+
+// The error an engine event reports (never ok: an error event without a Status is internal).
+Status event_error(const engine::StreamEvent& ev) {
+  return ev.error.is_ok() ? Status(StatusCode::kInternal, "the engine failed the request")
+                          : ev.error;
+}
+
+// Base of the generation producers: the engine streams of a response's choices, woken through
+// their wakers, cancelled when the producer goes (a client that left, a reply dropped at
+// shutdown). An error before the response produced anything answers as an HTTP error in the
+// protocol's shape (the transport has sent nothing yet); after that, as the protocol's error
+// event in the stream.
+class StreamsProducer : public http::Producer {
+ public:
+  explicit StreamsProducer(std::vector<std::shared_ptr<engine::RequestStream>> s)
+      : streams_(std::move(s)) {}
+  ~StreamsProducer() override {
+    for (auto& s : streams_) {
+      s->set_waker(nullptr);
+      s->cancel();
+    }
+  }
+  void start(std::function<void()> wake) override {
+    for (auto& s : streams_) s->set_waker(wake);
+  }
+  void cancel() override {
+    for (auto& s : streams_) s->cancel();
+  }
 
  protected:
-  std::shared_ptr<engine::RequestStream> stream_;
+  std::vector<std::shared_ptr<engine::RequestStream>> streams_;
 };
 
-// Chat Completions, Responses or Messages: engine tokens through the output parser into the
-// protocol's responder (SSE events, or one JSON body at the end).
+// Chat Completions, Responses or Messages: each choice's engine tokens through its output
+// parser into its protocol responder (SSE events, or one JSON body at the end).
 template <typename Responder>
-class ConversationProducer : public StreamProducer {
+class ConversationProducer : public StreamsProducer {
  public:
-  ConversationProducer(Server::Impl* im, std::shared_ptr<engine::RequestStream> s,
-                       prompt::OutputParser parser, Responder responder, bool streaming,
-                       Clock::time_point t0)
-      : StreamProducer(std::move(s)),
+  struct Choice {
+    prompt::OutputParser parser;
+    Responder responder;
+    bool reasoning = false;  // inside the thinking block
+    int64_t tokens = 0, reasoning_tokens = 0;
+    bool done = false;
+  };
+
+  ConversationProducer(Server::Impl* im, Protocol p,
+                       std::vector<std::shared_ptr<engine::RequestStream>> s,
+                       std::vector<Choice> choices, bool streaming, Clock::time_point t0)
+      : StreamsProducer(std::move(s)),
         im_(im),
-        parser_(std::move(parser)),
-        responder_(std::move(responder)),
+        protocol_(p),
+        choices_(std::move(choices)),
         streaming_(streaming),
         t0_(t0) {}
 
   bool poll(Response* out) override {
     engine::StreamEvent ev;
-    while (!done_ && stream_->try_next(&ev)) {
-      std::vector<prompt::ParserEvent> events;
-      usage_.prompt_tokens = ev.prompt_tokens;
-      usage_.cached_tokens = ev.cached_tokens;
-      if (ev.first_token_seconds > 0) ttft_ = ev.first_token_seconds;
-      for (int32_t t : ev.tokens) {
-        usage_.completion_tokens += 1;
-        if (!parser_.finished()) (void)parser_.push(t, events);
+    std::vector<prompt::ParserEvent> events;
+    Status error;
+    bool produced = false;  // tokens came in this call
+    for (size_t i = 0; i < choices_.size() && error.is_ok(); ++i) {
+      Choice& c = choices_[i];
+      while (!c.done && error.is_ok() && streams_[i]->try_next(&ev)) {
+        events.clear();
+        usage_.prompt_tokens = ev.prompt_tokens;
+        usage_.cached_tokens = ev.cached_tokens;
+        if (ev.first_token_seconds > 0 && ttft_ < 0) ttft_ = ev.first_token_seconds;
+        for (int32_t t : ev.tokens) {
+          ++c.tokens;
+          if (c.reasoning) {
+            ++c.reasoning_tokens;
+            c.reasoning = t != im_->think_end;
+          }
+          if (c.parser.finished()) continue;
+          if (Status st = c.parser.push(t, events); !st.is_ok())
+            error = Status(StatusCode::kInternal,
+                           "the model's output could not be parsed: " + st.message());
+        }
+        produced |= !ev.tokens.empty();
+        if (ev.finished && ev.cause == engine::FinishCause::kError) error = event_error(ev);
+        if (!error.is_ok()) break;
+        if (ev.finished && !c.parser.finished()) {
+          c.parser.finish(ev.cause == engine::FinishCause::kLength
+                              ? prompt::FinishReason::kLength
+                              : prompt::FinishReason::kEndOfStream,
+                          events);
+        }
+        if (c.parser.finished()) {
+          c.done = true;
+          streams_[i]->cancel();  // a stop sequence ends generation early
+        }
+        total_usage();
+        const std::vector<api::TokenLogprob> lps =
+            ev.logprobs.empty() ? std::vector<api::TokenLogprob>() : api_logprobs(im_->tok, ev);
+        if (streaming_)
+          out->body += stream(c.responder, events, lps);
+        else
+          add(c.responder, events, lps);
       }
-      if (ev.finished && !parser_.finished()) {
-        parser_.finish(ev.cause == engine::FinishCause::kLength
-                           ? prompt::FinishReason::kLength
-                           : prompt::FinishReason::kEndOfStream,
-                       events);
-      }
-      if (parser_.finished()) {
-        done_ = true;
-        stream_->cancel();  // a stop sequence ends generation early
-      }
-      if (streaming_)
-        out->body += responder_.stream(events, usage_);
-      else
-        responder_.add(events);
     }
-    if (!done_) return false;
+    if (!error.is_ok()) {
+      cancel();
+      // Nothing was sent yet, and no token came before the failure: an HTTP error.
+      if (!sent_ && !produced) {
+        *out = im_->error_response(protocol_, error);
+        return true;
+      }
+      im_->count_error(protocol_);
+      if (!streaming_) {
+        *out = im_->error_response(protocol_, error);
+        return true;
+      }
+      out->body += stream_error(choices_.front().responder, error);
+      return true;
+    }
+    sent_ |= !out->body.empty();
+    for (const Choice& c : choices_)
+      if (!c.done) return false;
     im_->finish_metrics(t0_, ttft_);
-    if (!streaming_) *out = Response::json(200, responder_.complete(usage_));
+    total_usage();
+    if (streaming_) {
+      out->body += tail();
+    } else {
+      *out = Response::json(200, complete());
+    }
     return true;
   }
 
  private:
+  void total_usage() {
+    usage_.completion_tokens = usage_.reasoning_tokens = 0;
+    for (const Choice& c : choices_) {
+      usage_.completion_tokens += c.tokens;
+      usage_.reasoning_tokens += c.reasoning_tokens;
+    }
+  }
+  std::string stream(Responder& r, const std::vector<prompt::ParserEvent>& events,
+                     const std::vector<api::TokenLogprob>& lps) {
+    if constexpr (std::is_same_v<Responder, api::ChatResponder>)
+      return r.stream(events, usage_, lps);
+    else
+      return r.stream(events, usage_);
+  }
+  void add(Responder& r, const std::vector<prompt::ParserEvent>& events,
+           const std::vector<api::TokenLogprob>& lps) {
+    if constexpr (std::is_same_v<Responder, api::ChatResponder>)
+      r.add(events, lps);
+    else
+      r.add(events);
+  }
+  std::string stream_error(Responder& r, const Status& s) {
+    if constexpr (std::is_same_v<Responder, api::ResponsesResponder>)
+      return r.stream_error(s, usage_);
+    else
+      return r.stream_error(s);
+  }
+  // After the last choice finished: Chat with n > 1 sends one usage chunk and [DONE] (with
+  // n == 1 the responder sent them with its finish).
+  std::string tail() {
+    if constexpr (std::is_same_v<Responder, api::ChatResponder>) {
+      if (choices_.size() > 1) return choices_.front().responder.stream_tail(usage_);
+    }
+    return {};
+  }
+  std::string complete() {
+    if constexpr (std::is_same_v<Responder, api::ChatResponder>) {
+      std::vector<api::ChatResponder> rs;
+      for (Choice& c : choices_) rs.push_back(std::move(c.responder));
+      return api::chat_completion_json(rs, usage_);
+    } else {
+      return choices_.front().responder.complete(usage_);
+    }
+  }
+
   Server::Impl* im_;
-  prompt::OutputParser parser_;
-  Responder responder_;
+  Protocol protocol_;
+  std::vector<Choice> choices_;
   bool streaming_;
   Clock::time_point t0_;
   api::Usage usage_;
-  bool done_ = false;
+  bool sent_ = false;  // bytes went to the client
   double ttft_ = -1;
 };
 
-// OpenAI (legacy) Completions: the continuation decoded as text, stop strings applied, as
-// `text_completion` chunks (SSE) or one JSON body.
-class CompletionProducer : public StreamProducer {
+// OpenAI (legacy) Completions: each choice's continuation decoded as text, stop strings
+// applied, as `text_completion` chunks (SSE) or one JSON body.
+class CompletionProducer : public StreamsProducer {
  public:
-  CompletionProducer(Server::Impl* im, std::shared_ptr<engine::RequestStream> s,
-                     std::vector<std::string> stops, std::string id, int64_t created,
-                     bool streaming, Clock::time_point t0)
-      : StreamProducer(std::move(s)),
+  struct Choice {
+    Choice(const Tokenizer& tok, std::vector<std::string> stops, api::CompletionsResponder r)
+        : dec(tok, true), stop(std::move(stops)), responder(std::move(r)) {}
+    StreamDecoder dec;
+    api::StopMatcher stop;
+    api::CompletionsResponder responder;
+    int64_t tokens = 0;
+    bool done = false;
+  };
+
+  CompletionProducer(Server::Impl* im, std::vector<std::shared_ptr<engine::RequestStream>> s,
+                     std::vector<Choice> choices, bool streaming, Clock::time_point t0)
+      : StreamsProducer(std::move(s)),
         im_(im),
-        dec_(im->tok, true),
-        stop_(std::move(stops)),
-        id_(std::move(id)),
-        created_(created),
+        choices_(std::move(choices)),
         streaming_(streaming),
         t0_(t0) {}
 
   bool poll(Response* out) override {
     engine::StreamEvent ev;
-    while (!done_ && stream_->try_next(&ev)) {
-      std::string piece, text;
-      for (int32_t t : ev.tokens) {
-        ++n_;
-        if (t != im_->eos) (void)dec_.push(t, piece);
-      }
-      if (ev.first_token_seconds > 0) ttft_ = ev.first_token_seconds;
-      if (ev.finished) dec_.finish(piece);
-      if (stop_.push(piece, &text)) {
-        stream_->cancel();  // the engine stops at its next step
-        ev.finished = true;
-        ev.cause = engine::FinishCause::kStopToken;
-      } else if (ev.finished) {
-        stop_.finish(&text);
-      }
-      if (streaming_) {
-        if (!text.empty()) out->body += "data: " + choice(text, nullptr) + "}\n\n";
-      } else {
-        text_ += text;
-      }
-      if (!ev.finished) continue;
-      done_ = true;
-      if (streaming_) {
-        out->body += "data: " + choice("", finish_name(ev.cause)) +
-                     usage_json(ev.prompt_tokens, n_, ev.cached_tokens) + "}\n\ndata: [DONE]\n\n";
-      } else if (ev.cause == engine::FinishCause::kError) {
-        im_->count_error(Protocol::kCompletions);
-        *out = Response::json(api::http_status_of(ev.error), api::openai_error_json(ev.error));
-      } else {
-        *out = Response::json(200, choice(text_, finish_name(ev.cause)) +
-                                       usage_json(ev.prompt_tokens, n_, ev.cached_tokens) + "}");
+    Status error;
+    bool produced = false;
+    for (size_t i = 0; i < choices_.size() && error.is_ok(); ++i) {
+      Choice& c = choices_[i];
+      while (!c.done && error.is_ok() && streams_[i]->try_next(&ev)) {
+        std::string piece, text;
+        usage_.prompt_tokens = ev.prompt_tokens;
+        usage_.cached_tokens = ev.cached_tokens;
+        if (ev.first_token_seconds > 0 && ttft_ < 0) ttft_ = ev.first_token_seconds;
+        for (int32_t t : ev.tokens) {
+          ++c.tokens;
+          if (t != im_->eos) (void)c.dec.push(t, piece);  // ids are checked by the engine
+        }
+        produced |= !ev.tokens.empty();
+        if (ev.finished && ev.cause == engine::FinishCause::kError) {
+          error = event_error(ev);
+          break;
+        }
+        c.responder.add_token_ids(ev.tokens);
+        bool finished = ev.finished;
+        prompt::FinishReason reason = ev.cause == engine::FinishCause::kLength
+                                          ? prompt::FinishReason::kLength
+                                          : prompt::FinishReason::kStop;
+        if (ev.finished) c.dec.finish(piece);
+        if (c.stop.push(piece, &text)) {
+          streams_[i]->cancel();  // the engine stops at its next step
+          finished = true;
+          reason = prompt::FinishReason::kStop;
+        } else if (ev.finished) {
+          c.stop.finish(&text);
+        }
+        const std::vector<api::TokenLogprob> lps =
+            ev.logprobs.empty() ? std::vector<api::TokenLogprob>() : api_logprobs(im_->tok, ev);
+        total_usage();
+        if (streaming_) {
+          out->body += c.responder.stream(text, lps);
+          if (finished) out->body += c.responder.stream_finish(reason, usage_);
+        } else {
+          c.responder.add(text, lps);
+          if (finished) c.responder.finish(reason);
+        }
+        c.done = finished;
       }
     }
-    if (done_) im_->finish_metrics(t0_, ttft_);
-    return done_;
+    if (!error.is_ok()) {
+      cancel();
+      if ((!sent_ && !produced) || !streaming_) {
+        *out = im_->error_response(Protocol::kCompletions, error);
+        return true;
+      }
+      im_->count_error(Protocol::kCompletions);
+      out->body += choices_.front().responder.stream_error(error);
+      return true;
+    }
+    sent_ |= !out->body.empty();
+    for (const Choice& c : choices_)
+      if (!c.done) return false;
+    im_->finish_metrics(t0_, ttft_);
+    total_usage();
+    if (streaming_) {
+      if (choices_.size() > 1) out->body += choices_.front().responder.stream_tail(usage_);
+    } else {
+      std::vector<api::CompletionsResponder> rs;
+      for (Choice& c : choices_) rs.push_back(std::move(c.responder));
+      *out = Response::json(200, api::completion_json(rs, usage_));
+    }
+    return true;
   }
 
  private:
-  std::string choice(const std::string& text, const char* finish) const {
-    return "{\"id\":\"" + id_ +
-           "\",\"object\":\"text_completion\",\"created\":" + std::to_string(created_) +
-           ",\"model\":" + quote(im_->opt.model_name) +
-           ",\"choices\":[{\"index\":0,\"text\":" + quote(text) +
-           ",\"logprobs\":null,\"finish_reason\":" +
-           (finish ? quote(finish) : std::string("null")) + "}]";
-  }
-  static std::string usage_json(int64_t pt, int64_t ct, int64_t cached) {
-    return ",\"usage\":{\"prompt_tokens\":" + std::to_string(pt) +
-           ",\"completion_tokens\":" + std::to_string(ct) +
-           ",\"total_tokens\":" + std::to_string(pt + ct) +
-           ",\"prompt_tokens_details\":{\"cached_tokens\":" + std::to_string(cached) + "}}";
-  }
-  static const char* finish_name(engine::FinishCause c) {
-    return c == engine::FinishCause::kLength ? "length" : "stop";
+  void total_usage() {
+    usage_.completion_tokens = 0;
+    for (const Choice& c : choices_) usage_.completion_tokens += c.tokens;
   }
 
   Server::Impl* im_;
-  StreamDecoder dec_;
-  api::StopMatcher stop_;
-  std::string id_;
-  int64_t created_;
+  std::vector<Choice> choices_;
   bool streaming_;
   Clock::time_point t0_;
-  std::string text_;
-  int64_t n_ = 0;
-  bool done_ = false;
+  api::Usage usage_;
+  bool sent_ = false;
   double ttft_ = -1;
 };
 
@@ -460,14 +618,17 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   if (p == Protocol::kChat) {
     api::ChatOptions o;
     o.max_body_bytes = opt.max_body_bytes;
+    o.models = &served;
     conv = api::parse_chat_request(req.body, o);
   } else if (p == Protocol::kMessages) {
     api::MessagesOptions o;
     o.max_body_bytes = opt.max_body_bytes;
+    o.models = &served;
     conv = api::parse_messages_request(req.body, o);
   } else {
     api::ResponsesOptions o;
     o.max_body_bytes = opt.max_body_bytes;
+    o.models = &served;
     conv = api::parse_responses_request(req.body, o);
   }
   if (!conv.is_ok()) return send_error(p, conv.status());
@@ -476,35 +637,46 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   auto ids = encoder.encode(*rendered);
   if (!ids.is_ok()) return send_error(p, ids.status());
   if (Status st = check_prompt(ids->size()); !st.is_ok()) return send_error(p, st);
-  auto parser = prompt::OutputParser::create(tok, conv->parsing_options());
-  if (!parser.is_ok()) return send_error(p, parser.status());
   auto g = generation(conv->sampling, std::move(*ids), opt);
-  if (opt.allow_forced_output) {
-    Status fs = forced_ids(req.body, &g.forced_output);
-    if (!fs.is_ok()) return send_error(p, fs);
+  if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
+  g.top_logprobs = conv->logprobs ? conv->top_logprobs : -1;
+  if (conv->thinking && conv->reasoning_budget >= 0 && think_end >= 0) {
+    g.reasoning_budget = conv->reasoning_budget;
+    g.think_end_id = think_end;
   }
-  auto stream = engine.submit(std::move(g));
-  if (!stream.is_ok()) return send_error(p, stream.status());
-  const std::string model = conv->model.empty() ? opt.model_name : conv->model;
+  const int n = std::max(1, conv->n);
+  auto streams = engine.submit_n(std::move(g), n);
+  if (!streams.is_ok()) return send_error(p, streams.status());
+  const std::string& model = conv->model.empty() ? served.front().name : conv->model;
   const int64_t created = int64_t(std::time(nullptr));
   const bool streaming = conv->stream;
-  std::unique_ptr<http::Producer> producer;
+  auto make = [&](auto responder_of) -> Result<std::unique_ptr<http::Producer>> {
+    using R = decltype(responder_of(0));
+    std::vector<typename ConversationProducer<R>::Choice> choices;
+    for (int i = 0; i < n; ++i) {
+      auto parser = prompt::OutputParser::create(tok, conv->parsing_options());
+      if (!parser.is_ok()) return parser.status();
+      choices.push_back({std::move(*parser), responder_of(i), conv->thinking});
+    }
+    return std::unique_ptr<http::Producer>(std::make_unique<ConversationProducer<R>>(
+        this, p, std::move(*streams), std::move(choices), streaming, t0));
+  };
+  Result<std::unique_ptr<http::Producer>> producer = invalid_argument("unreachable");
   if (p == Protocol::kChat) {
-    producer = std::make_unique<ConversationProducer<api::ChatResponder>>(
-        this, *stream, std::move(*parser),
-        api::ChatResponder(random_id("chatcmpl-"), model, created, conv->thinking,
-                           conv->include_usage),
-        streaming, t0);
+    const std::string id = random_id("chatcmpl-");
+    producer = make([&](int i) {
+      return api::ChatResponder(id, model, created, conv->thinking, conv->include_usage,
+                                api::ChatChoice{i, n, conv->logprobs});
+    });
   } else if (p == Protocol::kMessages) {
-    producer = std::make_unique<ConversationProducer<api::MessagesResponder>>(
-        this, *stream, std::move(*parser),
-        api::MessagesResponder(random_id(""), model, conv->thinking), streaming, t0);
+    const std::string id = random_id("");
+    producer = make([&](int) { return api::MessagesResponder(id, model, conv->thinking); });
   } else {
-    producer = std::make_unique<ConversationProducer<api::ResponsesResponder>>(
-        this, *stream, std::move(*parser), api::ResponsesResponder(random_id(""), model, created),
-        streaming, t0);
+    const std::string id = random_id("");
+    producer = make([&](int) { return api::ResponsesResponder(id, model, created); });
   }
-  return producer_reply(std::move(producer), streaming);
+  if (!producer.is_ok()) return send_error(p, producer.status());
+  return producer_reply(std::move(*producer), streaming);
 }
 
 // OpenAI (legacy) Completions: `prompt` is a string or a list of token ids; the text is
@@ -513,76 +685,42 @@ Reply Server::Impl::completions(const Request& req) {
   const Protocol p = Protocol::kCompletions;
   const auto t0 = Clock::now();
   if (auto r = admit(p, req)) return std::move(*r);
-  auto body = pyjson::parse(req.body);
-  if (!body.is_ok() || !body->is_object())
-    return send_error(p, invalid_argument("the body must be a JSON object"));
-  const Value* prompt_v = body->find("prompt");
-  std::vector<int32_t> ids;
-  if (prompt_v != nullptr && prompt_v->is_string()) {
-    auto e = tok.encode(prompt_v->text);
+  api::CompletionsOptions o;
+  o.max_body_bytes = opt.max_body_bytes;
+  o.models = &served;
+  auto cr = api::parse_completions_request(req.body, o);
+  if (!cr.is_ok()) return send_error(p, cr.status());
+  std::vector<int32_t> ids = cr->prompt_ids;
+  if (!cr->prompt_is_ids) {
+    auto e = tok.encode(cr->prompt_text);
     if (!e.is_ok()) return send_error(p, e.status());
     ids = std::move(*e);
-  } else if (prompt_v != nullptr && prompt_v->is_array()) {
-    for (const Value& v : prompt_v->items) {
-      int64_t x = 0;
-      if (!v.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
-        return send_error(p, invalid_argument("'prompt' token ids must be integers"));
-      ids.push_back(int32_t(x));
-    }
-  } else {
-    return send_error(p, invalid_argument("'prompt' must be a string or a list of token ids"));
   }
   if (ids.empty()) return send_error(p, invalid_argument("'prompt' is empty"));
   if (Status st = check_prompt(ids.size()); !st.is_ok()) return send_error(p, st);
-  api::SamplingParams sp;
-  auto number = [&](const char* k) -> std::optional<double> {
-    const Value* v = body->find(k);
-    if (v == nullptr || v->is_null()) return std::nullopt;
-    int64_t i;
-    if (v->int_fits_int64(&i)) return double(i);
-    if (v->kind == Value::Kind::kFloat) return v->number;
-    return std::nullopt;
-  };
-  sp.temperature = number("temperature");
-  sp.top_p = number("top_p");
-  sp.presence_penalty = number("presence_penalty");
-  sp.frequency_penalty = number("frequency_penalty");
-  sp.min_p = number("min_p");
-  sp.repetition_penalty = number("repetition_penalty");
-  if (sp.min_p && !(*sp.min_p >= 0 && *sp.min_p <= 1))
-    return send_error(p, invalid_argument("'min_p' must be in [0, 1]"));
-  if (sp.repetition_penalty && !(*sp.repetition_penalty > 0 && *sp.repetition_penalty <= 10))
-    return send_error(p, invalid_argument("'repetition_penalty' must be in (0, 10]"));
-  std::vector<std::string> stops;
-  if (Status st = api::read_stop_field(*body, &stops); !st.is_ok()) return send_error(p, st);
-  // OpenAI's default for this endpoint is 16; a larger request is capped by the context.
-  if (auto v = number("max_tokens"))
-    sp.max_tokens = int64_t(std::min(*v, 9.0e18));
-  else
-    sp.max_tokens = 16;
-  if (auto v = number("seed")) sp.seed = int64_t(*v);
-  if (auto v = number("top_k")) sp.top_k = int64_t(*v);
-  if (sp.max_tokens && *sp.max_tokens < 1)
-    return send_error(p, invalid_argument("'max_tokens' must be at least 1"));
-  const Value* st = body->find("stream");
-  const bool streaming = st != nullptr && st->kind == Value::Kind::kBool && st->boolean;
-  auto g = generation(sp, ids, opt);
-  if (opt.allow_forced_output) {
-    Status fs = forced_ids(req.body, &g.forced_output);
-    if (!fs.is_ok()) return send_error(p, fs);
-  }
-  const Value* ie = body->find("ignore_eos");
-  g.ignore_eos = ie != nullptr && ie->kind == Value::Kind::kBool && ie->boolean;
-  auto stream = engine.submit(std::move(g));
-  if (!stream.is_ok()) return send_error(p, stream.status());
-  return producer_reply(
-      std::make_unique<CompletionProducer>(this, *stream, std::move(stops), random_id("cmpl-"),
-                                           int64_t(std::time(nullptr)), streaming, t0),
-      streaming);
+  auto g = generation(cr->sampling, std::move(ids), opt);
+  if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
+  g.top_logprobs = cr->logprobs ? *cr->logprobs : -1;
+  const int n = std::max(1, cr->n);
+  auto streams = engine.submit_n(std::move(g), n);
+  if (!streams.is_ok()) return send_error(p, streams.status());
+  const std::string id = random_id("cmpl-");
+  const std::string& model = cr->model.empty() ? served.front().name : cr->model;
+  const int64_t created = int64_t(std::time(nullptr));
+  std::vector<CompletionProducer::Choice> choices;
+  for (int i = 0; i < n; ++i)
+    choices.emplace_back(
+        tok, cr->sampling.stop,
+        api::CompletionsResponder(id, model, created,
+                                  api::CompletionsChoice{i, n, cr->logprobs.has_value(),
+                                                         cr->include_usage, cr->return_token_ids}));
+  return producer_reply(std::make_unique<CompletionProducer>(this, std::move(*streams),
+                                                             std::move(choices), cr->stream, t0),
+                        cr->stream);
 }
 
 Response Server::Impl::health() {
-  const EngineHealth h = engine_health();
+  const engine::Engine::Health h = engine.health();
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f", h.stalled_seconds);
   if (!h.alive || h.stalled_seconds > opt.health_stall_s) {
@@ -681,9 +819,7 @@ Server::Server(engine::Engine& engine, const Tokenizer& tokenizer,
       "GET", "/v1/models",
       [im](const Request& q) {
         if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
-        return Reply::of(Response::json(
-            200, "{\"object\":\"list\",\"data\":[{\"id\":" + quote(im->opt.model_name) +
-                     ",\"object\":\"model\",\"created\":0,\"owned_by\":\"fathom\"}]}"));
+        return Reply::of(Response::json(200, api::models_list_json(im->served, im->started)));
       },
       http::Dispatch::kInline);
   // vLLM-style /tokenize and /detokenize (text with added-token matching <-> ids).

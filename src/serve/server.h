@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -33,7 +34,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;  // empty = no authentication
-  std::string model_name = "deepseek-v4.1-flash";
+  // The names `model` may take (the first is the default); DeepSeek's deepseek-chat (thinking
+  // off) and deepseek-reasoner (thinking on) are served beside them for the same weights.
+  std::vector<std::string> model_names = {"deepseek-v4.1-flash"};
   size_t max_body_bytes = 32 << 20;
   // The model's context length: the most prompt + generated tokens of one request. A prompt
   // must leave room for one token; max_tokens is capped at what is left.
@@ -42,6 +45,9 @@ struct ServerOptions {
   // Testing aid: accept "forced_output_ids" in a request body (the generated tokens are
   // those ids, teacher-forced), e.g. to exercise tool calls with a random model.
   bool allow_forced_output = false;
+  // Testing aid: accept "fathom_inject_error_after" (the engine fails the request after that
+  // many tokens), to test how errors reach clients.
+  bool allow_error_injection = false;
   // Transport (see http_server.h).
   double header_timeout_s = 10, body_timeout_s = 60, shutdown_timeout_s = 30;
   int max_connections = 4096;

@@ -70,8 +70,9 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       assert.ok(types.has('response.completed') || types.has('response.incomplete'), [...types].join(','));
     });
     await check('messages stream with a thinking block', async () => {
+      // deepseek-reasoner thinks by default (a thinking budget needs max_tokens above it).
       const s = anthropic.messages.stream({
-        model: 'fathom-demo', max_tokens: 12, thinking: { type: 'enabled', budget_tokens: 1024 },
+        model: 'deepseek-reasoner', max_tokens: 12,
         messages: [{ role: 'user', content: 'Think about it' }] });
       const kinds = [];
       s.on('streamEvent', (e) => { if (e.type === 'content_block_start') kinds.push(e.content_block.type); });
@@ -143,8 +144,7 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       const back = await openai.chat.completions.create({ model: 'fathom-demo', tools, max_tokens: 4,
         messages: [...messages, msg, { role: 'tool', tool_call_id: msg.tool_calls[0].id, content: '21 C' }] });
       assert.equal(back.object, 'chat.completion');
-      const m = await anthropic.messages.create({ model: 'fathom-demo', max_tokens: ids.length + 4,
-        thinking: { type: 'enabled', budget_tokens: 1024 },
+      const m = await anthropic.messages.create({ model: 'deepseek-reasoner', max_tokens: ids.length + 4,
         tools: [{ name: 'get_weather', description: 'Weather', input_schema: tools[0].function.parameters }],
         messages, forced_output_ids: ids });
       assert.equal(m.stop_reason, 'tool_use');
@@ -174,9 +174,9 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       assert.deepEqual(again.choices[0].message, alone);
     });
     await check('errors come in each protocol\'s shape', async () => {
-      await assert.rejects(openai.chat.completions.create({ model: 'x', messages: [] }),
+      await assert.rejects(openai.chat.completions.create({ model: 'fathom-demo', messages: [] }),
                            (e) => e.status === 400 && e.error && typeof e.error.message === 'string');
-      await assert.rejects(anthropic.messages.create({ model: 'x', max_tokens: 5, messages: [{ role: 'bogus', content: 'a' }] }),
+      await assert.rejects(anthropic.messages.create({ model: 'fathom-demo', max_tokens: 5, messages: [{ role: 'bogus', content: 'a' }] }),
                            (e) => e.status === 400 && e.error && e.error.type === 'error');
       let r = await fetch(base + '/v1/chat/completions', { method: 'POST', body: '{not json',
         headers: { Authorization: 'Bearer ' + KEY, 'Content-Type': 'application/json' } });
@@ -197,7 +197,7 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       assert.equal(c.object, 'text_completion');
       assert.equal(c.usage.completion_tokens, 5);
       const models = await openai.models.list();
-      assert.ok(models.data.length === 1);
+      assert.deepEqual(models.data.map((m) => m.id), ['fathom-demo', 'deepseek-chat', 'deepseek-reasoner']);
       r = await fetch(base + '/health');
       assert.equal((await r.json()).status, 'ok');
       const metrics = await (await fetch(base + '/metrics')).text();

@@ -69,7 +69,8 @@ async function readAll(res) {
 
 function streamRequest(base, maxTokens) {
   return fetch(base + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ prompt: [0, 5, 6, 7], max_tokens: maxTokens, ignore_eos: true, stream: true }) });
+    body: JSON.stringify({ prompt: [0, 5, 6, 7], max_tokens: maxTokens, ignore_eos: true, stream: true,
+                           stream_options: { include_usage: true } }) });
 }
 
 (async () => {

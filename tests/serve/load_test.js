@@ -26,7 +26,8 @@ async function stream(base, c, i) {
   const prompt = [0, ...Array.from({ length: 16 }, (_, k) => 100 + ((c * 131 + i * 17 + k * 7) % 50000))];
   const t0 = performance.now();
   const r = await fetch(base + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true, stream: true, temperature: 0 }) });
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true, stream: true, temperature: 0,
+                           stream_options: { include_usage: true } }) });
   if (r.status !== 200) throw new Error('status ' + r.status + ': ' + (await r.text()));
   const reader = r.body.getReader();
   const dec = new TextDecoder();

@@ -1,0 +1,247 @@
+// End-to-end: the request parameters that change what a client gets back, checked against
+// independent truth where there is one. Logprobs are compared with the model's own logits
+// computed by `fathom forward` for the same ids; n and seeds against repeats and load; model
+// names against OpenAI's 404; engine errors (injected) against each protocol's error shape,
+// before and during a stream; unsupported inputs against a 400 naming them.
+// Usage: node params_test.js FATHOM NODE_MODULES
+'use strict';
+const path = require('path');
+const fs = require('fs');
+const os = require('os');
+const { execFileSync } = require('child_process');
+const { startServer } = require('./start_server.js');
+const assert = require('assert');
+
+const [fathom, nodeModules] = process.argv.slice(2);
+const OpenAI = require(path.join(nodeModules, 'openai')).default;
+const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
+const cache = process.env.FATHOM_CACHE || path.join(os.homedir(), '.cache', 'fathom');
+const demoModel = path.join(cache, 'models', 'demo-seed0');
+
+let failures = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log('ok   ' + name);
+  } catch (e) {
+    failures++;
+    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
+  }
+}
+
+// The SSE events of a response body: [{event, data}] with data parsed when it is JSON.
+async function sse(r) {
+  const text = await r.text();
+  const out = [];
+  for (const block of text.split('\n\n')) {
+    if (!block.trim()) continue;
+    let event = null, data = '';
+    for (const line of block.split('\n')) {
+      if (line.startsWith('event:')) event = line.slice(6).trim();
+      else if (line.startsWith('data:')) data += line.slice(5).trim();
+    }
+    let parsed = data;
+    try { parsed = JSON.parse(data); } catch (e) { /* [DONE] */ }
+    out.push({ event, data: parsed });
+  }
+  return out;
+}
+
+// log-softmax of one float32 row at index i (double precision).
+function logSoftmaxAt(row, i) {
+  let max = -Infinity;
+  for (const v of row) max = Math.max(max, v);
+  let sum = 0;
+  for (const v of row) sum += Math.exp(v - max);
+  return row[i] - max - Math.log(sum);
+}
+
+(async () => {
+  const { proc, port } = await startServer(fathom, ['--allow-forced-output', '--allow-error-injection']);
+  const base = `http://127.0.0.1:${port}`;
+  const openai = new OpenAI({ apiKey: 'none', baseURL: base + '/v1', maxRetries: 0 });
+  const anthropic = new Anthropic({ apiKey: 'none', baseURL: base, maxRetries: 0 });
+  const post = (p, body) => fetch(base + p, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                                              body: JSON.stringify(body) });
+  try {
+    await check('model names: served names listed, unknown model is a 404 model_not_found', async () => {
+      const ids = (await openai.models.list()).data.map((m) => m.id);
+      for (const n of ['fathom-demo', 'deepseek-chat', 'deepseek-reasoner']) assert.ok(ids.includes(n), ids.join(','));
+      await assert.rejects(openai.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] }),
+                           (e) => e.status === 404 && e.code === 'model_not_found');
+      await assert.rejects(openai.completions.create({ model: 'nope', prompt: 'hi' }),
+                           (e) => e.status === 404 && e.code === 'model_not_found');
+      await assert.rejects(anthropic.messages.create({ model: 'claude-x', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] }),
+                           (e) => e.status === 404 && e.error && e.error.error && e.error.error.type === 'not_found_error');
+    });
+
+    await check('deepseek-chat answers without thinking, deepseek-reasoner with it', async () => {
+      const chat = await openai.chat.completions.create({ model: 'deepseek-chat', max_tokens: 6,
+        messages: [{ role: 'user', content: 'Hello' }] });
+      assert.ok(!chat.choices[0].message.reasoning_content, JSON.stringify(chat.choices[0].message));
+      assert.equal(chat.usage.completion_tokens_details.reasoning_tokens, 0);
+      const r = await openai.chat.completions.create({ model: 'deepseek-reasoner', max_tokens: 6,
+        messages: [{ role: 'user', content: 'Hello' }] });
+      // The random demo model almost never closes its reasoning within 6 tokens.
+      assert.ok(r.usage.completion_tokens_details.reasoning_tokens > 0, JSON.stringify(r.usage));
+      const resp = await openai.responses.create({ model: 'deepseek-reasoner', input: 'Hi', max_output_tokens: 6 });
+      assert.ok(resp.usage.output_tokens_details.reasoning_tokens > 0, JSON.stringify(resp.usage));
+      assert.ok(resp.usage.output_tokens_details.reasoning_tokens <= resp.usage.output_tokens);
+    });
+
+    await check('logprobs equal the log-softmax of the model\'s own logits (fathom forward)', async () => {
+      const prompt = [0, 1000, 2000, 3000, 4000];
+      const r = await post('/v1/completions', { model: 'fathom-demo', prompt, max_tokens: 6, temperature: 0,
+        logprobs: 3, ignore_eos: true, return_token_ids: true });
+      assert.equal(r.status, 200);
+      const c = (await r.json()).choices[0];
+      const gen = c.token_ids;
+      assert.equal(gen.length, 6);
+      const lp = c.logprobs;
+      assert.equal(lp.token_logprobs.length, 6);
+      assert.equal(lp.top_logprobs.length, 6);
+      const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'fathom-lp-')), 'logits.f32');
+      const ids = prompt.concat(gen.slice(0, -1));
+      execFileSync(fathom, ['forward', '--model', demoModel, '--numerics', 'fast', '--ids', ids.join(','), '--prefill',
+                            String(prompt.length), '--out', out]);
+      const all = new Float32Array(fs.readFileSync(out).buffer.slice(0));
+      const V = all.length / ids.length;
+      for (let i = 0; i < gen.length; i++) {
+        const row = all.subarray((prompt.length - 1 + i) * V, (prompt.length + i) * V);
+        let arg = 0;
+        for (let j = 1; j < V; j++) if (row[j] > row[arg]) arg = j;
+        assert.equal(gen[i], arg, 'greedy token ' + i);
+        const want = logSoftmaxAt(row, arg);
+        assert.ok(Math.abs(lp.token_logprobs[i] - want) < 1e-3, `logprob ${i}: ${lp.token_logprobs[i]} vs ${want}`);
+        const tops = Object.values(lp.top_logprobs[i]);
+        assert.ok(tops.length >= 1 && tops.length <= 3);
+        assert.ok(Math.abs(Math.max(...tops) - want) < 1e-3);
+      }
+      const chat = await openai.chat.completions.create({ model: 'deepseek-chat', max_tokens: 4, temperature: 0,
+        logprobs: true, top_logprobs: 2, messages: [{ role: 'user', content: 'Hi' }] });
+      const content = chat.choices[0].logprobs.content;
+      assert.ok(content.length >= 1);
+      for (const e of content) {
+        assert.equal(typeof e.token, 'string');
+        assert.ok(e.logprob <= 0);
+        assert.equal(e.top_logprobs.length, 2);
+        assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+        assert.ok(Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6);  // greedy: the top one
+      }
+      await assert.rejects(openai.chat.completions.create({ model: 'deepseek-chat', top_logprobs: 21, logprobs: true,
+        messages: [{ role: 'user', content: 'Hi' }] }), (e) => e.status === 400);
+    });
+
+    await check('n=4 with a seed: 4 distinct choices, the same 4 on repeat and under load', async () => {
+      const req = { model: 'fathom-demo', prompt: [0, 11, 22, 33], max_tokens: 8, temperature: 1, seed: 99,
+                    n: 4, ignore_eos: true, return_token_ids: true };
+      const get = async () => {
+        const r = await post('/v1/completions', req);
+        assert.equal(r.status, 200);
+        const j = await r.json();
+        assert.equal(j.choices.length, 4);
+        return j.choices.sort((a, b) => a.index - b.index).map((c) => c.token_ids.join(','));
+      };
+      const first = await get();
+      assert.equal(new Set(first).size, 4, first.join(' | '));
+      assert.deepEqual(await get(), first);
+      const load = Array.from({ length: 8 }, (_, i) => post('/v1/completions', { model: 'fathom-demo',
+        prompt: [5, 6, 7 + i], max_tokens: 12, temperature: 0.8, ignore_eos: true }).then((r) => r.text()));
+      const [again] = await Promise.all([get(), ...load]);
+      assert.deepEqual(again, first);
+      const chat = await openai.chat.completions.create({ model: 'deepseek-chat', n: 2, max_tokens: 4, seed: 3,
+        messages: [{ role: 'user', content: 'Hi' }] });
+      assert.deepEqual(chat.choices.map((c) => c.index).sort(), [0, 1]);
+      let seen = new Set();
+      for await (const ch of await openai.chat.completions.create({ model: 'deepseek-chat', n: 2, max_tokens: 4,
+        seed: 3, stream: true, messages: [{ role: 'user', content: 'Hi' }] })) {
+        for (const c of ch.choices) seen.add(c.index);
+      }
+      assert.deepEqual([...seen].sort(), [0, 1]);
+    });
+
+    await check('an engine error reaches every protocol as an error, before and during a stream', async () => {
+      const hook = { fathom_inject_error_after: 2 };
+      const early = { fathom_inject_error_after: 0 };
+      // Non-streaming: an HTTP 5xx in the protocol's shape.
+      let r = await post('/v1/chat/completions', { model: 'deepseek-chat', max_tokens: 8, messages: [{ role: 'user', content: 'x' }], ...hook });
+      assert.ok(r.status >= 500, 'chat ' + r.status);
+      assert.ok((await r.json()).error.message);
+      r = await post('/v1/completions', { model: 'fathom-demo', prompt: 'x', max_tokens: 8, ...hook });
+      assert.ok(r.status >= 500, 'completions ' + r.status);
+      assert.ok((await r.json()).error.message);
+      r = await post('/v1/responses', { model: 'deepseek-chat', input: 'x', max_output_tokens: 8, ...hook });
+      assert.ok(r.status >= 500, 'responses ' + r.status);
+      assert.ok((await r.json()).error.message);
+      r = await post('/v1/messages', { model: 'deepseek-chat', max_tokens: 8, messages: [{ role: 'user', content: 'x' }], ...hook });
+      assert.ok(r.status >= 500, 'messages ' + r.status);
+      let j = await r.json();
+      assert.equal(j.type, 'error');
+      assert.ok(j.error.type && j.error.message);
+      // Streaming, failing before the first token: still an HTTP error.
+      r = await post('/v1/chat/completions', { model: 'deepseek-chat', max_tokens: 8, stream: true, messages: [{ role: 'user', content: 'x' }], ...early });
+      assert.ok(r.status >= 500, 'chat stream early ' + r.status);
+      // Streaming, failing mid-stream: the protocol's error event, never a normal finish.
+      r = await post('/v1/chat/completions', { model: 'deepseek-chat', max_tokens: 8, stream: true, messages: [{ role: 'user', content: 'x' }], ...hook });
+      assert.equal(r.status, 200);
+      let evs = await sse(r);
+      assert.ok(evs.some((e) => e.data && e.data.error && e.data.error.message), JSON.stringify(evs));
+      assert.ok(!evs.some((e) => e.data && e.data.choices && e.data.choices.some((c) => c.finish_reason === 'stop')));
+      r = await post('/v1/completions', { model: 'fathom-demo', prompt: 'x', max_tokens: 8, stream: true, ...hook });
+      evs = await sse(r);
+      assert.ok(evs.some((e) => e.data && e.data.error), JSON.stringify(evs));
+      r = await post('/v1/messages', { model: 'deepseek-chat', max_tokens: 8, stream: true, messages: [{ role: 'user', content: 'x' }], ...hook });
+      evs = await sse(r);
+      assert.ok(evs.some((e) => e.event === 'error' && e.data.type === 'error'), JSON.stringify(evs));
+      assert.ok(!evs.some((e) => e.event === 'message_stop'));
+      r = await post('/v1/responses', { model: 'deepseek-chat', input: 'x', max_output_tokens: 8, stream: true, ...hook });
+      evs = await sse(r);
+      assert.ok(evs.some((e) => e.event === 'response.failed' || e.event === 'error'), JSON.stringify(evs.map((e) => e.event)));
+      assert.ok(!evs.some((e) => e.event === 'response.completed'));
+      // The server still serves.
+      const ok = await openai.chat.completions.create({ model: 'deepseek-chat', max_tokens: 2, messages: [{ role: 'user', content: 'x' }] });
+      assert.equal(ok.object, 'chat.completion');
+    });
+
+    await check('unsupported inputs are a 400 naming them, never dropped', async () => {
+      const image = { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } };
+      await assert.rejects(openai.chat.completions.create({ model: 'deepseek-chat', max_tokens: 2,
+        messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this' }, image] }] }),
+        (e) => e.status === 400 && /image/.test(e.message));
+      await assert.rejects(openai.chat.completions.create({ model: 'deepseek-chat', max_tokens: 2,
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } },
+        messages: [{ role: 'user', content: 'json' }] }),
+        (e) => e.status === 400 && /response_format/.test(e.message));
+      await assert.rejects(anthropic.messages.create({ model: 'deepseek-chat', max_tokens: 2,
+        messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }] }] }),
+        (e) => e.status === 400 && /image/.test(JSON.stringify(e.error)));
+      await assert.rejects(openai.completions.create({ model: 'fathom-demo', prompt: 'x', max_tokens: 2, echo: true }),
+        (e) => e.status === 400 && /echo/.test(e.message));
+    });
+
+    await check('the thinking budget closes reasoning with </think> when spent', async () => {
+      // The random model rarely closes reasoning by itself: after 1024 reasoning tokens the
+      // engine forces </think> (by id) and the rest is the answer. Greedy, so it is repeatable.
+      const m = await anthropic.messages.create({ model: 'fathom-demo', max_tokens: 1060, temperature: 0,
+        thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'Think' }] });
+      const kinds = m.content.map((b) => b.type);
+      assert.equal(kinds[0], 'thinking', kinds.join(','));
+      assert.equal(m.usage.output_tokens, 1060);
+      assert.ok(kinds.includes('text'), kinds.join(',') + ' ' + m.stop_reason);
+      // Chat Completions takes the same budget: 1024 reasoning tokens and the forced </think>.
+      const c = await openai.chat.completions.create({ model: 'fathom-demo', max_tokens: 1060, temperature: 0,
+        thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'Think' }] });
+      assert.equal(c.usage.completion_tokens_details.reasoning_tokens, 1025);
+      assert.ok(c.choices[0].message.reasoning_content.length > 0 && c.choices[0].message.content.length > 0);
+      await assert.rejects(anthropic.messages.create({ model: 'fathom-demo', max_tokens: 100,
+        thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'x' }] }),
+        (e) => e.status === 400);
+    });
+  } finally {
+    proc.kill('SIGTERM');
+    const code = await new Promise((res) => proc.on('exit', (c) => res(c)));
+    if (code !== 0) { failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
+  }
+  console.log(`serve params: ${failures} failures`);
+  process.exit(failures ? 1 : 0);
+})().catch((e) => { console.error(e); process.exit(1); });

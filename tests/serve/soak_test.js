@@ -26,18 +26,18 @@ const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
     const kind = (c + i) % 3;
     const max = 8 + ((c * 7 + i) % 17);
     if (kind === 0) {
-      const s = await openai.chat.completions.create({ model: 'm', max_tokens: max, stream: true,
+      const s = await openai.chat.completions.create({ model: 'fathom-demo', max_tokens: max, stream: true,
         messages: [{ role: 'user', content: `client ${c} request ${i}` }] });
       let finished = false;
       for await (const ch of s) { if (ch.choices.length && ch.choices[0].finish_reason) finished = true; tokens++; }
       if (!finished) throw new Error('chat stream without finish_reason');
     } else if (kind === 1) {
-      const s = await openai.responses.create({ model: 'm', input: `client ${c} ${i}`, max_output_tokens: max, stream: true });
+      const s = await openai.responses.create({ model: 'fathom-demo', input: `client ${c} ${i}`, max_output_tokens: max, stream: true });
       let finished = false;
       for await (const ev of s) { if (ev.type === 'response.completed' || ev.type === 'response.incomplete') finished = true; tokens++; }
       if (!finished) throw new Error('responses stream without completion');
     } else {
-      const s = anthropic.messages.stream({ model: 'm', max_tokens: max,
+      const s = anthropic.messages.stream({ model: 'fathom-demo', max_tokens: max,
         messages: [{ role: 'user', content: `client ${c} msg ${i}` }] });
       const m = await s.finalMessage();
       if (!m.stop_reason) throw new Error('message without stop_reason');

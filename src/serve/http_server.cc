@@ -1,5 +1,9 @@
 #include "serve/http_server.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <functional>
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
 #include <utility>
 // clang-format off
@@ -388,25 +392,40 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
   error_code ec;
 
   // The disconnect watch: completes when the socket turns readable. A peer that closed (or
-  // reset) leaves nothing to read; bytes to read are a pipelined request, left for later.
+  // reset) reads as end-of-file; bytes to read are a pipelined request, left for later. The
+  // readiness may also be stale — an edge from the request's own bytes, which a read already
+  // took, delivered late by another io thread — so "closed" is confirmed with a peek, and a
+  // wake-up with nothing behind it re-arms the watch instead.
   struct Watch {
     bool active = false, closed = false;
+    std::function<void()> arm;
   };
   auto watch = std::make_shared<Watch>();
-  auto arm_watch = [&] {
-    watch->active = true;
-    c->stream.socket().async_wait(tcp::socket::wait_read, [c, watch, wk](const error_code& e) {
-      watch->active = false;
+  std::weak_ptr<Watch> weak = watch;
+  watch->arm = [c, wk, weak] {
+    auto w = weak.lock();
+    if (!w) return;
+    w->active = true;
+    c->stream.socket().async_wait(tcp::socket::wait_read, [c, wk, weak](const error_code& e) {
+      auto w2 = weak.lock();
+      if (!w2) return;
+      w2->active = false;
       if (e == asio::error::operation_aborted) return;
-      error_code e2;
-      const size_t n = c->stream.socket().available(e2);
-      if (e || e2 || n == 0) {
-        watch->closed = true;
-        wk->poke();
+      if (!e) {
+        char byte;
+        const ssize_t r =
+            ::recv(c->stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (r > 0) return;  // a pipelined request
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          w2->arm();  // nothing there: a stale wake-up
+          return;
+        }
       }
+      w2->closed = true;
+      wk->poke();
     });
   };
-  arm_watch();
+  watch->arm();
 
   // A stream's status line and headers go out with its first bytes, not before: a producer
   // that fails before it has produced anything answers with a complete error response

@@ -47,10 +47,19 @@ const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
   const t0 = Date.now();
   await Promise.all(Array.from({ length: clients }, async (_, c) => {
     for (let i = 0; Date.now() < deadline; i++) {
-      try { await one(c, i); done++; } catch (e) { errors++; if (errorSamples.length < 5) errorSamples.push(String(e)); }
+      try { await one(c, i); done++; } catch (e) {
+        errors++;
+        let why = String(e) + ' (kind ' + ((c + i) % 3) + ')';
+        for (let x = e && e.cause; x; x = x.cause) why += ' <- ' + String(x) + (x.code ? ' [' + x.code + ']' : '');
+        if (errorSamples.length < 5) errorSamples.push(why);
+      }
     }
   }));
   const elapsed = (Date.now() - t0) / 1000;
+  if (errors) {
+    const m = await (await fetch(base + '/metrics')).text();
+    console.log(m.split('\n').filter((l) => l.startsWith('fathom_http_')).join('\n'));
+  }
   proc.kill('SIGTERM');
   const code = await new Promise((res) => proc.on('exit', (c) => res(c)));
   console.log(JSON.stringify({ clients, seconds: elapsed, requests_completed: done, errors,

@@ -607,7 +607,8 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
       s.first_sent = true;
       ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     }
-    const FinishCause cause = output_.stop_cause(s.req, s.generated);
+    const FinishCause cause =
+        output_.stop_cause(s.req, s.generated, s.matcher && s.matcher->is_terminated());
     if (cause != FinishCause::kNone)
       finish(s, cause);  // one event: the token and the end
     else

@@ -71,10 +71,11 @@ int32_t OutputProcessor::next_token(const GenerationRequest& r, uint64_t request
 }
 
 FinishCause OutputProcessor::stop_cause(const GenerationRequest& r,
-                                        std::span<const int32_t> generated) const {
+                                        std::span<const int32_t> generated,
+                                        bool grammar_ended) const {
   if (generated.empty()) return FinishCause::kNone;
   const int32_t tok = generated.back();
-  if (tok == eos_ && !r.ignore_eos) return FinishCause::kEos;
+  if (tok == eos_ && (!r.ignore_eos || grammar_ended)) return FinishCause::kEos;
   if (std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end())
     return FinishCause::kStopToken;
   if (int64_t(generated.size()) >= r.max_tokens) return FinishCause::kLength;

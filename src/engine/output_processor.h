@@ -42,7 +42,10 @@ class OutputProcessor {
                      std::span<const int32_t> generated, bool think_ended, float* logits,
                      TokenLogprob* logprob, std::unique_ptr<grammar::GrammarMatcher>* matcher);
   // Why the request ends after `generated` (its newest token last); kNone to go on.
-  FinishCause stop_cause(const GenerationRequest& r, std::span<const int32_t> generated) const;
+  // `grammar_ended`: the request's grammar has accepted its EOS (kEos even with ignore_eos:
+  // nothing may follow).
+  FinishCause stop_cause(const GenerationRequest& r, std::span<const int32_t> generated,
+                         bool grammar_ended = false) const;
 
  private:
   // Sets the tokens the matcher rejects to -inf; false if it allows none.

@@ -716,6 +716,18 @@ TEST(EngineGrammar, RegexConstrainedSamplesMatchAndStop) {
     const std::string text = constrained_text(*c, c, out, 0);
     EXPECT_TRUE(std::regex_match(text, std::regex("[a-c]{3,5}"))) << text;
   }
+  // ignore_eos: generation still ends when the grammar has (nothing may follow its EOS).
+  {
+    GenerationRequest r;
+    r.prompt = prompt(20, 49);
+    r.max_tokens = 64;
+    r.ignore_eos = true;
+    r.grammar = c;
+    StreamEvent last;
+    const std::vector<int32_t> out = drain(**e.submit(r), &last);
+    EXPECT_EQ(last.cause, FinishCause::kEos);
+    EXPECT_TRUE(std::regex_match(constrained_text(*c, c, out, 0), std::regex("[a-c]{3,5}")));
+  }
   // Greedy too, and n samples forked from one prefill: each with its own matcher.
   GenerationRequest r;
   r.prompt = prompt(20, 50);

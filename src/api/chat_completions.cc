@@ -299,12 +299,24 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     if (type == nullptr || !type->is_string()) return bad("'response_format.type' is required");
     if (type->text == "json_object") {
       req.json_object = true;
+      req.structured.kind = StructuredOutput::Kind::kJsonObject;
+      req.structured.field = "response_format";
     } else if (type->text == "json_schema") {
-      return bad("'response_format' of type json_schema is not supported yet; use json_object");
+      const Value* js = field(*rf, "json_schema");
+      if (js == nullptr || !js->is_object())
+        return bad("'response_format.json_schema' must be an object");
+      if (const Value* st = field(*js, "strict"); st && st->kind != Value::Kind::kBool)
+        return bad("'response_format.json_schema.strict' must be a boolean");
+      const Value* schema = field(*js, "schema");
+      if (schema == nullptr) return bad("'response_format.json_schema.schema' is required");
+      FATHOM_RETURN_IF_ERROR(
+          set_json_schema(*schema, "response_format.json_schema.schema", req.structured));
+      req.response_format = *rf;
     } else if (type->text != "text") {
       return bad("'response_format.type' must be text, json_object or json_schema");
     }
   }
+  FATHOM_RETURN_IF_ERROR(read_vllm_structured_outputs(r, req.structured));
   // Messages.
   const Value* msgs = field(r, "messages");
   if (msgs == nullptr || !msgs->is_array() || msgs->items.empty())

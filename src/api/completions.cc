@@ -87,6 +87,8 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
     }
   }
   FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r));
+  FATHOM_RETURN_IF_ERROR(read_vllm_structured_outputs(r, req.structured));
+  FATHOM_RETURN_IF_ERROR(read_llama_structured_outputs(r, req.structured));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "echo", false));
   if (const Value* s = field(r, "suffix")) {
     if (!s->is_string()) return bad("'suffix' must be a string");

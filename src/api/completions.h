@@ -15,6 +15,7 @@
 
 #include "api/conversation.h"
 #include "api/models.h"
+#include "api/structured_output.h"
 #include "api/usage.h"
 #include "core/status.h"
 #include "prompt/output_parser.h"
@@ -39,11 +40,14 @@ struct CompletionsRequest {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage (non-streaming always has usage)
   bool return_token_ids = false;  // vLLM's: each choice also carries its generated `token_ids`
+  // vLLM's structured_outputs / guided_* or llama-server's grammar / json_schema.
+  StructuredOutput structured;
 };
 
 // Rejected with a 400 naming the field: batched prompts (more than one prompt in a list),
 // echo=true, suffix, best_of other than n, logit_bias and the vLLM extensions this build does
-// not implement. Unknown fields are ignored, as in the Chat adapter.
+// not implement. Structured outputs: vLLM's fields and llama-server's grammar / json_schema.
+// Unknown fields are ignored, as in the Chat adapter.
 Result<CompletionsRequest> parse_completions_request(std::string_view body,
                                                      const CompletionsOptions& options);
 

@@ -79,8 +79,10 @@ Result<prompt::Prompt> render_api(const ConversationRequest& req, PromptFormat f
     Value rf = Value::object();
     rf.set("type", Value::from_string("json_object"));
     first_system.set("response_format", rf);
+  } else if (!req.response_format.is_null()) {
+    first_system.set("response_format", req.response_format);
   }
-  bool need_system = start == 1 || with_tools || req.json_object;
+  bool need_system = start == 1 || with_tools || req.json_object || !req.response_format.is_null();
   if (need_system) messages.items.push_back(first_system);
   for (size_t i = start; i < req.messages.items.size(); ++i)
     messages.items.push_back(req.messages.items[i]);

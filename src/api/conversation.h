@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/structured_output.h"
 #include "core/py_json.h"
 #include "core/status.h"
 #include "prompt/output_parser.h"
@@ -43,6 +44,12 @@ struct ConversationRequest {
   // The server ends the reasoning when it is spent.
   int64_t reasoning_budget = -1;
   bool json_object = false;  // response_format {"type": "json_object"}
+  // response_format / text.format json_schema as the first system message shows it (null:
+  // none; json_object is shown as {"type": "json_object"}).
+  pyjson::Value response_format;
+  // The output constraint (response_format / text.format, vLLM's structured_outputs and
+  // guided_* fields); the server compiles it.
+  StructuredOutput structured;
   SamplingParams sampling;
   std::string model;
   bool stream = false;

@@ -155,8 +155,15 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
       if (type == nullptr || !type->is_string()) return bad("'text.format.type' is required");
       if (type->text == "json_object") {
         req.json_object = true;
+        req.structured.kind = StructuredOutput::Kind::kJsonObject;
+        req.structured.field = "text.format";
       } else if (type->text == "json_schema") {
-        return bad("'text.format' of type json_schema is not supported yet; use json_object");
+        if (const Value* st = field(*f, "strict"); st && st->kind != Value::Kind::kBool)
+          return bad("'text.format.strict' must be a boolean");
+        const Value* schema = field(*f, "schema");
+        if (schema == nullptr) return bad("'text.format.schema' is required");
+        FATHOM_RETURN_IF_ERROR(set_json_schema(*schema, "text.format.schema", req.structured));
+        req.response_format = *f;
       } else if (type->text != "text") {
         return bad("'text.format.type' must be text, json_object or json_schema");
       }

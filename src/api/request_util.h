@@ -82,16 +82,17 @@ inline Status require_bool(const Value& r, std::string_view name, bool supported
 }
 
 // A function tool's `strict: true` asks for arguments guaranteed to match the schema, which
-// needs constrained decoding this build does not have: a 400 at `path` rather than a promise
-// silently not kept. strict false or absent is fine.
+// needs the DSML tool-call block constrained by a grammar (not done: structured outputs cover
+// the answer text only): a 400 at `path` rather than a promise silently not kept. strict false
+// or absent is fine.
 inline Status reject_strict_tool(const Value& fn, const std::string& path) {
   const Value* s = field(fn, "strict");
   if (s == nullptr) return Status::ok();
   if (s->kind != Value::Kind::kBool) return bad(path + ": must be a boolean");
   if (s->boolean)
     return bad(path +
-               ": strict function calling (schema-constrained arguments) is not "
-               "supported yet; send strict: false");
+               ": strict function calling (schema-constrained tool arguments) is not "
+               "supported; send strict: false (response_format json_schema is)");
   return Status::ok();
 }
 
@@ -105,11 +106,11 @@ inline Status optional_string(const Value& r, std::string_view name, bool anthro
 }
 
 // OpenAI's logit_bias and the vLLM sampling extensions this build does not implement, in both
-// OpenAI protocols that vLLM extends (Chat Completions, Completions).
+// OpenAI protocols that vLLM extends (Chat Completions, Completions). (vLLM's structured
+// outputs are read by read_vllm_structured_outputs.)
 inline Status reject_unimplemented_sampling_extensions(const Value& r) {
   FATHOM_RETURN_IF_ERROR(reject_fields(
-      r, {"logit_bias", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-          "structured_outputs", "min_tokens", "stop_token_ids", "bad_words", "allowed_token_ids",
+      r, {"logit_bias", "min_tokens", "stop_token_ids", "bad_words", "allowed_token_ids",
           "prompt_logprobs", "use_beam_search", "truncate_prompt_tokens"}));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "include_stop_str_in_output", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "skip_special_tokens", true));

@@ -224,6 +224,7 @@ void Engine::finish(Sequence& s, FinishCause cause, Status error) {
 // Resumes from the longest chain of cached blocks the hit rule allows, else starts empty.
 void Engine::admit(Sequence& s) {
   s.state = runner_.new_sequence(pool_.get());
+  s.matcher.reset();  // rebuilt from `generated` at the next token
   s.prefilled = 0;
   s.cache_blocks = 0;
   const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
@@ -592,7 +593,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     if (s.req.top_logprobs >= 0) lp = &ev.logprobs.emplace_back();
     const int32_t tok =
         output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id, s.generated,
-                           s.think_ended, &logits_[i * size_t(vocab_)], lp);
+                           s.think_ended, &logits_[i * size_t(vocab_)], lp, &s.matcher);
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     if (tok == s.req.think_end_id) s.think_ended = true;
     s.generated.push_back(tok);
@@ -606,7 +607,8 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
       s.first_sent = true;
       ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
     }
-    const FinishCause cause = output_.stop_cause(s.req, s.generated);
+    const FinishCause cause =
+        output_.stop_cause(s.req, s.generated, s.matcher && s.matcher->is_terminated());
     if (cause != FinishCause::kNone)
       finish(s, cause);  // one event: the token and the end
     else

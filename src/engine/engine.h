@@ -107,6 +107,8 @@ class Engine {
   Result<std::vector<std::shared_ptr<RequestStream>>> submit_n(GenerationRequest request, int n);
   // The model's maximum positions (for a max_tokens default and cap).
   int64_t context_length() const;
+  // The size of the model's logits row (a structured-output token table's vocabulary).
+  int64_t vocab_size() const { return vocab_; }
   struct Health {
     bool alive = false;          // the engine threads run (not shut down)
     double stalled_seconds = 0;  // work pending and no step finished for this long (else 0)

@@ -1,22 +1,69 @@
 #include "engine/output_processor.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace fathom::engine {
 
+bool OutputProcessor::mask_logits(grammar::GrammarMatcher& m, float* logits) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (m.is_terminated()) {  // the grammar has ended: only EOS
+    for (int64_t v = 0; v < vocab_; ++v)
+      if (v != eos_) logits[v] = kNegInf;
+    return eos_ >= 0 && eos_ < vocab_;
+  }
+  const size_t words = m.mask_words();
+  mask_.resize(words);
+  m.fill_next_token_bitmask(mask_.data());
+  bool any = false;
+  for (size_t w = 0; w * 32 < size_t(vocab_); ++w) {
+    const uint32_t bits = w < words ? mask_[w] : 0;
+    const int64_t base = int64_t(w * 32), end = std::min<int64_t>(base + 32, vocab_);
+    if (bits == 0xffffffffu && end - base == 32) {
+      any = true;
+      continue;
+    }
+    for (int64_t v = base; v < end; ++v)
+      if ((bits >> (v - base)) & 1)
+        any = true;
+      else
+        logits[v] = kNegInf;
+  }
+  return any;
+}
+
 int32_t OutputProcessor::next_token(const GenerationRequest& r, uint64_t request_key,
                                     std::span<const int32_t> generated, bool think_ended,
-                                    const float* logits, TokenLogprob* logprob) {
+                                    float* logits, TokenLogprob* logprob,
+                                    std::unique_ptr<grammar::GrammarMatcher>* matcher) {
   const int64_t g = int64_t(generated.size());
+  grammar::GrammarMatcher* m = nullptr;
+  if (r.grammar && matcher && (!r.grammar_after_think || think_ended)) {
+    if (!*matcher) {
+      // New, forked or re-admitted: the state after the constrained tokens generated so far.
+      *matcher = std::make_unique<grammar::GrammarMatcher>(r.grammar);
+      size_t from = 0;
+      if (r.grammar_after_think) {
+        auto it = std::find(generated.begin(), generated.end(), r.think_end_id);
+        from = it == generated.end() ? generated.size() : size_t(it - generated.begin()) + 1;
+      }
+      for (size_t i = from; i < generated.size(); ++i) (*matcher)->accept_token(generated[i]);
+    }
+    m = matcher->get();
+  }
   int32_t tok = 0;
-  if (g < int64_t(r.forced_output.size()))
+  if (g < int64_t(r.forced_output.size())) {
     tok = r.forced_output[size_t(g)];
-  else if (r.think_end_id >= 0 && r.reasoning_budget >= 0 && !think_ended &&
-           g >= r.reasoning_budget)
+  } else if (r.think_end_id >= 0 && r.reasoning_budget >= 0 && !think_ended &&
+             g >= r.reasoning_budget) {
     tok = r.think_end_id;  // the reasoning budget is spent
-  else
+  } else if (m && !mask_logits(*m, logits) && eos_ >= 0) {
+    tok = eos_;  // nothing can follow (cannot happen with a grammar that can end)
+  } else {
     tok = sample_token(logits, vocab_, r.sampling, r.prompt, generated, request_key,
                        uint64_t(r.prompt.size()) + uint64_t(g), scratch_);
+  }
+  if (m) m->accept_token(tok);  // forced tokens too; a rejected one leaves the state as it was
   if (logprob)
     token_logprob(logits, vocab_, r.sampling, r.prompt, generated, tok, r.top_logprobs, scratch_,
                   logprob);
@@ -24,10 +71,11 @@ int32_t OutputProcessor::next_token(const GenerationRequest& r, uint64_t request
 }
 
 FinishCause OutputProcessor::stop_cause(const GenerationRequest& r,
-                                        std::span<const int32_t> generated) const {
+                                        std::span<const int32_t> generated,
+                                        bool grammar_ended) const {
   if (generated.empty()) return FinishCause::kNone;
   const int32_t tok = generated.back();
-  if (tok == eos_ && !r.ignore_eos) return FinishCause::kEos;
+  if (tok == eos_ && (!r.ignore_eos || grammar_ended)) return FinishCause::kEos;
   if (std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end())
     return FinishCause::kStopToken;
   if (int64_t(generated.size()) >= r.max_tokens) return FinishCause::kLength;

@@ -1,16 +1,21 @@
 // OutputProcessor: turns a sequence's logits row into its next token and decides whether the
 // request ends there — forced tokens (teacher forcing, then the reasoning budget's think-end
 // id), sampling, logprobs when asked for, EOS, stop ids, max_tokens and the injected-error
-// testing hook. Plain data in and out; the engine keeps the sequences and sends the events.
+// testing hook — and the structured-output constraint (the request's grammar masks the logits
+// row before sampling). Plain data in and out; the engine keeps the sequences (and their
+// grammar matchers) and sends the events.
 //
 // Owned by the engine; used by its executor thread only (it holds the sampler's scratch).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "engine/request.h"
 #include "engine/sampler.h"
+#include "grammar/matcher.h"
 
 namespace fathom::engine {
 
@@ -26,16 +31,30 @@ class OutputProcessor {
   // The next token after `generated` from `logits` [vocab]: the next forced output token, else
   // think_end_id once the reasoning budget is spent (`think_ended`: it was generated), else a
   // sample keyed by (seed, `request_key`, position). Fills `logprob` when non-null.
+  //
+  // With a grammar (r.grammar, applying once think_ended when r.grammar_after_think),
+  // `matcher` is the sequence's matcher slot: created here when null by replaying the
+  // constrained part of `generated`. A sampled token is drawn from `logits` with the tokens
+  // the grammar rejects set to -inf in place (EOS allowed only where the grammar can end; only
+  // EOS once it has ended; EOS too when nothing is allowed), so the logprobs are those of the
+  // masked distribution. Forced tokens are not masked but are fed to the matcher.
   int32_t next_token(const GenerationRequest& r, uint64_t request_key,
-                     std::span<const int32_t> generated, bool think_ended, const float* logits,
-                     TokenLogprob* logprob);
+                     std::span<const int32_t> generated, bool think_ended, float* logits,
+                     TokenLogprob* logprob, std::unique_ptr<grammar::GrammarMatcher>* matcher);
   // Why the request ends after `generated` (its newest token last); kNone to go on.
-  FinishCause stop_cause(const GenerationRequest& r, std::span<const int32_t> generated) const;
+  // `grammar_ended`: the request's grammar has accepted its EOS (kEos even with ignore_eos:
+  // nothing may follow).
+  FinishCause stop_cause(const GenerationRequest& r, std::span<const int32_t> generated,
+                         bool grammar_ended = false) const;
 
  private:
+  // Sets the tokens the matcher rejects to -inf; false if it allows none.
+  bool mask_logits(grammar::GrammarMatcher& m, float* logits);
+
   const int32_t eos_;
   const int64_t vocab_;
   SamplerScratch scratch_;
+  std::vector<uint32_t> mask_;  // the grammar's bitmask, reused from token to token
 };
 
 }  // namespace fathom::engine

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "grammar/compiled_grammar.h"
 
 namespace fathom::engine {
 
@@ -43,6 +44,13 @@ struct GenerationRequest {
   // Which of n samples of one prompt this is (submit_n sets it): a seeded request draws its
   // random numbers keyed by (seed, sample_index, position).
   int32_t sample_index = 0;
+  // Structured output: every sampled token must keep the output inside this grammar (tokens
+  // it rejects are masked to -inf before sampling; EOS is allowed only where the grammar can
+  // end, and is the only token once it has ended). Forced tokens are fed to it unmasked. With
+  // grammar_after_think the constraint starts after think_end_id is generated (the reasoning
+  // is free). Null: unconstrained.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  bool grammar_after_think = false;
 };
 
 // What a request sees: batches of new tokens, then one final event (which may carry the last

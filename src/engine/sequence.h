@@ -11,6 +11,7 @@
 
 #include "engine/model_runner.h"
 #include "engine/request.h"
+#include "grammar/matcher.h"
 
 namespace fathom::engine {
 
@@ -30,7 +31,11 @@ struct Sequence {
   int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)
   bool first_sent = false;
   bool think_ended = false;  // think_end_id was generated
-  StreamEvent pending;       // the step's tokens not yet sent (buffers reused)
+  // The structured-output constraint's state over `generated` (the output processor creates
+  // it when the constraint first applies, replaying `generated`; admit() drops it, so a
+  // re-admitted sequence rebuilds it).
+  std::unique_ptr<grammar::GrammarMatcher> matcher;
+  StreamEvent pending;  // the step's tokens not yet sent (buffers reused)
   // submit_n: the other samples, forked from this one when its prefill completes.
   std::vector<std::shared_ptr<Sequence>> siblings;
   bool done = false;                // finished; the executor forgets it

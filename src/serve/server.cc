@@ -21,6 +21,8 @@
 #include "core/py_json.h"
 #include "core/utf8.h"
 #include "engine/engine.h"
+#include "grammar/grammar_cache.h"
+#include "grammar/token_table.h"
 #include "prompt/encoder.h"
 #include "prompt/output_parser.h"
 #include "serve/http_server.h"
@@ -154,6 +156,10 @@ struct Server::Impl {
   ServerOptions opt;
   Metrics metrics;
   int32_t eos = -1, think_end = -1;
+  // Structured outputs: the vocabulary's token table (stop id: EOS), built once, and the
+  // compiled grammars of recent requests. Null with `grammar_error` saying why.
+  std::unique_ptr<grammar::GrammarCache> grammars;
+  Status grammar_error;
   std::vector<api::ServedModel> served;  // the names `model` may take; the first is the default
   int64_t started = 0;                   // /v1/models' `created`
   http::HttpServer http;                 // last: its connections (and their producers) go first
@@ -176,6 +182,13 @@ struct Server::Impl {
       : engine(e), tok(t), encoder(enc), opt(std::move(o)), http(transport_options(opt)) {
     eos = tok.id_of("<｜end▁of▁sentence｜>");
     think_end = tok.id_of("</think>");
+    auto table =
+        grammar::TokenTable::create(tok, size_t(engine.vocab_size()),
+                                    eos >= 0 ? std::vector<int32_t>{eos} : std::vector<int32_t>{});
+    if (table.is_ok())
+      grammars = std::make_unique<grammar::GrammarCache>(std::move(*table), 256);
+    else
+      grammar_error = table.status();
     // Every configured name thinks by default (as the V4.1 template does); DeepSeek's own
     // names for the same weights follow: deepseek-chat (thinking off), deepseek-reasoner (on).
     for (const std::string& n : opt.model_names) {
@@ -255,6 +268,54 @@ struct Server::Impl {
                               " tokens; the model's context length is " +
                               std::to_string(opt.context_length) + " (prompt and output together)");
     return Status::ok();
+  }
+
+  // The compiled grammar of a request's constraint (null for none); a spec that does not
+  // compile is a 400 naming the field it came from.
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> compile(const api::StructuredOutput& so) {
+    using K = api::StructuredOutput::Kind;
+    if (!so.active()) return std::shared_ptr<const grammar::CompiledGrammar>();
+    const std::string where = "'" + so.field + "'";
+    if (!grammars)
+      return invalid_argument(where +
+                              ": structured outputs are unavailable: " + grammar_error.message());
+    grammar::GrammarSpec spec;
+    // JSON: compact (no whitespace) and, as vLLM's XGrammar backend does, an object schema
+    // without additionalProperties admits only its listed properties (README).
+    spec.json.whitespace = grammar::JsonSchemaOptions::Whitespace::kCompact;
+    spec.json.strict_additional_properties = true;
+    switch (so.kind) {
+      case K::kJsonSchema:
+        spec.kind = grammar::GrammarSpec::Kind::kJsonSchema;
+        spec.text = so.text;
+        break;
+      case K::kJsonObject:  // any JSON object
+        spec.kind = grammar::GrammarSpec::Kind::kJsonSchema;
+        spec.text = R"({"type":"object"})";
+        spec.json.strict_additional_properties = false;
+        break;
+      case K::kRegex:
+        spec.kind = grammar::GrammarSpec::Kind::kRegex;
+        spec.text = so.text;
+        break;
+      case K::kChoice:
+        spec.kind = grammar::GrammarSpec::Kind::kChoice;
+        spec.choices = so.choices;
+        break;
+      case K::kGbnf:
+        spec.kind = grammar::GrammarSpec::Kind::kGbnf;
+        spec.text = so.text;
+        break;
+      case K::kNone:
+        break;
+    }
+    auto compiled = grammars->get(spec);
+    if (!compiled.is_ok())
+      return invalid_argument(
+          where + ": " +
+          (compiled.status().code() == StatusCode::kUnsupported ? "not supported: " : "") +
+          compiled.status().message());
+    return std::move(*compiled);
   }
 
   Reply route(Protocol p, const Request& req);
@@ -644,6 +705,16 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
     g.reasoning_budget = conv->reasoning_budget;
     g.think_end_id = think_end;
   }
+  auto constraint = compile(conv->structured);
+  if (!constraint.is_ok()) return send_error(p, constraint.status());
+  if (*constraint) {
+    g.grammar = std::move(*constraint);
+    // The reasoning is free; the answer after </think> follows the constraint.
+    if (conv->thinking && think_end >= 0) {
+      g.grammar_after_think = true;
+      g.think_end_id = think_end;
+    }
+  }
   const int n = std::max(1, conv->n);
   auto streams = engine.submit_n(std::move(g), n);
   if (!streams.is_ok()) return send_error(p, streams.status());
@@ -701,6 +772,9 @@ Reply Server::Impl::completions(const Request& req) {
   auto g = generation(cr->sampling, std::move(ids), opt);
   if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
   g.top_logprobs = cr->logprobs ? *cr->logprobs : -1;
+  auto constraint = compile(cr->structured);
+  if (!constraint.is_ok()) return send_error(p, constraint.status());
+  g.grammar = std::move(*constraint);
   const int n = std::max(1, cr->n);
   auto streams = engine.submit_n(std::move(g), n);
   if (!streams.is_ok()) return send_error(p, streams.status());

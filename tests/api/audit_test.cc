@@ -112,8 +112,8 @@ TEST(ResponsesAudit, UnimplementedFieldsAreA400NamingThem) {
     const char* param;
   };
   const Case cases[] = {
-      {R"({"input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object"}}}})",
-       "text.format"},
+      {R"({"input":"hi","text":{"format":{"type":"json_schema","name":"x"}}})",
+       "text.format.schema"},
       {R"({"input":"hi","tools":[{"type":"web_search"}]})", "tools[0]"},
       {R"({"input":"hi","background":true})", "background"},
       {R"({"input":"hi","store":true})", "store"},
@@ -136,9 +136,6 @@ TEST(ResponsesAudit, UnimplementedFieldsAreA400NamingThem) {
     EXPECT_EQ(e["param"], c.param) << c.body << "\n" << e.dump();
     EXPECT_EQ(e["type"], "invalid_request_error");
   }
-  EXPECT_NE(
-      responses_rejected(cases[0].body)["message"].get<std::string>().find("not supported yet"),
-      std::string::npos);
   // deepseek-recipe's responses_web_search = Ignore, when the operator asks for it.
   ResponsesOptions ignore;
   ignore.ignore_web_search_tools = true;

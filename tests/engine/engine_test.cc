@@ -9,11 +9,15 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <regex>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include "engine/engine.h"
+#include "grammar/matcher.h"
+#include "grammar/regex.h"
 #include "model/v41.h"
 #include "runner/v41_runner.h"
 
@@ -647,6 +651,163 @@ TEST(EngineApi, HealthAndContextLength) {
   EXPECT_EQ(e.context_length(), 65536 * 16);
   e.shutdown();
   EXPECT_FALSE(e.health().alive);
+}
+
+// Structured output on the tiny model with a made-up vocabulary: id % 8 spells a, b, c, ab, ca,
+// x, "x y" or z; id 1 is EOS. A regex constraint yields text the regex matches, ended by EOS.
+constexpr int32_t kGrammarEos = 1;
+
+std::shared_ptr<const grammar::CompiledGrammar> tiny_regex(const std::string& pattern) {
+  std::vector<std::string> bytes(1024);
+  const char* spell[8] = {"a", "b", "c", "ab", "ca", "x", "x y", "z"};
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = spell[i % 8];
+  bytes[kGrammarEos] = "";
+  auto table = grammar::TokenTable::from_bytes(bytes, 1024, {kGrammarEos});
+  EXPECT_TRUE(table.is_ok());
+  auto g = grammar::regex_grammar(pattern);
+  EXPECT_TRUE(g.is_ok());
+  auto c = grammar::CompiledGrammar::compile(*g, *table);
+  EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+  return *c;
+}
+
+// The text of `tokens` (after the first `from` ones), EOS last and dropped; checks that the
+// grammar's own matcher accepts every token and has ended.
+std::string constrained_text(const grammar::CompiledGrammar& c,
+                             std::shared_ptr<const grammar::CompiledGrammar> sp,
+                             const std::vector<int32_t>& tokens, size_t from) {
+  grammar::GrammarMatcher m(std::move(sp));
+  std::string text;
+  for (size_t i = from; i < tokens.size(); ++i) {
+    EXPECT_TRUE(m.accept_token(tokens[i])) << "token " << i;
+    if (tokens[i] != kGrammarEos) text += c.tokens().bytes(tokens[i]);
+  }
+  EXPECT_TRUE(m.is_terminated());
+  EXPECT_EQ(tokens.back(), kGrammarEos);
+  return text;
+}
+
+TEST(EngineGrammar, RegexConstrainedSamplesMatchAndStop) {
+  auto c = tiny_regex("[a-c]{3,5}");
+  Engine e(runner(), EngineOptions{}, kGrammarEos);
+  for (int seed = 0; seed < 6; ++seed) {
+    GenerationRequest r;
+    r.prompt = prompt(20, 40 + seed);
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = uint64_t(seed);
+    r.seeded = true;
+    r.max_tokens = 64;
+    r.top_logprobs = 0;
+    r.grammar = c;
+    auto s = e.submit(r);
+    ASSERT_TRUE(s.is_ok());
+    StreamEvent last;
+    std::vector<int32_t> out;
+    StreamEvent ev;
+    while ((*s)->next(&ev, 60000)) {
+      out.insert(out.end(), ev.tokens.begin(), ev.tokens.end());
+      for (const TokenLogprob& lp : ev.logprobs) EXPECT_TRUE(std::isfinite(lp.logprob));
+      if (ev.finished) {
+        last = ev;
+        break;
+      }
+    }
+    EXPECT_EQ(last.cause, FinishCause::kEos) << seed;
+    const std::string text = constrained_text(*c, c, out, 0);
+    EXPECT_TRUE(std::regex_match(text, std::regex("[a-c]{3,5}"))) << text;
+  }
+  // ignore_eos: generation still ends when the grammar has (nothing may follow its EOS).
+  {
+    GenerationRequest r;
+    r.prompt = prompt(20, 49);
+    r.max_tokens = 64;
+    r.ignore_eos = true;
+    r.grammar = c;
+    StreamEvent last;
+    const std::vector<int32_t> out = drain(**e.submit(r), &last);
+    EXPECT_EQ(last.cause, FinishCause::kEos);
+    EXPECT_TRUE(std::regex_match(constrained_text(*c, c, out, 0), std::regex("[a-c]{3,5}")));
+  }
+  // Greedy too, and n samples forked from one prefill: each with its own matcher.
+  GenerationRequest r;
+  r.prompt = prompt(20, 50);
+  r.sampling.temperature = 0.7f;
+  r.max_tokens = 64;
+  r.grammar = c;
+  auto streams = e.submit_n(r, 3);
+  ASSERT_TRUE(streams.is_ok());
+  for (auto& st : *streams) {
+    StreamEvent last;
+    const std::vector<int32_t> out = drain(*st, &last);
+    EXPECT_EQ(last.cause, FinishCause::kEos);
+    EXPECT_TRUE(std::regex_match(constrained_text(*c, c, out, 0), std::regex("[a-c]{3,5}")));
+  }
+}
+
+TEST(EngineGrammar, ConstraintStartsAfterThinkEndAndFollowsForcedTokens) {
+  auto c = tiny_regex("ab[a-c]{2,6}");
+  Engine e(runner(), EngineOptions{}, kGrammarEos);
+  GenerationRequest r;
+  r.prompt = prompt(20, 60);
+  r.sampling.temperature = 1.0f;
+  r.max_tokens = 64;
+  r.grammar = c;
+  r.grammar_after_think = true;
+  r.think_end_id = 7;             // spelled "z" in the table; the grammar never sees it
+  r.reasoning_budget = 5;         // 5 free tokens, then think_end_id, then the constraint
+  r.forced_output = {13, 21, 5};  // free reasoning forced too (z, ca, x)
+  auto s = e.submit(r);
+  ASSERT_TRUE(s.is_ok());
+  StreamEvent last;
+  const std::vector<int32_t> out = drain(**s, &last);
+  EXPECT_EQ(last.cause, FinishCause::kEos);
+  ASSERT_GT(out.size(), 6u);
+  EXPECT_EQ(out[5], 7);
+  EXPECT_TRUE(std::regex_match(constrained_text(*c, c, out, 6), std::regex("ab[a-c]{2,6}")));
+  // Forced tokens inside the constraint are fed to the matcher: "ab" forced, then sampled.
+  GenerationRequest f;
+  f.prompt = prompt(20, 61);
+  f.max_tokens = 64;
+  f.grammar = c;
+  f.forced_output = {3, 8};  // "ab", "a"
+  StreamEvent flast;
+  const std::vector<int32_t> fout = drain(**e.submit(f), &flast);
+  EXPECT_EQ(flast.cause, FinishCause::kEos);
+  EXPECT_TRUE(std::regex_match(constrained_text(*c, c, fout, 0), std::regex("ab[a-c]{2,6}")));
+}
+
+TEST(EngineGrammar, PreemptedSequencesRebuildTheirMatchers) {
+  // Long constrained outputs under a pool small enough to preempt: seeded samples equal the
+  // same requests run alone (the rebuilt matcher masks exactly as the original did).
+  const auto& m = tiny();
+  auto c = tiny_regex("[a-c]{40,44}");
+  kv::PagePool probe_pool(m.page_bytes(8), 0);
+  auto probe = m.new_sequence(&probe_pool);
+  EngineOptions o;
+  o.prefix_block = 16;
+  o.kv_budget_bytes = 2 * m.pages_needed(*probe, 48 + 24) * m.page_bytes(8);
+  Engine small(runner(), o, kGrammarEos), big(runner(), EngineOptions{}, kGrammarEos);
+  std::vector<GenerationRequest> reqs;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt(48, 70 + i);
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = uint64_t(100 + i);
+    r.seeded = true;
+    r.max_tokens = 80;
+    r.grammar = c;
+    reqs.push_back(r);
+    streams.push_back(*small.submit(r));
+  }
+  for (int i = 0; i < 6; ++i) {
+    StreamEvent last, alone_last;
+    const std::vector<int32_t> out = drain(*streams[size_t(i)], &last);
+    EXPECT_EQ(last.cause, FinishCause::kEos) << i;
+    EXPECT_TRUE(std::regex_match(constrained_text(*c, c, out, 0), std::regex("[a-c]{40,44}")));
+    EXPECT_EQ(out, drain(**big.submit(reqs[size_t(i)]), &alone_last)) << i;
+  }
+  EXPECT_GT(small.stats().preemptions, 0);
 }
 
 }  // namespace

@@ -1,0 +1,279 @@
+// End-to-end: structured outputs on the random demo model. Every constrained output must end
+// with finish "stop" inside max_tokens 512 and validate independently: JSON with python3's
+// jsonschema (validate_structured.py; formats checked), regexes with Python's re.fullmatch,
+// choices by membership. 24 bounded JSON Schemas through Chat (streamed and not), then
+// Responses, vLLM's structured_outputs / guided_* and llama-server's fields on Completions,
+// regex, choice and a GBNF grammar; deepseek-reasoner requests keep their reasoning free and
+// the JSON after it; unsupported keywords and malformed specs are a 400 naming the field.
+// Usage: node structured_test.js FATHOM NODE_MODULES
+'use strict';
+const path = require('path');
+const { execFileSync } = require('child_process');
+const { startServer } = require('./start_server.js');
+const assert = require('assert');
+
+const [fathom] = process.argv.slice(2);
+
+let failures = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log('ok   ' + name);
+  } catch (e) {
+    failures++;
+    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
+  }
+}
+
+// Outputs to validate in Python: [{id, kind, schema|pattern|choices, text}].
+function validate(cases) {
+  const out = execFileSync('/usr/bin/python3', [path.join(__dirname, 'validate_structured.py')],
+    { input: JSON.stringify(cases) }).toString();
+  const bad = JSON.parse(out);
+  assert.deepEqual(bad, [], JSON.stringify(bad, null, 1));
+}
+
+const int = (minimum, maximum) => ({ type: 'integer', minimum, maximum });
+const str = (maxLength) => ({ type: 'string', maxLength });
+const obj = (properties, required = Object.keys(properties)) =>
+  ({ type: 'object', properties, required, additionalProperties: false });
+const schemas = [
+  obj({ name: str(12), age: int(0, 120) }),
+  { type: 'string', enum: ['red', 'green', 'blue'] },
+  int(-50, 50),
+  { type: 'array', items: int(0, 9), maxItems: 5 },
+  obj({ user: obj({ id: int(1, 1000), nick: str(8) }), active: { type: 'boolean' } }),
+  { anyOf: [str(5), int(0, 10)] },
+  { $defs: { point: obj({ x: int(0, 100), y: int(0, 100) }) }, type: 'object',
+    properties: { a: { $ref: '#/$defs/point' }, b: { $ref: '#/$defs/point' } }, required: ['a', 'b'],
+    additionalProperties: false },
+  { type: 'array', items: { enum: ['a', 'b', 'c'] }, minItems: 1, maxItems: 4 },
+  { type: 'boolean' },
+  { type: 'null' },
+  { const: 'fixed' },
+  obj({ title: str(10), count: int(0, 3), flag: { type: 'boolean' } }, []),  // all optional
+  { type: 'array', maxItems: 3, items: obj({ k: { enum: ['x', 'y'] }, v: int(0, 5) }) },
+  { type: 'string', pattern: '^[A-Z]{2}[0-9]{3}$' },
+  { type: 'string', format: 'date' },
+  { $schema: 'https://json-schema.org/draft/2020-12/schema', type: 'array',
+    prefixItems: [str(3), int(0, 9)], items: false, minItems: 2 },
+  { oneOf: [int(0, 9), { type: 'string', enum: ['x'] }] },
+  { allOf: [{ type: 'integer' }, { minimum: 0, maximum: 5 }] },
+  { type: ['integer', 'null'], minimum: 1, maximum: 3 },
+  { type: 'array', maxItems: 2, items: { type: 'array', maxItems: 2, items: int(0, 3) } },
+  { enum: [1, 'two', null, true] },
+  { type: 'string', minLength: 2, maxLength: 6 },
+  obj({ id: { type: 'string', format: 'uuid' }, level: { enum: ['low', 'high'] } }),
+  { definitions: { tag: { type: 'string', enum: ['t1', 't2'] } }, type: 'object',
+    properties: { tags: { type: 'array', items: { $ref: '#/definitions/tag' }, maxItems: 3 },
+      score: { anyOf: [int(0, 10), { type: 'null' }] } }, required: ['tags', 'score'],
+    additionalProperties: false },
+];
+
+async function post(port, p, body) {
+  const r = await fetch(`http://127.0.0.1:${port}${p}`, { method: 'POST',
+    headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  const text = await r.text();
+  return { status: r.status, text };
+}
+
+// A Chat Completions request, streamed or not: { content, reasoning, finish, usage }.
+async function chat(port, body) {
+  const r = await post(port, '/v1/chat/completions', body);
+  assert.equal(r.status, 200, r.text);
+  if (!body.stream) {
+    const j = JSON.parse(r.text);
+    const c = j.choices[0];
+    return { content: c.message.content, reasoning: c.message.reasoning_content || '',
+      finish: c.finish_reason, usage: j.usage, choices: j.choices, logprobs: c.logprobs };
+  }
+  let content = '', reasoning = '', finish = null, usage = null;
+  for (const block of r.text.split('\n\n')) {
+    const line = block.trim();
+    if (!line.startsWith('data:')) continue;
+    const data = line.slice(5).trim();
+    if (data === '[DONE]') continue;
+    const j = JSON.parse(data);
+    assert.ok(!j.error, data);
+    if (j.usage) usage = j.usage;
+    for (const c of j.choices || []) {
+      content += c.delta.content || '';
+      reasoning += c.delta.reasoning_content || '';
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  return { content, reasoning, finish, usage };
+}
+
+const user = [{ role: 'user', content: 'Answer in JSON.' }];
+
+(async () => {
+  const { proc, port } = await startServer(fathom, ['--allow-forced-output']);
+  try {
+    await check(`${schemas.length} JSON Schemas through Chat response_format (streamed and not) validate and stop`, async () => {
+      const cases = [];
+      for (let i = 0; i < schemas.length; ++i) {
+        const r = await chat(port, { model: 'deepseek-chat', max_tokens: 512, seed: 1000 + i,
+          stream: i % 2 === 1, stream_options: i % 2 === 1 ? { include_usage: true } : undefined,
+          messages: user,
+          response_format: { type: 'json_schema', json_schema: { name: 's' + i, strict: true, schema: schemas[i] } } });
+        assert.equal(r.finish, 'stop', `schema ${i}: ${r.finish} ${r.content}`);
+        assert.ok(r.usage.completion_tokens <= 512);
+        cases.push({ id: i, kind: 'json', schema: schemas[i], text: r.content });
+      }
+      console.log('     e.g. ' + cases.slice(0, 6).map((c) => c.text).join('  '));
+      validate(cases);
+    });
+
+    await check('the same schemas again with other seeds, through every other field that takes a schema', async () => {
+      const cases = [];
+      for (let i = 0; i < schemas.length; ++i) {
+        const s = schemas[i];
+        let text, finish;
+        if (i % 4 === 0) {  // Responses text.format
+          const r = await post(port, '/v1/responses', { model: 'deepseek-chat', max_output_tokens: 512,
+            input: 'JSON please', text: { format: { type: 'json_schema', name: 'x', schema: s, strict: true } } });
+          assert.equal(r.status, 200, r.text);
+          const j = JSON.parse(r.text);
+          assert.equal(j.status, 'completed', r.text);
+          text = j.output.find((o) => o.type === 'message').content[0].text;
+          finish = 'stop';
+        } else {
+          const field = [null, { structured_outputs: { json: s } }, { guided_json: s },
+            { json_schema: s }][i % 4];
+          const viaChat = i % 8 === 1;  // structured_outputs on Chat too
+          const r = viaChat
+            ? await chat(port, { model: 'deepseek-chat', max_tokens: 512, seed: 7 * i, messages: user, ...field })
+            : await post(port, '/v1/completions', { model: 'deepseek-chat', max_tokens: 512, seed: 7 * i,
+              prompt: 'JSON:', ...field });
+          if (viaChat) {
+            text = r.content; finish = r.finish;
+          } else {
+            assert.equal(r.status, 200, r.text);
+            const c = JSON.parse(r.text).choices[0];
+            text = c.text; finish = c.finish_reason;
+          }
+        }
+        assert.equal(finish, 'stop', `schema ${i}: ${text}`);
+        cases.push({ id: i, kind: 'json', schema: s, text });
+      }
+      validate(cases);
+    });
+
+    await check('regex, choice and a GBNF grammar through vLLM, llama-server and Chat fields', async () => {
+      const regexes = ['[a-c]{3,5}', '\\d{3}-\\d{4}', '(cat|dog)s?', '[A-Z][a-z]{0,8}', '(ab|cd)+x{0,2}'];
+      const cases = [];
+      let id = 0;
+      for (const [k, pattern] of regexes.entries()) {
+        const body = k % 2 === 0
+          ? { prompt: 'x', guided_regex: pattern } : { prompt: 'x', structured_outputs: { regex: pattern } };
+        const r = await post(port, '/v1/completions', { model: 'deepseek-chat', max_tokens: 512, seed: k, ...body });
+        assert.equal(r.status, 200, r.text);
+        const c = JSON.parse(r.text).choices[0];
+        assert.equal(c.finish_reason, 'stop', r.text);
+        cases.push({ id: id++, kind: 'regex', pattern, text: c.text });
+        const s = await chat(port, { model: 'deepseek-chat', max_tokens: 512, seed: k, stream: true,
+          messages: user, guided_regex: pattern });
+        assert.equal(s.finish, 'stop');
+        cases.push({ id: id++, kind: 'regex', pattern, text: s.content });
+      }
+      const choices = ['yes', 'no', 'maybe later'];
+      for (let k = 0; k < 4; ++k) {
+        const body = k % 2 === 0 ? { guided_choice: choices } : { structured_outputs: { choice: choices } };
+        const r = await chat(port, { model: 'deepseek-chat', max_tokens: 512, seed: k, stream: k > 1, messages: user, ...body });
+        assert.equal(r.finish, 'stop');
+        cases.push({ id: id++, kind: 'choice', choices, text: r.content });
+      }
+      const gbnf = 'root ::= "(" num "," ws num ")"\nnum ::= [0-9]{1,3}\nws ::= " "?';
+      for (let k = 0; k < 4; ++k) {
+        const body = [{ grammar: gbnf }, { guided_grammar: gbnf }, { structured_outputs: { grammar: gbnf } }, { grammar: gbnf }][k];
+        const r = await post(port, '/v1/completions', { model: 'deepseek-chat', max_tokens: 512, seed: k, prompt: 'p', ...body });
+        assert.equal(r.status, 200, r.text);
+        const c = JSON.parse(r.text).choices[0];
+        assert.equal(c.finish_reason, 'stop', r.text);
+        cases.push({ id: id++, kind: 'regex', pattern: '\\([0-9]{1,3}, ?[0-9]{1,3}\\)', text: c.text });
+      }
+      validate(cases);
+    });
+
+    await check('n choices each follow the schema; logprobs are finite (the masked distribution)', async () => {
+      const s = schemas[0];
+      const r = await chat(port, { model: 'deepseek-chat', max_tokens: 512, n: 3, logprobs: true, top_logprobs: 3,
+        messages: user, response_format: { type: 'json_schema', json_schema: { name: 'n', schema: s } } });
+      assert.equal(r.choices.length, 3);
+      const cases = r.choices.map((c, i) => {
+        assert.equal(c.finish_reason, 'stop');
+        for (const t of c.logprobs.content) {
+          assert.ok(Number.isFinite(t.logprob), JSON.stringify(t));
+          for (const a of t.top_logprobs) assert.ok(Number.isFinite(a.logprob), JSON.stringify(t));
+        }
+        return { id: i, kind: 'json', schema: s, text: c.message.content };
+      });
+      validate(cases);
+    });
+
+    await check('deepseek-reasoner: the reasoning stays free, the JSON comes after it', async () => {
+      const tok = JSON.parse((await post(port, '/tokenize', { prompt: 'Let me think { not json </think>' })).text).tokens;
+      assert.equal(tok[tok.length - 1], JSON.parse((await post(port, '/tokenize', { prompt: '</think>' })).text).tokens[0]);
+      const cases = [];
+      for (let i = 0; i < 4; ++i) {
+        const s = schemas[[0, 4, 6, 12][i]];
+        // Forced reasoning that is not JSON, then </think>: the constraint starts after it.
+        const r = await chat(port, { model: 'deepseek-reasoner', max_tokens: 512, seed: i, stream: i % 2 === 1,
+          messages: user, forced_output_ids: tok,
+          response_format: { type: 'json_schema', json_schema: { name: 'r', schema: s } } });
+        assert.equal(r.finish, 'stop', r.content);
+        assert.ok(r.reasoning.includes('not json'), r.reasoning);
+        cases.push({ id: i, kind: 'json', schema: s, text: r.content });
+      }
+      // Sampled reasoning (the random model never closes it; the budget does), then the JSON.
+      const r = await chat(port, { model: 'deepseek-reasoner', max_tokens: 1600, seed: 5,
+        thinking: { type: 'enabled', budget_tokens: 1024 }, messages: user,
+        structured_outputs: { json: schemas[1] } });
+      assert.equal(r.finish, 'stop', r.content);
+      assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 1025);
+      assert.ok(r.reasoning.length > 0);
+      cases.push({ id: 9, kind: 'json', schema: schemas[1], text: r.content });
+      validate(cases);
+    });
+
+    await check('json_object: a JSON object when the model stops', async () => {
+      const r = await chat(port, { model: 'deepseek-chat', max_tokens: 512, seed: 3,
+        messages: user, response_format: { type: 'json_object' } });
+      assert.ok(r.content.startsWith('{'), r.content);
+      if (r.finish === 'stop') assert.equal(typeof JSON.parse(r.content), 'object');
+      else assert.equal(r.finish, 'length');
+    });
+
+    await check('unsupported keywords and malformed specs are a 400 naming the field', async () => {
+      const cases = [
+        [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', patternProperties: { a: {} } } } } },
+          'response_format.json_schema.schema', /patternProperties/],
+        [{ guided_json: { type: 'object', propertyNames: { maxLength: 3 } } }, 'guided_json', /propertyNames/],
+        [{ guided_regex: '[a-' }, 'guided_regex', /./],
+        [{ structured_outputs: { grammar: 'root ::= undefined_rule' } }, 'structured_outputs.grammar', /./],
+        [{ guided_choice: [] }, 'guided_choice', /./],
+        [{ guided_regex: 'a', guided_choice: ['a'] }, 'guided_choice', /one structured output/],
+        [{ tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'object' } } }] },
+          'tools[0].function.strict', /strict/],
+      ];
+      for (const [extra, param, re] of cases) {
+        const r = await post(port, '/v1/chat/completions', { model: 'deepseek-chat', max_tokens: 8, messages: user, ...extra });
+        assert.equal(r.status, 400, r.text);
+        const e = JSON.parse(r.text).error;
+        assert.equal(e.param, param, r.text);
+        assert.ok(re.test(e.message), r.text);
+      }
+      const r = await post(port, '/v1/completions', { model: 'deepseek-chat', prompt: 'x', grammar: 'root ::= (' });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(JSON.parse(r.text).error.param, 'grammar');
+    });
+  } finally {
+    proc.kill('SIGTERM');
+  }
+  console.log(`serve structured: ${failures} failures`);
+  process.exit(failures ? 1 : 0);
+})().catch((e) => {
+  console.log('FAIL ' + (e && e.stack || e));
+  process.exit(1);
+});

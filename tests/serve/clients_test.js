@@ -4,7 +4,7 @@
 // Usage: node clients_test.js FATHOM NODE_MODULES
 'use strict';
 const path = require('path');
-const { startServer } = require('./start_server.js');
+const { startServer, checker } = require('./start_server.js');
 const assert = require('assert');
 
 const [fathom, nodeModules] = process.argv.slice(2);
@@ -13,16 +13,8 @@ const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
 const KEY = 'test-key-123';
 
 
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log('ok   ' + name);
-  } catch (e) {
-    failures++;
-    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
-  }
-}
+const t = checker();
+const check = t.check;
 
 const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick brown fox jumps over the lazy dog.`).join('\n');
 
@@ -249,8 +241,8 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
   } finally {
     proc.kill('SIGTERM');
     const code = await new Promise((res) => proc.on('exit', (c) => res(c)));
-    if (code !== 0) { failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
+    if (code !== 0) { t.failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
   }
-  console.log(`serve clients: ${failures} failures`);
-  process.exit(failures ? 1 : 0);
+  console.log(`serve clients: ${t.failures} failures`);
+  process.exit(t.failures ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

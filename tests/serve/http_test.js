@@ -9,20 +9,12 @@
 const net = require('net');
 const { spawn } = require('child_process');
 const assert = require('assert');
-const { startServer } = require('./start_server.js');
+const { startServer, checker } = require('./start_server.js');
 
 const [fathom] = process.argv.slice(2);
 
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log('ok   ' + name);
-  } catch (e) {
-    failures++;
-    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
-  }
-}
+const t = checker();
+const check = t.check;
 
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 const exitOf = (proc) => new Promise((res) => {
@@ -191,7 +183,7 @@ function streamRequest(base, maxTokens) {
   } finally {
     proc.kill('SIGTERM');
     const code = await exitOf(proc);
-    if (code !== 0) { failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
+    if (code !== 0) { t.failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
   }
 
   await check('SIGTERM: an in-flight stream that fits --shutdown-timeout completes; new connections are refused', async () => {
@@ -238,6 +230,6 @@ function streamRequest(base, maxTokens) {
     console.log('     exited ' + took + ' ms after SIGTERM; stream ended ' + (res.done ? 'with [DONE]' : 'cut'));
   });
 
-  console.log(`serve http: ${failures} failures`);
-  process.exit(failures ? 1 : 0);
+  console.log(`serve http: ${t.failures} failures`);
+  process.exit(t.failures ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

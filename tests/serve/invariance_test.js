@@ -8,21 +8,13 @@
 //   - a server with a small step budget (64-token chunks) and synchronous scheduling.
 // Usage: node invariance_test.js FATHOM NODE_MODULES
 'use strict';
-const { startServer } = require('./start_server.js');
+const { startServer, checker } = require('./start_server.js');
 const assert = require('assert');
 
 const [fathom] = process.argv.slice(2);
 
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log('ok   ' + name);
-  } catch (e) {
-    failures++;
-    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
-  }
-}
+const t = checker();
+const check = t.check;
 
 // A fixed pseudo-random prompt of 1,100 ids (xorshift; the demo model's vocabulary is 129,280).
 const prompt = [];
@@ -89,6 +81,6 @@ function load(run, salt) {
       });
     }
   });
-  console.log(`serve invariance: ${failures} failures`);
-  process.exit(failures ? 1 : 0);
+  console.log(`serve invariance: ${t.failures} failures`);
+  process.exit(t.failures ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

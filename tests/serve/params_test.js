@@ -9,7 +9,7 @@ const path = require('path');
 const fs = require('fs');
 const os = require('os');
 const { execFileSync } = require('child_process');
-const { startServer } = require('./start_server.js');
+const { startServer, checker } = require('./start_server.js');
 const assert = require('assert');
 
 const [fathom, nodeModules] = process.argv.slice(2);
@@ -18,16 +18,8 @@ const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
 const cache = process.env.FATHOM_CACHE || path.join(os.homedir(), '.cache', 'fathom');
 const demoModel = path.join(cache, 'models', 'demo-seed0');
 
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log('ok   ' + name);
-  } catch (e) {
-    failures++;
-    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
-  }
-}
+const t = checker();
+const check = t.check;
 
 // The SSE events of a response body: [{event, data}] with data parsed when it is JSON.
 async function sse(r) {
@@ -242,8 +234,8 @@ function logSoftmaxAt(row, i) {
   } finally {
     proc.kill('SIGTERM');
     const code = await new Promise((res) => proc.on('exit', (c) => res(c)));
-    if (code !== 0) { failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
+    if (code !== 0) { t.failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
   }
-  console.log(`serve params: ${failures} failures`);
-  process.exit(failures ? 1 : 0);
+  console.log(`serve params: ${t.failures} failures`);
+  process.exit(t.failures ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -1,6 +1,7 @@
 // Starts `fathom serve --port 0 ARGS...` and resolves to { proc, port } once it prints the
 // address it listens on (rejects if it exits first or takes over two minutes). Shared by the
-// server tests and bench/serve_load.js.
+// server tests and bench/serve_load.js, with `checker()`: named checks that print
+// "ok   NAME" or "FAIL NAME: error" and count the failures.
 'use strict';
 const { spawn } = require('child_process');
 
@@ -18,4 +19,18 @@ function startServer(fathom, args) {
   });
 }
 
-module.exports = { startServer };
+function checker() {
+  const t = { failures: 0 };
+  t.check = async (name, fn) => {
+    try {
+      await fn();
+      console.log('ok   ' + name);
+    } catch (e) {
+      t.failures++;
+      console.log('FAIL ' + name + ': ' + (e && e.stack || e));
+    }
+  };
+  return t;
+}
+
+module.exports = { startServer, checker };

@@ -9,21 +9,13 @@
 'use strict';
 const path = require('path');
 const { execFileSync } = require('child_process');
-const { startServer } = require('./start_server.js');
+const { startServer, checker } = require('./start_server.js');
 const assert = require('assert');
 
 const [fathom] = process.argv.slice(2);
 
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log('ok   ' + name);
-  } catch (e) {
-    failures++;
-    console.log('FAIL ' + name + ': ' + (e && e.stack || e));
-  }
-}
+const t = checker();
+const check = t.check;
 
 // Outputs to validate in Python: [{id, kind, schema|pattern|choices, text}].
 function validate(cases) {
@@ -271,8 +263,8 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
   } finally {
     proc.kill('SIGTERM');
   }
-  console.log(`serve structured: ${failures} failures`);
-  process.exit(failures ? 1 : 0);
+  console.log(`serve structured: ${t.failures} failures`);
+  process.exit(t.failures ? 1 : 0);
 })().catch((e) => {
   console.log('FAIL ' + (e && e.stack || e));
   process.exit(1);

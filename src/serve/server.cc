@@ -379,8 +379,10 @@ Status event_error(const engine::StreamEvent& ev) {
 // event in the stream.
 class StreamsProducer : public http::Producer {
  public:
-  explicit StreamsProducer(std::vector<std::shared_ptr<engine::RequestStream>> s)
-      : streams_(std::move(s)) {}
+  StreamsProducer(Server::Impl* im, Protocol p,
+                  std::vector<std::shared_ptr<engine::RequestStream>> s, bool streaming,
+                  Clock::time_point t0)
+      : im_(im), protocol_(p), streams_(std::move(s)), streaming_(streaming), t0_(t0) {}
   ~StreamsProducer() override {
     for (auto& s : streams_) {
       s->set_waker(nullptr);
@@ -395,7 +397,28 @@ class StreamsProducer : public http::Producer {
   }
 
  protected:
+  // Ends the reply on `error` (counted once): a whole HTTP error when nothing was sent and no
+  // token came before it, or the reply is not streamed; else `stream_error()`, the protocol's
+  // error event, appended to the stream. Returns true (the reply is complete).
+  template <typename StreamError>
+  bool end_with_error(const Status& error, bool produced, Response* out, StreamError stream_error) {
+    cancel();
+    if ((!sent_ && !produced) || !streaming_) {
+      *out = im_->error_response(protocol_, error);
+      return true;
+    }
+    im_->count_error(protocol_);
+    out->body += stream_error();
+    return true;
+  }
+
+  Server::Impl* im_;
+  Protocol protocol_;
   std::vector<std::shared_ptr<engine::RequestStream>> streams_;
+  bool streaming_;
+  Clock::time_point t0_;
+  bool sent_ = false;  // bytes went to the client
+  double ttft_ = -1;
 };
 
 // Chat Completions, Responses or Messages: each choice's engine tokens through its output
@@ -414,12 +437,7 @@ class ConversationProducer : public StreamsProducer {
   ConversationProducer(Server::Impl* im, Protocol p,
                        std::vector<std::shared_ptr<engine::RequestStream>> s,
                        std::vector<Choice> choices, bool streaming, Clock::time_point t0)
-      : StreamsProducer(std::move(s)),
-        im_(im),
-        protocol_(p),
-        choices_(std::move(choices)),
-        streaming_(streaming),
-        t0_(t0) {}
+      : StreamsProducer(im, p, std::move(s), streaming, t0), choices_(std::move(choices)) {}
 
   bool poll(Response* out) override {
     engine::StreamEvent ev;
@@ -466,21 +484,9 @@ class ConversationProducer : public StreamsProducer {
           add(c.responder, events, lps);
       }
     }
-    if (!error.is_ok()) {
-      cancel();
-      // Nothing was sent yet, and no token came before the failure: an HTTP error.
-      if (!sent_ && !produced) {
-        *out = im_->error_response(protocol_, error);
-        return true;
-      }
-      im_->count_error(protocol_);
-      if (!streaming_) {
-        *out = im_->error_response(protocol_, error);
-        return true;
-      }
-      out->body += stream_error(choices_.front().responder, error);
-      return true;
-    }
+    if (!error.is_ok())
+      return end_with_error(error, produced, out,
+                            [&] { return stream_error(choices_.front().responder, error); });
     sent_ |= !out->body.empty();
     for (const Choice& c : choices_)
       if (!c.done) return false;
@@ -540,14 +546,8 @@ class ConversationProducer : public StreamsProducer {
     }
   }
 
-  Server::Impl* im_;
-  Protocol protocol_;
   std::vector<Choice> choices_;
-  bool streaming_;
-  Clock::time_point t0_;
   api::Usage usage_;
-  bool sent_ = false;  // bytes went to the client
-  double ttft_ = -1;
 };
 
 // OpenAI (legacy) Completions: each choice's continuation decoded as text, stop strings
@@ -566,11 +566,8 @@ class CompletionProducer : public StreamsProducer {
 
   CompletionProducer(Server::Impl* im, std::vector<std::shared_ptr<engine::RequestStream>> s,
                      std::vector<Choice> choices, bool streaming, Clock::time_point t0)
-      : StreamsProducer(std::move(s)),
-        im_(im),
-        choices_(std::move(choices)),
-        streaming_(streaming),
-        t0_(t0) {}
+      : StreamsProducer(im, Protocol::kCompletions, std::move(s), streaming, t0),
+        choices_(std::move(choices)) {}
 
   bool poll(Response* out) override {
     engine::StreamEvent ev;
@@ -618,16 +615,9 @@ class CompletionProducer : public StreamsProducer {
         c.done = finished;
       }
     }
-    if (!error.is_ok()) {
-      cancel();
-      if ((!sent_ && !produced) || !streaming_) {
-        *out = im_->error_response(Protocol::kCompletions, error);
-        return true;
-      }
-      im_->count_error(Protocol::kCompletions);
-      out->body += choices_.front().responder.stream_error(error);
-      return true;
-    }
+    if (!error.is_ok())
+      return end_with_error(error, produced, out,
+                            [&] { return choices_.front().responder.stream_error(error); });
     sent_ |= !out->body.empty();
     for (const Choice& c : choices_)
       if (!c.done) return false;
@@ -649,13 +639,8 @@ class CompletionProducer : public StreamsProducer {
     for (const Choice& c : choices_) usage_.completion_tokens += c.tokens;
   }
 
-  Server::Impl* im_;
   std::vector<Choice> choices_;
-  bool streaming_;
-  Clock::time_point t0_;
   api::Usage usage_;
-  bool sent_ = false;
-  double ttft_ = -1;
 };
 
 // A reply that streams SSE (status 200, text/event-stream) or waits for the whole body.

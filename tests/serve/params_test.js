@@ -155,10 +155,14 @@ function logSoftmaxAt(row, i) {
     await check('an engine error reaches every protocol as an error, before and during a stream', async () => {
       const hook = { fathom_inject_error_after: 2 };
       const early = { fathom_inject_error_after: 0 };
-      // Non-streaming: an HTTP 5xx in the protocol's shape.
+      const chatErrors = async () => Number((await (await fetch(base + '/metrics')).text())
+        .match(/fathom_request_errors_total\{endpoint="chat_completions"\} (\d+)/)[1]);
+      const before = await chatErrors();
+      // Non-streaming: an HTTP 5xx in the protocol's shape, counted once.
       let r = await post('/v1/chat/completions', { model: 'deepseek-chat', max_tokens: 8, messages: [{ role: 'user', content: 'x' }], ...hook });
       assert.ok(r.status >= 500, 'chat ' + r.status);
       assert.ok((await r.json()).error.message);
+      assert.equal(await chatErrors(), before + 1);
       r = await post('/v1/completions', { model: 'fathom-demo', prompt: 'x', max_tokens: 8, ...hook });
       assert.ok(r.status >= 500, 'completions ' + r.status);
       assert.ok((await r.json()).error.message);

@@ -132,11 +132,7 @@ int run_serve(const ServeArgs& a) {
   so.default_max_tokens = a.max_tokens;
   so.allow_forced_output = a.forced;
   so.allow_error_injection = a.error_injection;
-  // YaRN stretches the original context by rope_factor (V4.1: 64Ki x 16 = 1Mi tokens).
-  {
-    const auto& cfg = (*m)->config();
-    so.context_length = int64_t(double(cfg.original_seq_len) * std::max(1.0, cfg.rope_factor));
-  }
+  so.context_length = eng.context_length();
   so.header_timeout_s = a.header_timeout;
   so.body_timeout_s = a.body_timeout;
   so.shutdown_timeout_s = a.shutdown_timeout;

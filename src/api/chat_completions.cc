@@ -484,11 +484,7 @@ std::string ChatResponder::tool_id(int index) const {
 
 std::string ChatResponder::chunk(const std::string& delta_json, const char* finish_reason,
                                  const Value* logprobs) const {
-  Value c = Value::object();
-  c.set("id", Value::from_string(id_));
-  c.set("object", Value::from_string("chat.completion.chunk"));
-  c.set("created", Value::from_int(created_));
-  c.set("model", Value::from_string(model_));
+  Value c = response_head(id_, "chat.completion.chunk", created_, model_);
   Value choices = Value::array(), choice = Value::object();
   choice.set("index", Value::from_int(choice_.index));
   choice.set("delta", std::move(pyjson::parse(delta_json)).value());
@@ -503,11 +499,7 @@ std::string ChatResponder::chunk(const std::string& delta_json, const char* fini
 std::string ChatResponder::stream_tail(const Usage& total) const {
   std::string out;
   if (include_usage_) {
-    Value c = Value::object();
-    c.set("id", Value::from_string(id_));
-    c.set("object", Value::from_string("chat.completion.chunk"));
-    c.set("created", Value::from_int(created_));
-    c.set("model", Value::from_string(model_));
+    Value c = response_head(id_, "chat.completion.chunk", created_, model_);
     c.set("choices", Value::array());
     c.set("usage", usage_json(total));
     out += "data: " + pyjson::dumps(c, false, true) + "\n\n";
@@ -655,16 +647,10 @@ Value ChatResponder::choice_json() const {
 }
 
 std::string chat_completion_json(const std::vector<ChatResponder>& choices, const Usage& usage) {
-  std::vector<const ChatResponder*> sorted;
-  for (const ChatResponder& c : choices) sorted.push_back(&c);
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](auto* a, auto* b) { return a->index() < b->index(); });
+  const std::vector<const ChatResponder*> sorted = by_index(choices);
   const ChatResponder& first = *sorted.front();
-  Value r = Value::object(), out = Value::array();
-  r.set("id", Value::from_string(first.id_));
-  r.set("object", Value::from_string("chat.completion"));
-  r.set("created", Value::from_int(first.created_));
-  r.set("model", Value::from_string(first.model_));
+  Value r = response_head(first.id_, "chat.completion", first.created_, first.model_);
+  Value out = Value::array();
   for (const ChatResponder* c : sorted) out.items.push_back(c->choice_json());
   r.set("choices", std::move(out));
   r.set("usage", usage_json(usage));

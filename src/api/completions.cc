@@ -212,11 +212,8 @@ Value CompletionsResponder::choice_json(const std::string& text, const Value& lo
 }
 
 std::string CompletionsResponder::chunk(Value choice) const {
-  Value c = Value::object(), choices = Value::array();
-  c.set("id", Value::from_string(id_));
-  c.set("object", Value::from_string("text_completion"));
-  c.set("created", Value::from_int(created_));
-  c.set("model", Value::from_string(model_));
+  Value c = response_head(id_, "text_completion", created_, model_);
+  Value choices = Value::array();
   choices.items.push_back(std::move(choice));
   c.set("choices", std::move(choices));
   if (choice_.include_usage) c.set("usage", Value());
@@ -260,11 +257,7 @@ std::string CompletionsResponder::stream_finish(prompt::FinishReason reason, con
 std::string CompletionsResponder::stream_tail(const Usage& total) const {
   std::string out;
   if (choice_.include_usage) {
-    Value c = Value::object();
-    c.set("id", Value::from_string(id_));
-    c.set("object", Value::from_string("text_completion"));
-    c.set("created", Value::from_int(created_));
-    c.set("model", Value::from_string(model_));
+    Value c = response_head(id_, "text_completion", created_, model_);
     c.set("choices", Value::array());
     c.set("usage", usage_json(total));
     out += "data: " + pyjson::dumps(c, false, true) + "\n\n";
@@ -287,16 +280,10 @@ void CompletionsResponder::finish(prompt::FinishReason reason) {
 }
 
 std::string completion_json(const std::vector<CompletionsResponder>& choices, const Usage& usage) {
-  std::vector<const CompletionsResponder*> sorted;
-  for (const CompletionsResponder& c : choices) sorted.push_back(&c);
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](auto* a, auto* b) { return a->index() < b->index(); });
+  const std::vector<const CompletionsResponder*> sorted = by_index(choices);
   const CompletionsResponder& first = *sorted.front();
-  Value r = Value::object(), out = Value::array();
-  r.set("id", Value::from_string(first.id_));
-  r.set("object", Value::from_string("text_completion"));
-  r.set("created", Value::from_int(first.created_));
-  r.set("model", Value::from_string(first.model_));
+  Value r = response_head(first.id_, "text_completion", first.created_, first.model_);
+  Value out = Value::array();
   for (const CompletionsResponder* c : sorted) {
     int64_t offset = 0;
     Value choice =

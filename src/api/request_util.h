@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <string>
+#include <vector>
 
 #include "api/conversation.h"
 #include "api/models.h"
@@ -31,6 +32,27 @@ inline Result<Value> parse_body_object(std::string_view body, size_t max_body_by
   if (!parsed.is_ok()) return bad("request body is not valid JSON: " + parsed.status().message());
   if (!parsed->is_object()) return bad("request body must be a JSON object");
   return std::move(*parsed);
+}
+
+// The fields an OpenAI response or chunk opens with: {"id", "object", "created", "model"}.
+inline Value response_head(const std::string& id, const char* object, int64_t created,
+                           const std::string& model) {
+  Value v = Value::object();
+  v.set("id", Value::from_string(id));
+  v.set("object", Value::from_string(object));
+  v.set("created", Value::from_int(created));
+  v.set("model", Value::from_string(model));
+  return v;
+}
+
+// A response's choice responders in index order. REQUIRES: R has index().
+template <typename R>
+std::vector<const R*> by_index(const std::vector<R>& choices) {
+  std::vector<const R*> sorted;
+  for (const R& c : choices) sorted.push_back(&c);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const R* a, const R* b) { return a->index() < b->index(); });
+  return sorted;
 }
 
 // The OpenAI protocols' 'model' and 'stream' fields.

@@ -226,9 +226,8 @@ class SchemaCompiler {
     for (auto [lo, hi] : normalize_ranges(ranges)) {
       for (uint32_t c = lo; c <= std::min<uint32_t>(hi, 0x5C); ++c) {
         if (c < 0x20 || c == '"' || c == '\\') {
-          std::string e;
-          e += static_cast<char>(c);
-          alts.push_back(lit(json_string_literal(e).substr(1, json_string_literal(e).size() - 2)));
+          const std::string quoted = json_string_literal(std::string(1, static_cast<char>(c)));
+          alts.push_back(lit(quoted.substr(1, quoted.size() - 2)));
         } else {
           raw.push_back({c, c});
         }

@@ -172,6 +172,7 @@ struct Server::Impl {
     h.header_timeout_s = o.header_timeout_s;
     h.body_timeout_s = o.body_timeout_s;
     h.shutdown_timeout_s = o.shutdown_timeout_s;
+    h.stream_heartbeat_s = o.stream_heartbeat_s;
     h.max_connections = o.max_connections;
     h.io_threads = o.io_threads;
     h.worker_threads = o.worker_threads;
@@ -395,6 +396,7 @@ class StreamsProducer : public http::Producer {
   void cancel() override {
     for (auto& s : streams_) s->cancel();
   }
+  void committed() override { sent_ = true; }
 
  protected:
   // Ends the reply on `error` (counted once): a whole HTTP error when nothing was sent and no
@@ -651,6 +653,7 @@ Reply producer_reply(std::unique_ptr<http::Producer> p, bool streaming) {
   if (streaming) {
     r.response.content_type = "text/event-stream";
     r.response.headers.emplace_back("Cache-Control", "no-cache");
+    r.heartbeat = ": keep-alive\n\n";  // an SSE comment: every client's parser skips it
   }
   return r;
 }
@@ -858,6 +861,8 @@ std::string Server::Impl::metrics_text() {
         double(h.header_timeouts), "counter");
   gauge("fathom_http_client_disconnects_total", "Clients gone before their reply ended",
         double(h.client_disconnects), "counter");
+  gauge("fathom_http_stream_heartbeats_total", "Keep-alive comments sent on silent streams",
+        double(h.stream_heartbeats), "counter");
   return o.str();
 }
 

@@ -4,8 +4,11 @@
 // compile_ms, precompute_ms (all state masks, only with --precompute), mask_us_median and
 // mask_us_p99 with the mask cache warm (a second matcher over the same compiled grammar),
 // mask_us_median_cold (first matcher, masks computed on first use), tokens, and the states
-// whose masks were computed with the memory they take.
+// whose masks were computed with the memory they take. --ids-out writes the token ids the
+// masks were timed along (a JSON array), so another engine can be timed along the same ones;
+// --counts-out the number of tokens each of those masks allows (a JSON array, from the warm pass).
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -26,7 +29,8 @@ namespace fathom::cli {
 namespace {
 
 struct BenchGrammarArgs {
-  std::string tokenizer, schema, regex, gbnf, output, eos = "<｜end▁of▁sentence｜>";
+  std::string tokenizer, schema, regex, gbnf, output, ids_out, counts_out,
+      eos = "<｜end▁of▁sentence｜>";
   size_t vocab_size = 129280;
   bool precompute = false;
   int compact = 0;
@@ -147,13 +151,30 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
     std::fprintf(stderr, "fathom: %s\n", ids.status().to_string().c_str());
     return 2;
   }
+  if (!a.ids_out.empty()) {
+    std::ofstream out(a.ids_out, std::ios::binary);
+    out << '[';
+    for (size_t i = 0; i < ids.value().size(); ++i) out << (i ? "," : "") << ids.value()[i];
+    out << "]\n";
+    if (!out) {
+      std::fprintf(stderr, "fathom: cannot write '%s'\n", a.ids_out.c_str());
+      return 2;
+    }
+  }
   std::vector<uint32_t> mask(table.value()->mask_words());
+  std::vector<int> counts;
   auto run = [&](std::vector<double>& us) -> bool {
     grammar::GrammarMatcher m(cg.value());
+    counts.clear();
     for (int32_t id : ids.value()) {
       auto a0 = std::chrono::steady_clock::now();
       m.fill_next_token_bitmask(mask.data());
       us.push_back(ms_since(a0) * 1000);
+      if (!a.counts_out.empty()) {
+        int c = 0;
+        for (uint32_t w : mask) c += std::popcount(w);
+        counts.push_back(c);
+      }
       if (!m.accept_token(id)) return false;
     }
     return true;
@@ -162,6 +183,12 @@ int run_bench_grammar(const BenchGrammarArgs& a) {
   if (!run(cold) || !run(warm)) {
     std::fprintf(stderr, "fathom: the output is not accepted by the grammar\n");
     return 2;
+  }
+  if (!a.counts_out.empty()) {
+    std::ofstream out(a.counts_out, std::ios::binary);
+    out << '[';
+    for (size_t i = 0; i < counts.size(); ++i) out << (i ? "," : "") << counts[i];
+    out << "]\n";
   }
   std::sort(cold.begin(), cold.end());
   std::sort(warm.begin(), warm.end());
@@ -193,6 +220,9 @@ void add_grammar_bench_command(CLI::App& app, Runner* run) {
   r->excludes(g);
   c->add_option("--output", args->output,
                 "a valid output to time masks along (default: generated)");
+  c->add_option("--ids-out", args->ids_out, "write the token ids masks are timed along (JSON)");
+  c->add_option("--counts-out", args->counts_out,
+                "write how many tokens each timed mask allows (JSON)");
   c->add_option("--vocab-size", args->vocab_size, "logits row size (default 129280)");
   c->add_option("--eos", args->eos, "stop token spelling");
   c->add_option("--seed", args->seed, "seed of the generated output");

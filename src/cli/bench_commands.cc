@@ -12,6 +12,7 @@
 #include "core/json_write.h"
 #include "core/py_json.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemv.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
@@ -211,11 +212,13 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
   }
   double flops = 2.0 * double(a.m) * double(a.k) * double(a.n);
   std::printf(
-      "{\"weights\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,\"repeat\":%d,"
+      "{\"weights\":\"%s\",\"path\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,"
+      "\"repeat\":%d,"
       "\"seconds\":%.6f,\"weight_bytes\":%zu,\"gb_per_s\":%.3f,\"gflops\":%.3f,\"checksum\":%.6g}"
       "\n",
-      a.weights.c_str(), (long long)a.m, (long long)a.k, (long long)a.n, a.threads, a.repeat, best,
-      weight_bytes, double(weight_bytes) / best / 1e9, flops / best / 1e9,
+      a.weights.c_str(), kernels::cpu_path_name(kernels::cpu_path()), (long long)a.m,
+      (long long)a.k, (long long)a.n, a.threads, a.repeat, best, weight_bytes,
+      double(weight_bytes) / best / 1e9, flops / best / 1e9,
       double(y[0]) + double(y[y.size() - 1]));
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "kernels/cpu_features.h"
 
 namespace fathom::cli {
 void add_grammar_bench_command(CLI::App& app, Runner* run);  // grammar_commands.cc
@@ -27,5 +28,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   if (!run) return 2;
+  // A FATHOM_CPU this machine cannot honour is refused before any work starts.
+  if (auto path = fathom::kernels::select_cpu_path(); !path.is_ok()) {
+    std::fprintf(stderr, "fathom: %s\n", path.status().message().c_str());
+    return 2;
+  }
   return run();
 }

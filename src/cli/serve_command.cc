@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "kernels/cpu_features.h"
 #include "model/mkmodel.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
@@ -170,7 +171,7 @@ int run_serve(const ServeArgs& a) {
     std::printf(
         "fathom serve: model %s (%s; %lld layers, dim %lld, vocab %lld), tokenizer %s\n"
         "  KV pool %lld pages of %lld KiB (%.0f MiB), prefix cache %s%s, %s scheduling%s\n"
-        "  numerics %s, ready in %.1f s, listening on http://%s:%d\n"
+        "  numerics %s, kernels %s, ready in %.1f s, listening on http://%s:%d\n"
         "  try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s"
         " -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],"
         "\"max_tokens\":32}'\n",
@@ -184,7 +185,8 @@ int run_serve(const ServeArgs& a) {
         a.no_async ? "synchronous" : "asynchronous",
         a.decoder_keep > 0 ? (", decoder replay keep " + std::to_string(a.decoder_keep)).c_str()
                            : "",
-        a.numerics.c_str(), secs, a.host.c_str(), server.port(), a.host.c_str(), server.port(),
+        a.numerics.c_str(), kernels::cpu_path_name(kernels::cpu_path()), secs, a.host.c_str(),
+        server.port(), a.host.c_str(), server.port(),
         a.api_key.empty() ? "" : (" -H 'Authorization: Bearer " + a.api_key + "'").c_str(),
         name.c_str());
     std::fflush(stdout);

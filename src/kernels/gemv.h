@@ -1,8 +1,11 @@
 // Matrix-vector and matrix-matrix products with checkpoint-format weights: y = W x for N
 // activation rows. W is [M, K] row-major in the checkpoint's own encoding (never
-// dequantized in memory). Every fast kernel (kernels/cpu, AVX2/FMA, fp32 accumulation,
-// threaded over the pool) has a scalar twin in kernels/ref (double accumulation, rounded
-// once) that defines what it computes; tests compare the two. Thread-safe: pure functions.
+// dequantized in memory). Every fast kernel (kernels/cpu, fp32 accumulation, threaded over
+// the pool, on the instruction-set path kernels/cpu_features.h picks) has a scalar twin in
+// kernels/ref (double accumulation, rounded once) that defines what it computes; tests
+// compare the two on every path the machine has. Within a path the fast kernels are
+// batch-invariant: each row of y is computed as it would be alone (batch 1, the GEMV).
+// Thread-safe: pure functions.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +16,8 @@ class ThreadPool;
 }
 
 namespace fathom::kernels {
+
+enum class CpuPath;  // kernels/cpu_features.h
 
 // FP8 E4M3 weights, UE8M0 scales per 32x32 block: scale [ceil(M/32), ceil(K/32)].
 struct Fp8Matrix {
@@ -45,10 +50,18 @@ void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y,
 void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y);
 }  // namespace ref
 
+// On the process's path (cpu_path()).
 namespace cpu {
 void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool);
 void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool);
 void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool);
+// On a named path (tests and benchmarks). REQUIRES: cpu_path_available(path).
+void matmul_fp8(CpuPath path, const Fp8Matrix& w, const float* x, int64_t batch, float* y,
+                ThreadPool* pool);
+void matmul_fp4(CpuPath path, const Fp4Matrix& w, const float* x, int64_t batch, float* y,
+                ThreadPool* pool);
+void matmul_bf16(CpuPath path, const Bf16Matrix& w, const float* x, int64_t batch, float* y,
+                 ThreadPool* pool);
 }  // namespace cpu
 
 }  // namespace fathom::kernels

@@ -1,5 +1,6 @@
-// Fast kernels against their scalar twins on random inputs, and the number formats against
-// their definitions.
+// Fast kernels against their scalar twins on random inputs, on every kernel path this machine
+// has (the others are printed as untested), and the number formats against their
+// definitions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,11 +9,32 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemv.h"
 #include "kernels/quant.h"
 
 namespace fathom::kernels {
 namespace {
+
+// The paths this machine runs; the first call prints them, and the untested ones with why.
+std::vector<CpuPath> tested_paths() {
+  static const std::vector<CpuPath> paths = [] {
+    std::vector<CpuPath> v;
+    std::string tested, untested;
+    for (CpuPath p : kAllCpuPaths) {
+      if (cpu_path_available(p)) {
+        v.push_back(p);
+        tested += std::string(" ") + cpu_path_name(p);
+      } else {
+        untested += std::string(" ") + cpu_path_name(p) + " (" + cpu_path_missing(p) + ")";
+      }
+    }
+    std::printf("kernel paths tested:%s; untested:%s\n", tested.c_str(),
+                untested.empty() ? " none" : untested.c_str());
+    return v;
+  }();
+  return paths;
+}
 
 TEST(Formats, E4M3E2M1E8M0Bf16) {
   EXPECT_EQ(e4m3_to_float(0x38), 1.0f);
@@ -94,10 +116,11 @@ TEST(Kernels, FastEqualsReferenceWithinBound) {
                  e8m0_to_float(s4[size_t(m * c.k / 32 + k / 32)]);
         },
         x, c.k);
-    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      cpu::matmul_fp4(f4, x.data(), c.n, f.data(), p);
-      expect_close(f, r, mag4);
-    }
+    for (CpuPath path : tested_paths())
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        cpu::matmul_fp4(path, f4, x.data(), c.n, f.data(), p);
+        expect_close(f, r, mag4);
+      }
     ref::matmul_fp8(f8, x8.data(), c.n, r.data());
     auto mag8 = magnitude(
         [&](int64_t m, int64_t k) {
@@ -105,18 +128,20 @@ TEST(Kernels, FastEqualsReferenceWithinBound) {
                  e8m0_to_float(s8[size_t((m / 32) * ((k8 + 31) / 32) + k / 32)]);
         },
         x8, k8);
-    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      cpu::matmul_fp8(f8, x8.data(), c.n, f.data(), p);
-      expect_close(f, r, mag8);
-    }
+    for (CpuPath path : tested_paths())
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        cpu::matmul_fp8(path, f8, x8.data(), c.n, f.data(), p);
+        expect_close(f, r, mag8);
+      }
     ref::matmul_bf16(fb, x8.data(), c.n, r.data());
     auto magb = magnitude(
         [&](int64_t m, int64_t k) { return double(bf16_to_float(wb[size_t(m * k8 + k)])); }, x8,
         k8);
-    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      cpu::matmul_bf16(fb, x8.data(), c.n, f.data(), p);
-      expect_close(f, r, magb);
-    }
+    for (CpuPath path : tested_paths())
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        cpu::matmul_bf16(path, fb, x8.data(), c.n, f.data(), p);
+        expect_close(f, r, magb);
+      }
   }
 }
 
@@ -134,14 +159,15 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
     std::vector<float> x(static_cast<size_t>(n * k)), batched(static_cast<size_t>(n * m)),
         alone(static_cast<size_t>(m));
     for (auto& v : x) v = ux(rng);
-    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      cpu::matmul_bf16(fb, x.data(), n, batched.data(), p);
-      for (int64_t r = 0; r < n; ++r) {
-        cpu::matmul_bf16(fb, x.data() + r * k, 1, alone.data(), p);
-        EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
-            << "k " << k << " row " << r;
+    for (CpuPath path : tested_paths())
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        cpu::matmul_bf16(path, fb, x.data(), n, batched.data(), p);
+        for (int64_t r = 0; r < n; ++r) {
+          cpu::matmul_bf16(path, fb, x.data() + r * k, 1, alone.data(), p);
+          EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
+              << cpu_path_name(path) << " k " << k << " row " << r;
+        }
       }
-    }
   }
 }
 
@@ -167,21 +193,23 @@ TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
           std::vector<float> x(size_t(n * k8)), batched(size_t(n * m)),
               alone(static_cast<size_t>(m));
           for (auto& v : x) v = ux(rng);
-          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-            cpu::matmul_fp8(f8, x.data(), n, batched.data(), p);
-            for (int64_t r = 0; r < n; ++r) {
-              cpu::matmul_fp8(f8, x.data() + r * k8, 1, alone.data(), p);
-              EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
-                  << "fp8 m " << m << " k " << k8 << " n " << n << " row " << r;
+          for (CpuPath path : tested_paths())
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              const char* name = cpu_path_name(path);
+              cpu::matmul_fp8(path, f8, x.data(), n, batched.data(), p);
+              for (int64_t r = 0; r < n; ++r) {
+                cpu::matmul_fp8(path, f8, x.data() + r * k8, 1, alone.data(), p);
+                EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
+                    << name << " fp8 m " << m << " k " << k8 << " n " << n << " row " << r;
+              }
+              if (k8 != k) continue;
+              cpu::matmul_fp4(path, f4, x.data(), n, batched.data(), p);
+              for (int64_t r = 0; r < n; ++r) {
+                cpu::matmul_fp4(path, f4, x.data() + r * k, 1, alone.data(), p);
+                EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
+                    << name << " fp4 m " << m << " k " << k << " n " << n << " row " << r;
+              }
             }
-            if (k8 != k) continue;
-            cpu::matmul_fp4(f4, x.data(), n, batched.data(), p);
-            for (int64_t r = 0; r < n; ++r) {
-              cpu::matmul_fp4(f4, x.data() + r * k, 1, alone.data(), p);
-              EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
-                  << "fp4 m " << m << " k " << k << " n " << n << " row " << r;
-            }
-          }
         }
       }
     }

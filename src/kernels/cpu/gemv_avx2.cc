@@ -1,10 +1,10 @@
-// AVX2/FMA/F16C kernels. Decoding happens in registers: FP4 codes through a pshufb table
-// (values doubled to integers), FP8 E4M3 by re-biasing to FP16 and F16C, BF16 by a shift.
-// UE8M0 scales are powers of two, so folding them into the decoded weights is exact.
-// batch == 1 streams each weight once (the decode GEMV); larger batches decode a tile of
-// four rows into a thread-local buffer and reuse it for every activation row, computing each
-// row with exactly the GEMV's arithmetic (batch-invariant: a row's result never depends on
-// the batch it is in).
+// AVX2/FMA/F16C kernels (the x86-64-v3 baseline path; dispatch.cc picks the path). Decoding happens
+// in registers: FP4 codes through a pshufb table (values doubled to integers), FP8 E4M3 by
+// re-biasing to FP16 and F16C, BF16 by a shift. UE8M0 scales are powers of two, so folding them
+// into the decoded weights is exact. batch == 1 streams each weight once (the decode GEMV); larger
+// batches decode a tile of four rows into a thread-local buffer and reuse it for every activation
+// row, computing each row with exactly the GEMV's arithmetic (batch-invariant: a row's result never
+// depends on the batch it is in).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/paths.h"
 #include "kernels/gemv.h"
 #include "kernels/quant.h"
 
-namespace fathom::kernels::cpu {
+namespace fathom::kernels::cpu::avx2 {
 namespace {
 
 inline float hsum(__m256 v) {
@@ -331,19 +332,6 @@ void matmul_fp4_rows(const Fp4Matrix& w, const float* x, int64_t batch, float* y
   }
 }
 
-template <typename RowFn>
-void over_rows(int64_t rows, ThreadPool* pool, RowFn fn) {
-  size_t threads = pool ? pool->size() : 1;
-  int64_t chunk = std::max<int64_t>(4, (rows / int64_t(threads * 8) + 3) / 4 * 4);
-  size_t tasks = size_t((rows + chunk - 1) / chunk);
-  auto run = [&](size_t t) { fn(int64_t(t) * chunk, std::min(rows, int64_t(t + 1) * chunk)); };
-  if (pool != nullptr && tasks > 1) {
-    pool->parallel_for(tasks, run);
-  } else {
-    for (size_t t = 0; t < tasks; ++t) run(t);
-  }
-}
-
 }  // namespace
 
 void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool) {
@@ -403,4 +391,4 @@ void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, T
   });
 }
 
-}  // namespace fathom::kernels::cpu
+}  // namespace fathom::kernels::cpu::avx2

@@ -1,0 +1,400 @@
+// AVX-512 (F/BW/VL) GEMVs and their batched twins for FP8, FP4 and BF16 weights. Decoding
+// happens in registers as in gemv_avx2.cc, sixteen lanes wide: FP8 E4M3 re-biased to FP16
+// and converted (vcvtph2ps), FP4 E2M1 looked up in a 16-entry float table already
+// multiplied by the block's power-of-two scale (vpermps indexes by the low four bits, so a
+// nibble needs no masking), BF16 by a shift. Scaling by a power of two is exact, so folding
+// a scale into the table or into x changes no product.
+//
+// Compiled with -mavx512*: this file includes only gemv_avx512.h and defines nothing with
+// linkage the baseline files could share (see gemv_avx512.h).
+#include "kernels/cpu/gemv_avx512.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace fathom::kernels::cpu::avx512 {
+namespace {
+
+int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// UE8M0 as kernels::e8m0_to_float: 2^(b - 127); 0xFF is NaN.
+float e8m0(uint8_t b) {
+  const uint32_t bits = b == 0 ? 0x00400000u : b == 0xFF ? 0x7FC00000u : uint32_t(b) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The one horizontal sum every row ends with.
+float hsum16(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
+  return _mm_cvtss_f32(b);
+}
+
+// Lanes [0, n) of 16 (n may be <= 0 or >= 16).
+__mmask16 lanes16(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+__mmask32 lanes32(int64_t n) {
+  return n >= 32 ? __mmask32(0xFFFFFFFFu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
+}
+
+// 32 E4M3 bytes -> 32 floats times 2^-8 (the caller folds 256 into x's scale): the byte is
+// sign-extended to 16 bits and shifted into FP16 position; the mask keeps the sign (bit 15)
+// and the exponent/mantissa (bits 7..13). Bytes outside `m` decode to +0.
+inline void e4m3x32(const uint8_t* p, __mmask32 m, __m512* lo, __m512* hi) {
+  __m512i v = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m, p));
+  v = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(short(0xBF80)));
+  *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
+  *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
+}
+inline void e4m3x32(const uint8_t* p, __m512* lo, __m512* hi) {
+  __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  v = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(short(0xBF80)));
+  *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(v));
+  *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
+}
+
+// 16 BF16 -> 16 floats; halves outside `m` decode to +0.
+inline __m512 bf16x16(const uint16_t* p, __mmask16 m) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+inline __m512 bf16x16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
+// ---- FP8: E4M3 weights, UE8M0 scale per 32x32 block --------------------------------------
+//
+// Row m, chunk c (columns [32c, 32c + 32), one scale block): xs = x * (s * 256) (fp32),
+// acc0 += w[0..16) * 2^-8 * xs[0..16), acc1 += w[16..32) * 2^-8 * xs[16..32) (FMAs).
+
+// x scaled by band b's scales (and 256), zero beyond K: the GEMV's and the batched form's
+// common first step. xs has kpad floats.
+void scale_x_fp8(const Fp8Matrix& w, const float* x, int64_t band, float* xs) {
+  const int64_t K = w.cols, chunks = (K + 31) / 32;
+  const uint8_t* sr = w.scale + band * chunks;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __m512 sv = _mm512_set1_ps(e8m0(sr[c]) * 256.0f);
+    const int64_t k = c * 32;
+    _mm512_storeu_ps(xs + k, _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - k), x + k), sv));
+    _mm512_storeu_ps(xs + k + 16,
+                     _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - k - 16), x + k + 16), sv));
+  }
+}
+
+// Four rows (pointers may repeat) against one scaled x; acc [4][2].
+inline void fp8_four_rows(const uint8_t* const wr[4], const float* xs, int64_t K, __m512 acc[8]) {
+  const int64_t full = K / 32, chunks = (K + 31) / 32;
+  for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < full; ++c) {
+    if ((c & 1) == 0)
+      for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 32 + 4096);
+    const __m512 x0 = _mm512_loadu_ps(xs + c * 32), x1 = _mm512_loadu_ps(xs + c * 32 + 16);
+    for (int r = 0; r < 4; ++r) {
+      __m512 lo, hi;
+      e4m3x32(wr[r] + c * 32, &lo, &hi);
+      acc[2 * r] = _mm512_fmadd_ps(lo, x0, acc[2 * r]);
+      acc[2 * r + 1] = _mm512_fmadd_ps(hi, x1, acc[2 * r + 1]);
+    }
+  }
+  if (full < chunks) {
+    const __mmask32 m = lanes32(K - full * 32);
+    const __m512 x0 = _mm512_loadu_ps(xs + full * 32), x1 = _mm512_loadu_ps(xs + full * 32 + 16);
+    for (int r = 0; r < 4; ++r) {
+      __m512 lo, hi;
+      e4m3x32(wr[r] + full * 32, m, &lo, &hi);
+      acc[2 * r] = _mm512_fmadd_ps(lo, x0, acc[2 * r]);
+      acc[2 * r + 1] = _mm512_fmadd_ps(hi, x1, acc[2 * r + 1]);
+    }
+  }
+}
+
+void gemv_fp8(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int64_t r1, float* xs) {
+  const int64_t K = w.cols;
+  int64_t band = -1;
+  for (int64_t m = r0; m < r1;) {
+    if (m / 32 != band) {
+      band = m / 32;
+      scale_x_fp8(w, x, band, xs);
+    }
+    const int64_t nr = min64(4, min64(r1, (band + 1) * 32) - m);
+    const uint8_t* wr[4];
+    for (int r = 0; r < 4; ++r) wr[r] = w.weight + (m + (r < nr ? r : 0)) * K;
+    __m512 acc[8];
+    fp8_four_rows(wr, xs, K, acc);
+    for (int64_t r = 0; r < nr; ++r) y[m + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+    m += nr;
+  }
+}
+
+// Batched: four rows of one band decoded (times 2^-8) into a tile; each activation row is
+// scaled chunk by chunk exactly as scale_x_fp8 scales it, then multiplied as the GEMV does.
+void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, int64_t r0, int64_t r1,
+                float* scratch) {
+  const int64_t K = w.cols, chunks = (K + 31) / 32, full = K / 32, kpad = chunks * 32;
+  float* tile = scratch;
+  float* sv = scratch + 4 * kpad;
+  for (int64_t m0 = r0; m0 < r1;) {
+    const int64_t band = m0 / 32;
+    const int64_t nr = min64(4, min64(r1, (band + 1) * 32) - m0);
+    for (int64_t r = 0; r < 4; ++r) {
+      const uint8_t* wr = w.weight + (m0 + (r < nr ? r : 0)) * K;
+      float* t = tile + r * kpad;
+      for (int64_t c = 0; c < chunks; ++c) {
+        __m512 lo, hi;
+        e4m3x32(wr + c * 32, lanes32(K - c * 32), &lo, &hi);
+        _mm512_storeu_ps(t + c * 32, lo);
+        _mm512_storeu_ps(t + c * 32 + 16, hi);
+      }
+    }
+    for (int64_t c = 0; c < chunks; ++c) sv[c] = e8m0(w.scale[band * chunks + c]) * 256.0f;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xn = x + n * K;
+      __m512 acc[8];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t k = c * 32;
+        const __m512 s = _mm512_set1_ps(sv[c]);
+        __m512 x0, x1;
+        if (c < full) {
+          x0 = _mm512_mul_ps(_mm512_loadu_ps(xn + k), s);
+          x1 = _mm512_mul_ps(_mm512_loadu_ps(xn + k + 16), s);
+        } else {
+          x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - k), xn + k), s);
+          x1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - k - 16), xn + k + 16), s);
+        }
+        for (int r = 0; r < 4; ++r) {
+          const float* t = tile + r * kpad + k;
+          acc[2 * r] = _mm512_fmadd_ps(_mm512_loadu_ps(t), x0, acc[2 * r]);
+          acc[2 * r + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(t + 16), x1, acc[2 * r + 1]);
+        }
+      }
+      for (int64_t r = 0; r < nr; ++r)
+        y[n * w.rows + m0 + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+    }
+    m0 += nr;
+  }
+}
+
+// ---- FP4: E2M1 pairs, UE8M0 scale per 32 columns -----------------------------------------
+//
+// Row m, block kb: t = table * s (exact), acc0 += t[even codes] * x[even columns],
+// acc1 += t[odd codes] * x[odd columns] (FMAs; x in even/odd order, xp).
+
+const float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                         -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// Scales of blocks [kb0, kb0 + n) of one row as floats (n <= 16), as e8m0() gives them.
+inline void e8m0x16(const uint8_t* p, int64_t n, float out[16]) {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes16(n), p));
+  __m512i bits = _mm512_slli_epi32(b, 23);
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
+                               _mm512_set1_epi32(0x00400000));
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)),
+                               _mm512_set1_epi32(0x7FC00000));
+  _mm512_storeu_ps(out, _mm512_castsi512_ps(bits));
+}
+
+// One block of one row: the 32 weights, scaled, in even/odd order.
+inline void fp4_block(const uint8_t* codes, float scale, __m512 table, __m512* ev, __m512* od) {
+  const __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(scale));
+  const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  *ev = _mm512_permutexvar_ps(c, t);
+  *od = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), t);
+}
+
+void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t r1) {
+  const int64_t K = w.cols, kbs = K / 32, stride = K / 2;
+  const __m512 table = _mm512_loadu_ps(kE2m1);
+  for (int64_t m = r0; m < r1; m += 4) {
+    const int64_t nr = min64(4, r1 - m);
+    const bool prefetch_next = m + 8 <= r1;
+    const uint8_t* wr[4];
+    const uint8_t* sr[4];
+    for (int r = 0; r < 4; ++r) {
+      const int64_t row = m + (r < nr ? r : 0);
+      wr[r] = w.weight + row * stride;
+      sr[r] = w.scale + row * kbs;
+    }
+    __m512 acc[8];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (int64_t kb0 = 0; kb0 < kbs; kb0 += 16) {
+      const int64_t nb = min64(16, kbs - kb0);
+      float sc[4][16];
+      for (int r = 0; r < 4; ++r) e8m0x16(sr[r] + kb0, nb, sc[r]);
+      for (int64_t j = 0; j < nb; ++j) {
+        const int64_t kb = kb0 + j;
+        if (prefetch_next && (kb & 3) == 0)
+          for (int r = 0; r < 4; ++r) prefetch(wr[r] + 4 * stride + kb * 16);
+        const __m512 xe = _mm512_loadu_ps(xp + kb * 32), xo = _mm512_loadu_ps(xp + kb * 32 + 16);
+        for (int r = 0; r < 4; ++r) {
+          __m512 ev, od;
+          fp4_block(wr[r] + kb * 16, sc[r][j], table, &ev, &od);
+          acc[2 * r] = _mm512_fmadd_ps(ev, xe, acc[2 * r]);
+          acc[2 * r + 1] = _mm512_fmadd_ps(od, xo, acc[2 * r + 1]);
+        }
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) y[m + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+  }
+}
+
+// Batched: four rows' scaled weights decoded into a tile (even then odd per block), then
+// multiplied as the GEMV multiplies them.
+void matmul_fp4(const Fp4Matrix& w, const float* xp, int64_t batch, float* y, int64_t r0,
+                int64_t r1, float* tile) {
+  const int64_t K = w.cols, kbs = K / 32, stride = K / 2;
+  const __m512 table = _mm512_loadu_ps(kE2m1);
+  for (int64_t m0 = r0; m0 < r1; m0 += 4) {
+    const int64_t nr = min64(4, r1 - m0);
+    for (int64_t r = 0; r < 4; ++r) {
+      const int64_t row = m0 + (r < nr ? r : 0);
+      float* t = tile + r * K;
+      for (int64_t kb0 = 0; kb0 < kbs; kb0 += 16) {
+        const int64_t nb = min64(16, kbs - kb0);
+        float sc[16];
+        e8m0x16(w.scale + row * kbs + kb0, nb, sc);
+        for (int64_t j = 0; j < nb; ++j) {
+          const int64_t kb = kb0 + j;
+          __m512 ev, od;
+          fp4_block(w.weight + row * stride + kb * 16, sc[j], table, &ev, &od);
+          _mm512_storeu_ps(t + kb * 32, ev);
+          _mm512_storeu_ps(t + kb * 32 + 16, od);
+        }
+      }
+    }
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xn = xp + n * K;
+      __m512 acc[8];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t k = 0; k < K; k += 32) {
+        const __m512 xe = _mm512_loadu_ps(xn + k), xo = _mm512_loadu_ps(xn + k + 16);
+        for (int r = 0; r < 4; ++r) {
+          const float* t = tile + r * K + k;
+          acc[2 * r] = _mm512_fmadd_ps(_mm512_loadu_ps(t), xe, acc[2 * r]);
+          acc[2 * r + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(t + 16), xo, acc[2 * r + 1]);
+        }
+      }
+      for (int64_t r = 0; r < nr; ++r)
+        y[n * w.rows + m0 + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+    }
+  }
+}
+
+// ---- BF16 ---------------------------------------------------------------------------------
+//
+// Row m, chunk c: acc0 += w[32c..32c+16) x[..], acc1 += w[32c+16..32c+32) x[..] (FMAs).
+
+void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const int64_t K = w.cols, full = K / 32, chunks = (K + 31) / 32;
+  for (int64_t m = r0; m < r1; m += 4) {
+    const int64_t nr = min64(4, r1 - m);
+    const uint16_t* wr[4];
+    for (int r = 0; r < 4; ++r) wr[r] = w.weight + (m + (r < nr ? r : 0)) * K;
+    __m512 acc[8];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (int64_t c = 0; c < full; ++c) {
+      for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 32 + 2048);
+      const __m512 x0 = _mm512_loadu_ps(x + c * 32), x1 = _mm512_loadu_ps(x + c * 32 + 16);
+      for (int r = 0; r < 4; ++r) {
+        acc[2 * r] = _mm512_fmadd_ps(bf16x16(wr[r] + c * 32), x0, acc[2 * r]);
+        acc[2 * r + 1] = _mm512_fmadd_ps(bf16x16(wr[r] + c * 32 + 16), x1, acc[2 * r + 1]);
+      }
+    }
+    if (full < chunks) {
+      const int64_t k = full * 32;
+      const __mmask16 m0 = lanes16(K - k), m1 = lanes16(K - k - 16);
+      const __m512 x0 = _mm512_maskz_loadu_ps(m0, x + k),
+                   x1 = _mm512_maskz_loadu_ps(m1, x + k + 16);
+      for (int r = 0; r < 4; ++r) {
+        acc[2 * r] = _mm512_fmadd_ps(bf16x16(wr[r] + k, m0), x0, acc[2 * r]);
+        acc[2 * r + 1] = _mm512_fmadd_ps(bf16x16(wr[r] + k + 16, m1), x1, acc[2 * r + 1]);
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) y[m + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+  }
+}
+
+void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, int64_t r0,
+                 int64_t r1, float* tile) {
+  const int64_t K = w.cols, chunks = (K + 31) / 32, full = K / 32, kpad = chunks * 32;
+  for (int64_t m0 = r0; m0 < r1; m0 += 4) {
+    const int64_t nr = min64(4, r1 - m0);
+    for (int64_t r = 0; r < 4; ++r) {
+      const uint16_t* wr = w.weight + (m0 + (r < nr ? r : 0)) * K;
+      float* t = tile + r * kpad;
+      for (int64_t k = 0; k < kpad; k += 16)
+        _mm512_storeu_ps(t + k, bf16x16(wr + k, lanes16(K - k)));
+    }
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xn = x + n * K;
+      __m512 acc[8];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t k = c * 32;
+        __m512 x0, x1;
+        if (c < full) {
+          x0 = _mm512_loadu_ps(xn + k);
+          x1 = _mm512_loadu_ps(xn + k + 16);
+        } else {
+          x0 = _mm512_maskz_loadu_ps(lanes16(K - k), xn + k);
+          x1 = _mm512_maskz_loadu_ps(lanes16(K - k - 16), xn + k + 16);
+        }
+        for (int r = 0; r < 4; ++r) {
+          const float* t = tile + r * kpad + k;
+          acc[2 * r] = _mm512_fmadd_ps(_mm512_loadu_ps(t), x0, acc[2 * r]);
+          acc[2 * r + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(t + 16), x1, acc[2 * r + 1]);
+        }
+      }
+      for (int64_t r = 0; r < nr; ++r)
+        y[n * w.rows + m0 + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+    }
+  }
+}
+
+}  // namespace
+
+void fp8_rows(const Fp8Matrix& w, const float* x, int64_t batch, float* y, int64_t r0, int64_t r1,
+              float* scratch) {
+  if (batch == 1)
+    gemv_fp8(w, x, y, r0, r1, scratch);
+  else
+    matmul_fp8(w, x, batch, y, r0, r1, scratch);
+}
+
+void bf16_rows(const Bf16Matrix& w, const float* x, int64_t batch, float* y, int64_t r0, int64_t r1,
+               float* scratch) {
+  if (batch == 1)
+    gemv_bf16(w, x, y, r0, r1);
+  else
+    matmul_bf16(w, x, batch, y, r0, r1, scratch);
+}
+
+void fp4_even_odd(const float* x, int64_t batch, int64_t cols, float* xp) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t k = 0; k < batch * cols; k += 32) {
+    const __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
+    _mm512_storeu_ps(xp + k, _mm512_permutex2var_ps(a, even, b));
+    _mm512_storeu_ps(xp + k + 16, _mm512_permutex2var_ps(a, odd, b));
+  }
+}
+
+void fp4_rows(const Fp4Matrix& w, const float* xp, int64_t batch, float* y, int64_t r0, int64_t r1,
+              float* scratch) {
+  if (batch == 1)
+    gemv_fp4(w, xp, y, r0, r1);
+  else
+    matmul_fp4(w, xp, batch, y, r0, r1, scratch);
+}
+
+}  // namespace fathom::kernels::cpu::avx512

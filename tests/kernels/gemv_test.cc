@@ -152,7 +152,8 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
   ThreadPool pool(2);
   std::uniform_real_distribution<float> ux(-2, 2);
   for (int64_t k : {int64_t(16), int64_t(37), int64_t(256), int64_t(301)}) {
-    const int64_t m = 45, n = 9;
+    // 300 rows: the batched kernels' 16-row tiles, full and partial.
+    const int64_t m = k == 256 ? 300 : 45, n = 9;
     std::vector<uint16_t> wb(size_t(m * k));
     for (auto& h : wb) h = uint16_t(0x3C00 + rng() % 0x0800) | uint16_t((rng() & 1) << 15);
     Bf16Matrix fb{wb.data(), m, k};
@@ -173,13 +174,14 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
 
 // Every row of a batched FP8/FP4 product must equal that row alone (the decode GEMV), bit for
 // bit, whatever the batch size, the row range or the thread count: prefill chunks of any
-// size, batched decode and single-token decode then give a sequence the same numbers.
+// size, batched decode and single-token decode then give a sequence the same numbers. 300
+// rows reach the batched kernels' 16-row tiles, full and partial, across FP8 scale bands.
 TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
   std::mt19937 rng(17);
   ThreadPool pool(2);
   std::uniform_real_distribution<float> ux(-2, 2);
   for (int64_t k : {int64_t(32), int64_t(64), int64_t(256), int64_t(320)}) {
-    for (int64_t m : {int64_t(45), int64_t(70)}) {
+    for (int64_t m : {int64_t(45), int64_t(70), int64_t(300)}) {
       std::vector<uint8_t> w4(size_t(m * k / 2)), s4(size_t(m * k / 32));
       for (auto& b : w4) b = uint8_t(rng());
       for (auto& b : s4) b = uint8_t(120 + rng() % 12);

@@ -136,55 +136,6 @@ void gemv_fp8(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int64_t 
   }
 }
 
-// Batched: four rows of one band decoded (times 2^-8) into a tile; each activation row is
-// scaled chunk by chunk exactly as scale_x_fp8 scales it, then multiplied as the GEMV does.
-void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, int64_t r0, int64_t r1,
-                float* scratch) {
-  const int64_t K = w.cols, chunks = (K + 31) / 32, full = K / 32, kpad = chunks * 32;
-  float* tile = scratch;
-  float* sv = scratch + 4 * kpad;
-  for (int64_t m0 = r0; m0 < r1;) {
-    const int64_t band = m0 / 32;
-    const int64_t nr = min64(4, min64(r1, (band + 1) * 32) - m0);
-    for (int64_t r = 0; r < 4; ++r) {
-      const uint8_t* wr = w.weight + (m0 + (r < nr ? r : 0)) * K;
-      float* t = tile + r * kpad;
-      for (int64_t c = 0; c < chunks; ++c) {
-        __m512 lo, hi;
-        e4m3x32(wr + c * 32, lanes32(K - c * 32), &lo, &hi);
-        _mm512_storeu_ps(t + c * 32, lo);
-        _mm512_storeu_ps(t + c * 32 + 16, hi);
-      }
-    }
-    for (int64_t c = 0; c < chunks; ++c) sv[c] = e8m0(w.scale[band * chunks + c]) * 256.0f;
-    for (int64_t n = 0; n < batch; ++n) {
-      const float* xn = x + n * K;
-      __m512 acc[8];
-      for (auto& a : acc) a = _mm512_setzero_ps();
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t k = c * 32;
-        const __m512 s = _mm512_set1_ps(sv[c]);
-        __m512 x0, x1;
-        if (c < full) {
-          x0 = _mm512_mul_ps(_mm512_loadu_ps(xn + k), s);
-          x1 = _mm512_mul_ps(_mm512_loadu_ps(xn + k + 16), s);
-        } else {
-          x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - k), xn + k), s);
-          x1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - k - 16), xn + k + 16), s);
-        }
-        for (int r = 0; r < 4; ++r) {
-          const float* t = tile + r * kpad + k;
-          acc[2 * r] = _mm512_fmadd_ps(_mm512_loadu_ps(t), x0, acc[2 * r]);
-          acc[2 * r + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(t + 16), x1, acc[2 * r + 1]);
-        }
-      }
-      for (int64_t r = 0; r < nr; ++r)
-        y[n * w.rows + m0 + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
-    }
-    m0 += nr;
-  }
-}
-
 // ---- FP4: E2M1 pairs, UE8M0 scale per 32 columns -----------------------------------------
 //
 // Row m, block kb: t = table * s (exact), acc0 += t[even codes] * x[even columns],
@@ -248,46 +199,130 @@ void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t
   }
 }
 
-// Batched: four rows' scaled weights decoded into a tile (even then odd per block), then
-// multiplied as the GEMV multiplies them.
+// ---- The batched driver ------------------------------------------------------------------
+//
+// Up to 16 rows (one FP8 scale band at most) are decoded into a tile of floats, the values the
+// GEMV's registers hold, and multiplied with every activation row; four tile rows and two
+// activation rows share each pass (16 accumulators), while each (row, activation) pair keeps
+// the GEMV's two accumulators, chunk order and final sum. The tile (16 x K floats) stays in
+// L2 and every activation row is read once per 16 weight rows.
+
+constexpr int64_t kTileRows = 16;
+
+// Four tile rows (kpad floats apart) times NN activation rows n0.. ; out[j * 4 + r].
+template <int NN, class LoadX>
+inline void four_rows_times(const float* tile, int64_t kpad, int64_t chunks, int64_t n0,
+                            const LoadX& load_x, float* out) {
+  __m512 acc[NN][8];
+  for (auto& a : acc)
+    for (auto& v : a) v = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    __m512 xv[NN][2];
+    for (int j = 0; j < NN; ++j) load_x(n0 + j, c, &xv[j][0], &xv[j][1]);
+    for (int r = 0; r < 4; ++r) {
+      const __m512 t0 = _mm512_loadu_ps(tile + r * kpad + c * 32),
+                   t1 = _mm512_loadu_ps(tile + r * kpad + c * 32 + 16);
+      for (int j = 0; j < NN; ++j) {
+        acc[j][2 * r] = _mm512_fmadd_ps(t0, xv[j][0], acc[j][2 * r]);
+        acc[j][2 * r + 1] = _mm512_fmadd_ps(t1, xv[j][1], acc[j][2 * r + 1]);
+      }
+    }
+  }
+  for (int j = 0; j < NN; ++j)
+    for (int r = 0; r < 4; ++r)
+      out[j * 4 + r] = hsum16(_mm512_add_ps(acc[j][2 * r], acc[j][2 * r + 1]));
+}
+
+// Rows [r0, r1) of y [batch, rows]. block_end(m): the first row m's tile may not reach;
+// decode(m, dst): row m's kpad tile floats; start(m): called once per tile before the
+// products; load_x(n, c, &x0, &x1): chunk c of activation row n as the GEMV multiplies it.
+template <class BlockEnd, class Decode, class Start, class LoadX>
+void batched(int64_t rows, int64_t r0, int64_t r1, int64_t kpad, int64_t batch, float* y,
+             float* tile, const BlockEnd& block_end, const Decode& decode, const Start& start,
+             const LoadX& load_x) {
+  const int64_t chunks = kpad / 32;
+  for (int64_t m0 = r0; m0 < r1;) {
+    const int64_t nr = min64(kTileRows, min64(r1, block_end(m0)) - m0);
+    const int64_t quads = (nr + 3) / 4;
+    for (int64_t r = 0; r < quads * 4; ++r) decode(m0 + min64(r, nr - 1), tile + r * kpad);
+    start(m0);
+    for (int64_t n0 = 0; n0 < batch; n0 += 2) {
+      const int nn = n0 + 1 < batch ? 2 : 1;
+      for (int64_t q = 0; q < quads; ++q) {
+        float out[8];
+        if (nn == 2)
+          four_rows_times<2>(tile + q * 4 * kpad, kpad, chunks, n0, load_x, out);
+        else
+          four_rows_times<1>(tile + q * 4 * kpad, kpad, chunks, n0, load_x, out);
+        for (int j = 0; j < nn; ++j)
+          for (int64_t r = 0; r < 4 && q * 4 + r < nr; ++r)
+            y[(n0 + j) * rows + m0 + q * 4 + r] = out[j * 4 + r];
+      }
+    }
+    m0 += nr;
+  }
+}
+
+// FP8: tile rows hold w * 2^-8; chunk c of x is scaled by the band's s * 256 as
+// scale_x_fp8 scales it.
+void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, int64_t r0, int64_t r1,
+                float* scratch) {
+  const int64_t K = w.cols, chunks = (K + 31) / 32, full = K / 32, kpad = chunks * 32;
+  float* tile = scratch;
+  float* sv = scratch + kTileRows * kpad;
+  batched(
+      w.rows, r0, r1, kpad, batch, y, tile, [](int64_t m) { return (m / 32 + 1) * 32; },
+      [&](int64_t m, float* t) {
+        const uint8_t* wr = w.weight + m * K;
+        for (int64_t c = 0; c < chunks; ++c) {
+          __m512 lo, hi;
+          e4m3x32(wr + c * 32, lanes32(K - c * 32), &lo, &hi);
+          _mm512_storeu_ps(t + c * 32, lo);
+          _mm512_storeu_ps(t + c * 32 + 16, hi);
+        }
+      },
+      [&](int64_t m) {
+        for (int64_t c = 0; c < chunks; ++c) sv[c] = e8m0(w.scale[(m / 32) * chunks + c]) * 256.0f;
+      },
+      [&](int64_t n, int64_t c, __m512* x0, __m512* x1) {
+        const float* p = x + n * K + c * 32;
+        const __m512 s = _mm512_set1_ps(sv[c]);
+        if (c < full) {
+          *x0 = _mm512_mul_ps(_mm512_loadu_ps(p), s);
+          *x1 = _mm512_mul_ps(_mm512_loadu_ps(p + 16), s);
+        } else {
+          *x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - c * 32), p), s);
+          *x1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - c * 32 - 16), p + 16), s);
+        }
+      });
+}
+
+// FP4: tile rows hold the scaled weights even then odd per block, x is in even/odd order.
 void matmul_fp4(const Fp4Matrix& w, const float* xp, int64_t batch, float* y, int64_t r0,
                 int64_t r1, float* tile) {
   const int64_t K = w.cols, kbs = K / 32, stride = K / 2;
   const __m512 table = _mm512_loadu_ps(kE2m1);
-  for (int64_t m0 = r0; m0 < r1; m0 += 4) {
-    const int64_t nr = min64(4, r1 - m0);
-    for (int64_t r = 0; r < 4; ++r) {
-      const int64_t row = m0 + (r < nr ? r : 0);
-      float* t = tile + r * K;
-      for (int64_t kb0 = 0; kb0 < kbs; kb0 += 16) {
-        const int64_t nb = min64(16, kbs - kb0);
-        float sc[16];
-        e8m0x16(w.scale + row * kbs + kb0, nb, sc);
-        for (int64_t j = 0; j < nb; ++j) {
-          const int64_t kb = kb0 + j;
-          __m512 ev, od;
-          fp4_block(w.weight + row * stride + kb * 16, sc[j], table, &ev, &od);
-          _mm512_storeu_ps(t + kb * 32, ev);
-          _mm512_storeu_ps(t + kb * 32 + 16, od);
+  batched(
+      w.rows, r0, r1, K, batch, y, tile, [&](int64_t) { return w.rows; },
+      [&](int64_t m, float* t) {
+        for (int64_t kb0 = 0; kb0 < kbs; kb0 += 16) {
+          const int64_t nb = min64(16, kbs - kb0);
+          float sc[16];
+          e8m0x16(w.scale + m * kbs + kb0, nb, sc);
+          for (int64_t j = 0; j < nb; ++j) {
+            const int64_t kb = kb0 + j;
+            __m512 ev, od;
+            fp4_block(w.weight + m * stride + kb * 16, sc[j], table, &ev, &od);
+            _mm512_storeu_ps(t + kb * 32, ev);
+            _mm512_storeu_ps(t + kb * 32 + 16, od);
+          }
         }
-      }
-    }
-    for (int64_t n = 0; n < batch; ++n) {
-      const float* xn = xp + n * K;
-      __m512 acc[8];
-      for (auto& a : acc) a = _mm512_setzero_ps();
-      for (int64_t k = 0; k < K; k += 32) {
-        const __m512 xe = _mm512_loadu_ps(xn + k), xo = _mm512_loadu_ps(xn + k + 16);
-        for (int r = 0; r < 4; ++r) {
-          const float* t = tile + r * K + k;
-          acc[2 * r] = _mm512_fmadd_ps(_mm512_loadu_ps(t), xe, acc[2 * r]);
-          acc[2 * r + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(t + 16), xo, acc[2 * r + 1]);
-        }
-      }
-      for (int64_t r = 0; r < nr; ++r)
-        y[n * w.rows + m0 + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
-    }
-  }
+      },
+      [](int64_t) {},
+      [&](int64_t n, int64_t c, __m512* xe, __m512* xo) {
+        *xe = _mm512_loadu_ps(xp + n * K + c * 32);
+        *xo = _mm512_loadu_ps(xp + n * K + c * 32 + 16);
+      });
 }
 
 // ---- BF16 ---------------------------------------------------------------------------------
@@ -324,41 +359,28 @@ void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t r0, int64_
   }
 }
 
+// BF16: tile rows hold the weights as floats, zero beyond K.
 void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, int64_t r0,
                  int64_t r1, float* tile) {
   const int64_t K = w.cols, chunks = (K + 31) / 32, full = K / 32, kpad = chunks * 32;
-  for (int64_t m0 = r0; m0 < r1; m0 += 4) {
-    const int64_t nr = min64(4, r1 - m0);
-    for (int64_t r = 0; r < 4; ++r) {
-      const uint16_t* wr = w.weight + (m0 + (r < nr ? r : 0)) * K;
-      float* t = tile + r * kpad;
-      for (int64_t k = 0; k < kpad; k += 16)
-        _mm512_storeu_ps(t + k, bf16x16(wr + k, lanes16(K - k)));
-    }
-    for (int64_t n = 0; n < batch; ++n) {
-      const float* xn = x + n * K;
-      __m512 acc[8];
-      for (auto& a : acc) a = _mm512_setzero_ps();
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t k = c * 32;
-        __m512 x0, x1;
+  batched(
+      w.rows, r0, r1, kpad, batch, y, tile, [&](int64_t) { return w.rows; },
+      [&](int64_t m, float* t) {
+        const uint16_t* wr = w.weight + m * K;
+        for (int64_t k = 0; k < kpad; k += 16)
+          _mm512_storeu_ps(t + k, bf16x16(wr + k, lanes16(K - k)));
+      },
+      [](int64_t) {},
+      [&](int64_t n, int64_t c, __m512* x0, __m512* x1) {
+        const float* p = x + n * K + c * 32;
         if (c < full) {
-          x0 = _mm512_loadu_ps(xn + k);
-          x1 = _mm512_loadu_ps(xn + k + 16);
+          *x0 = _mm512_loadu_ps(p);
+          *x1 = _mm512_loadu_ps(p + 16);
         } else {
-          x0 = _mm512_maskz_loadu_ps(lanes16(K - k), xn + k);
-          x1 = _mm512_maskz_loadu_ps(lanes16(K - k - 16), xn + k + 16);
+          *x0 = _mm512_maskz_loadu_ps(lanes16(K - c * 32), p);
+          *x1 = _mm512_maskz_loadu_ps(lanes16(K - c * 32 - 16), p + 16);
         }
-        for (int r = 0; r < 4; ++r) {
-          const float* t = tile + r * kpad + k;
-          acc[2 * r] = _mm512_fmadd_ps(_mm512_loadu_ps(t), x0, acc[2 * r]);
-          acc[2 * r + 1] = _mm512_fmadd_ps(_mm512_loadu_ps(t + 16), x1, acc[2 * r + 1]);
-        }
-      }
-      for (int64_t r = 0; r < nr; ++r)
-        y[n * w.rows + m0 + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
-    }
-  }
+      });
 }
 
 }  // namespace

@@ -70,8 +70,8 @@ void expect_close(const std::vector<float>& fast, const std::vector<float>& ref,
 TEST(Kernels, FastEqualsReferenceWithinBound) {
   std::mt19937 rng(3);
   ThreadPool pool(2);
-  for (Case c :
-       {Case{1, 32, 1}, Case{37, 64, 1}, Case{64, 96, 3}, Case{96, 320, 17}, Case{5, 1024, 2}}) {
+  for (Case c : {Case{1, 32, 1}, Case{37, 64, 1}, Case{64, 96, 3}, Case{96, 320, 17},
+                 Case{5, 1024, 2}, Case{21, 4128, 5}}) {
     std::uniform_real_distribution<float> ux(-2, 2);
     std::vector<float> x(size_t(c.n * c.k));
     for (auto& v : x) v = ux(rng);
@@ -175,12 +175,13 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
 // Every row of a batched FP8/FP4 product must equal that row alone (the decode GEMV), bit for
 // bit, whatever the batch size, the row range or the thread count: prefill chunks of any
 // size, batched decode and single-token decode then give a sequence the same numbers. 300
-// rows reach the batched kernels' 16-row tiles, full and partial, across FP8 scale bands.
+// rows reach the batched kernels' 16-row tiles, full and partial, across FP8 scale bands;
+// K = 4128 their column blocks (2048 columns, then a partial one).
 TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
   std::mt19937 rng(17);
   ThreadPool pool(2);
   std::uniform_real_distribution<float> ux(-2, 2);
-  for (int64_t k : {int64_t(32), int64_t(64), int64_t(256), int64_t(320)}) {
+  for (int64_t k : {int64_t(32), int64_t(64), int64_t(256), int64_t(320), int64_t(4128)}) {
     for (int64_t m : {int64_t(45), int64_t(70), int64_t(300)}) {
       std::vector<uint8_t> w4(size_t(m * k / 2)), s4(size_t(m * k / 32));
       for (auto& b : w4) b = uint8_t(rng());

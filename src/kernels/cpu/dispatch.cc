@@ -46,8 +46,9 @@ void matmul_fp4(CpuPath path, const Fp4Matrix& w, const float* x, int64_t batch,
   xp.resize(size_t(batch * w.cols));
   avx512::fp4_even_odd(x, batch, w.cols, xp.data());
   const float* xpd = xp.data();
+  const int64_t need = avx512::scratch_floats(w.cols, batch);
   over_rows(w.rows, pool, [&](int64_t r0, int64_t r1) {
-    avx512::fp4_rows(w, xpd, batch, y, r0, r1, scratch(16 * w.cols));
+    avx512::fp4_rows(w, xpd, batch, y, r0, r1, scratch(need));
   });
 }
 

@@ -204,19 +204,24 @@ void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t
 // Up to 16 rows (one FP8 scale band at most) are decoded into a tile of floats, the values the
 // GEMV's registers hold, and multiplied with every activation row; four tile rows and two
 // activation rows share each pass (16 accumulators), while each (row, activation) pair keeps
-// the GEMV's two accumulators, chunk order and final sum. The tile (16 x K floats) stays in
-// L2 and every activation row is read once per 16 weight rows.
+// the GEMV's two accumulators, chunk order and final sum. The columns are walked in blocks of
+// 2048: a block of four tile rows (32 KB) stays in L1 while every activation row passes, the
+// accumulators are saved between blocks (exactly: they are stored, not summed), and each
+// activation row is read from L2 or L3 once per 16 weight rows.
 
-constexpr int64_t kTileRows = 16;
+constexpr int64_t kTileRows = 16, kBlockChunks = 64;
 
-// Four tile rows (kpad floats apart) times NN activation rows n0.. ; out[j * 4 + r].
+// Chunks [c0, c1) of four tile rows (kpad floats apart) times NN activation rows n0..,
+// continuing from `state` (zeros when c0 == 0). At the end of the row (c1 == chunks) the
+// sums go to out[j * 4 + r], else the accumulators back to `state`.
 template <int NN, class LoadX>
-inline void four_rows_times(const float* tile, int64_t kpad, int64_t chunks, int64_t n0,
-                            const LoadX& load_x, float* out) {
+inline void four_rows_times(const float* tile, int64_t kpad, int64_t c0, int64_t c1, int64_t chunks,
+                            int64_t n0, const LoadX& load_x, float* state, float* out) {
   __m512 acc[NN][8];
-  for (auto& a : acc)
-    for (auto& v : a) v = _mm512_setzero_ps();
-  for (int64_t c = 0; c < chunks; ++c) {
+  for (int j = 0; j < NN; ++j)
+    for (int v = 0; v < 8; ++v)
+      acc[j][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(state + (j * 8 + v) * 16);
+  for (int64_t c = c0; c < c1; ++c) {
     __m512 xv[NN][2];
     for (int j = 0; j < NN; ++j) load_x(n0 + j, c, &xv[j][0], &xv[j][1]);
     for (int r = 0; r < 4; ++r) {
@@ -228,35 +233,49 @@ inline void four_rows_times(const float* tile, int64_t kpad, int64_t chunks, int
       }
     }
   }
+  if (c1 < chunks) {
+    for (int j = 0; j < NN; ++j)
+      for (int v = 0; v < 8; ++v) _mm512_storeu_ps(state + (j * 8 + v) * 16, acc[j][v]);
+    return;
+  }
   for (int j = 0; j < NN; ++j)
     for (int r = 0; r < 4; ++r)
       out[j * 4 + r] = hsum16(_mm512_add_ps(acc[j][2 * r], acc[j][2 * r + 1]));
 }
 
-// Rows [r0, r1) of y [batch, rows]. block_end(m): the first row m's tile may not reach;
-// decode(m, dst): row m's kpad tile floats; start(m): called once per tile before the
-// products; load_x(n, c, &x0, &x1): chunk c of activation row n as the GEMV multiplies it.
+// Rows [r0, r1) of y [batch, rows]. block_end(m): the first row m's
+// tile may not reach; decode(m, dst): row m's kpad tile floats; start(m): called once per
+// tile before the products; load_x(n, c, &x0, &x1): chunk c of activation row n as the GEMV
+// multiplies it. REQUIRES: tile holds scratch_floats(K, batch) floats: the tile (16 * kpad),
+// kpad for the caller, then the accumulator state (every quad of tile rows, every pair of
+// activation rows: 16 vectors of 16 floats).
 template <class BlockEnd, class Decode, class Start, class LoadX>
 void batched(int64_t rows, int64_t r0, int64_t r1, int64_t kpad, int64_t batch, float* y,
              float* tile, const BlockEnd& block_end, const Decode& decode, const Start& start,
              const LoadX& load_x) {
   const int64_t chunks = kpad / 32;
+  float* state = tile + 17 * kpad;
   for (int64_t m0 = r0; m0 < r1;) {
     const int64_t nr = min64(kTileRows, min64(r1, block_end(m0)) - m0);
     const int64_t quads = (nr + 3) / 4;
     for (int64_t r = 0; r < quads * 4; ++r) decode(m0 + min64(r, nr - 1), tile + r * kpad);
     start(m0);
-    for (int64_t n0 = 0; n0 < batch; n0 += 2) {
-      const int nn = n0 + 1 < batch ? 2 : 1;
+    for (int64_t c0 = 0; c0 < chunks; c0 += kBlockChunks) {
+      const int64_t c1 = min64(chunks, c0 + kBlockChunks);
       for (int64_t q = 0; q < quads; ++q) {
-        float out[8];
-        if (nn == 2)
-          four_rows_times<2>(tile + q * 4 * kpad, kpad, chunks, n0, load_x, out);
-        else
-          four_rows_times<1>(tile + q * 4 * kpad, kpad, chunks, n0, load_x, out);
-        for (int j = 0; j < nn; ++j)
-          for (int64_t r = 0; r < 4 && q * 4 + r < nr; ++r)
-            y[(n0 + j) * rows + m0 + q * 4 + r] = out[j * 4 + r];
+        for (int64_t n0 = 0; n0 < batch; n0 += 2) {
+          const int nn = n0 + 1 < batch ? 2 : 1;
+          float* st = state + (q * ((batch + 1) / 2) + n0 / 2) * 256;
+          float out[8];
+          if (nn == 2)
+            four_rows_times<2>(tile + q * 4 * kpad, kpad, c0, c1, chunks, n0, load_x, st, out);
+          else
+            four_rows_times<1>(tile + q * 4 * kpad, kpad, c0, c1, chunks, n0, load_x, st, out);
+          if (c1 < chunks) continue;
+          for (int j = 0; j < nn; ++j)
+            for (int64_t r = 0; r < 4 && q * 4 + r < nr; ++r)
+              y[(n0 + j) * rows + m0 + q * 4 + r] = out[j * 4 + r];
+        }
       }
     }
     m0 += nr;

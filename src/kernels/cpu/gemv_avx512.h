@@ -19,10 +19,11 @@ namespace fathom::kernels::cpu {
 // (batch 1) decodes weights in registers; the batched form decodes up to 16 rows into a tile
 // once and reuses it for every activation row, repeating the GEMV's arithmetic exactly.
 namespace avx512 {
-// Floats of scratch a *_rows call needs.
+// Floats of scratch a *_rows call needs: a tile of 16 rows and a row more, and the batched
+// forms' accumulators (1024 floats per two activation rows).
 inline int64_t scratch_floats(int64_t cols, int64_t batch) {
   const int64_t kpad = (cols + 31) / 32 * 32;
-  return (batch + 17) * kpad;
+  return 17 * kpad + 4 * ((batch + 1) / 2) * 256;
 }
 // Rows [r0, r1) of y [batch, W.rows] = x [batch, K] W^T. REQUIRES: scratch holds
 // scratch_floats(K, batch) floats (private to the caller's thread).
@@ -31,7 +32,7 @@ void fp8_rows(const Fp8Matrix& w, const float* x, int64_t batch, float* y, int64
 void bf16_rows(const Bf16Matrix& w, const float* x, int64_t batch, float* y, int64_t r0, int64_t r1,
                float* scratch);
 // FP4 multiplies x in even/odd order per 32-column block (xp [batch, K], from fp4_even_odd,
-// shared by every thread). REQUIRES: scratch holds 16 * K floats.
+// shared by every thread). REQUIRES: scratch holds scratch_floats(K, batch) floats.
 void fp4_even_odd(const float* x, int64_t batch, int64_t cols, float* xp);
 void fp4_rows(const Fp4Matrix& w, const float* xp, int64_t batch, float* y, int64_t r0, int64_t r1,
               float* scratch);

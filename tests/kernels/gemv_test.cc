@@ -152,7 +152,7 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
   ThreadPool pool(2);
   std::uniform_real_distribution<float> ux(-2, 2);
   for (int64_t k : {int64_t(16), int64_t(37), int64_t(256), int64_t(301)}) {
-    // 300 rows: the batched kernels' 16-row tiles, full and partial.
+    // 300 rows: many thread ranges.
     const int64_t m = k == 256 ? 300 : 45, n = 9;
     std::vector<uint16_t> wb(size_t(m * k));
     for (auto& h : wb) h = uint16_t(0x3C00 + rng() % 0x0800) | uint16_t((rng() & 1) << 15);
@@ -174,9 +174,9 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
 
 // Every row of a batched FP8/FP4 product must equal that row alone (the decode GEMV), bit for
 // bit, whatever the batch size, the row range or the thread count: prefill chunks of any
-// size, batched decode and single-token decode then give a sequence the same numbers. 300
-// rows reach the batched kernels' 16-row tiles, full and partial, across FP8 scale bands;
-// K = 4128 their column blocks (2048 columns, then a partial one).
+// size, batched decode and single-token decode then give a sequence the same numbers. Nine
+// rows make a full group of eight and a partial one; 300 rows span many FP8 scale bands and
+// thread ranges; K = 4128 is a long row.
 TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
   std::mt19937 rng(17);
   ThreadPool pool(2);

@@ -31,7 +31,7 @@ void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, T
 void matmul_fp8(CpuPath path, const Fp8Matrix& w, const float* x, int64_t batch, float* y,
                 ThreadPool* pool) {
   if (path == CpuPath::kAvx2) return avx2::matmul_fp8(w, x, batch, y, pool);
-  const int64_t need = avx512::scratch_floats(w.cols, batch);
+  const int64_t need = avx512::fp8_scratch_floats(w.cols);
   over_rows(w.rows, pool, [&](int64_t r0, int64_t r1) {
     avx512::fp8_rows(w, x, batch, y, r0, r1, scratch(need));
   });
@@ -40,25 +40,20 @@ void matmul_fp8(CpuPath path, const Fp8Matrix& w, const float* x, int64_t batch,
 void matmul_fp4(CpuPath path, const Fp4Matrix& w, const float* x, int64_t batch, float* y,
                 ThreadPool* pool) {
   if (path == CpuPath::kAvx2) return avx2::matmul_fp4(w, x, batch, y, pool);
-  // x in even/odd order once for every thread: the caller's buffer, separate from the
-  // tiles the tasks (this thread among them) take from scratch().
+  // x in even/odd order once, shared by every thread.
   thread_local std::vector<float> xp;
   xp.resize(size_t(batch * w.cols));
   avx512::fp4_even_odd(x, batch, w.cols, xp.data());
   const float* xpd = xp.data();
-  const int64_t need = avx512::scratch_floats(w.cols, batch);
-  over_rows(w.rows, pool, [&](int64_t r0, int64_t r1) {
-    avx512::fp4_rows(w, xpd, batch, y, r0, r1, scratch(need));
-  });
+  over_rows(w.rows, pool,
+            [&](int64_t r0, int64_t r1) { avx512::fp4_rows(w, xpd, batch, y, r0, r1); });
 }
 
 void matmul_bf16(CpuPath path, const Bf16Matrix& w, const float* x, int64_t batch, float* y,
                  ThreadPool* pool) {
   if (path == CpuPath::kAvx2) return avx2::matmul_bf16(w, x, batch, y, pool);
-  const int64_t need = avx512::scratch_floats(w.cols, batch);
-  over_rows(w.rows, pool, [&](int64_t r0, int64_t r1) {
-    avx512::bf16_rows(w, x, batch, y, r0, r1, scratch(need));
-  });
+  over_rows(w.rows, pool,
+            [&](int64_t r0, int64_t r1) { avx512::bf16_rows(w, x, batch, y, r0, r1); });
 }
 
 }  // namespace fathom::kernels::cpu

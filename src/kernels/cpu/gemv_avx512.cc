@@ -199,151 +199,6 @@ void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t
   }
 }
 
-// ---- The batched driver ------------------------------------------------------------------
-//
-// Up to 16 rows (one FP8 scale band at most) are decoded into a tile of floats, the values the
-// GEMV's registers hold, and multiplied with every activation row; four tile rows and two
-// activation rows share each pass (16 accumulators), while each (row, activation) pair keeps
-// the GEMV's two accumulators, chunk order and final sum. The columns are walked in blocks of
-// 2048: a block of four tile rows (32 KB) stays in L1 while every activation row passes, the
-// accumulators are saved between blocks (exactly: they are stored, not summed), and each
-// activation row is read from L2 or L3 once per 16 weight rows.
-
-constexpr int64_t kTileRows = 16, kBlockChunks = 64;
-
-// Chunks [c0, c1) of four tile rows (kpad floats apart) times NN activation rows n0..,
-// continuing from `state` (zeros when c0 == 0). At the end of the row (c1 == chunks) the
-// sums go to out[j * 4 + r], else the accumulators back to `state`.
-template <int NN, class LoadX>
-inline void four_rows_times(const float* tile, int64_t kpad, int64_t c0, int64_t c1, int64_t chunks,
-                            int64_t n0, const LoadX& load_x, float* state, float* out) {
-  __m512 acc[NN][8];
-  for (int j = 0; j < NN; ++j)
-    for (int v = 0; v < 8; ++v)
-      acc[j][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(state + (j * 8 + v) * 16);
-  for (int64_t c = c0; c < c1; ++c) {
-    __m512 xv[NN][2];
-    for (int j = 0; j < NN; ++j) load_x(n0 + j, c, &xv[j][0], &xv[j][1]);
-    for (int r = 0; r < 4; ++r) {
-      const __m512 t0 = _mm512_loadu_ps(tile + r * kpad + c * 32),
-                   t1 = _mm512_loadu_ps(tile + r * kpad + c * 32 + 16);
-      for (int j = 0; j < NN; ++j) {
-        acc[j][2 * r] = _mm512_fmadd_ps(t0, xv[j][0], acc[j][2 * r]);
-        acc[j][2 * r + 1] = _mm512_fmadd_ps(t1, xv[j][1], acc[j][2 * r + 1]);
-      }
-    }
-  }
-  if (c1 < chunks) {
-    for (int j = 0; j < NN; ++j)
-      for (int v = 0; v < 8; ++v) _mm512_storeu_ps(state + (j * 8 + v) * 16, acc[j][v]);
-    return;
-  }
-  for (int j = 0; j < NN; ++j)
-    for (int r = 0; r < 4; ++r)
-      out[j * 4 + r] = hsum16(_mm512_add_ps(acc[j][2 * r], acc[j][2 * r + 1]));
-}
-
-// Rows [r0, r1) of y [batch, rows]. block_end(m): the first row m's
-// tile may not reach; decode(m, dst): row m's kpad tile floats; start(m): called once per
-// tile before the products; load_x(n, c, &x0, &x1): chunk c of activation row n as the GEMV
-// multiplies it. REQUIRES: tile holds scratch_floats(K, batch) floats: the tile (16 * kpad),
-// kpad for the caller, then the accumulator state (every quad of tile rows, every pair of
-// activation rows: 16 vectors of 16 floats).
-template <class BlockEnd, class Decode, class Start, class LoadX>
-void batched(int64_t rows, int64_t r0, int64_t r1, int64_t kpad, int64_t batch, float* y,
-             float* tile, const BlockEnd& block_end, const Decode& decode, const Start& start,
-             const LoadX& load_x) {
-  const int64_t chunks = kpad / 32;
-  float* state = tile + 17 * kpad;
-  for (int64_t m0 = r0; m0 < r1;) {
-    const int64_t nr = min64(kTileRows, min64(r1, block_end(m0)) - m0);
-    const int64_t quads = (nr + 3) / 4;
-    for (int64_t r = 0; r < quads * 4; ++r) decode(m0 + min64(r, nr - 1), tile + r * kpad);
-    start(m0);
-    for (int64_t c0 = 0; c0 < chunks; c0 += kBlockChunks) {
-      const int64_t c1 = min64(chunks, c0 + kBlockChunks);
-      for (int64_t q = 0; q < quads; ++q) {
-        for (int64_t n0 = 0; n0 < batch; n0 += 2) {
-          const int nn = n0 + 1 < batch ? 2 : 1;
-          float* st = state + (q * ((batch + 1) / 2) + n0 / 2) * 256;
-          float out[8];
-          if (nn == 2)
-            four_rows_times<2>(tile + q * 4 * kpad, kpad, c0, c1, chunks, n0, load_x, st, out);
-          else
-            four_rows_times<1>(tile + q * 4 * kpad, kpad, c0, c1, chunks, n0, load_x, st, out);
-          if (c1 < chunks) continue;
-          for (int j = 0; j < nn; ++j)
-            for (int64_t r = 0; r < 4 && q * 4 + r < nr; ++r)
-              y[(n0 + j) * rows + m0 + q * 4 + r] = out[j * 4 + r];
-        }
-      }
-    }
-    m0 += nr;
-  }
-}
-
-// FP8: tile rows hold w * 2^-8; chunk c of x is scaled by the band's s * 256 as
-// scale_x_fp8 scales it.
-void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, int64_t r0, int64_t r1,
-                float* scratch) {
-  const int64_t K = w.cols, chunks = (K + 31) / 32, full = K / 32, kpad = chunks * 32;
-  float* tile = scratch;
-  float* sv = scratch + kTileRows * kpad;
-  batched(
-      w.rows, r0, r1, kpad, batch, y, tile, [](int64_t m) { return (m / 32 + 1) * 32; },
-      [&](int64_t m, float* t) {
-        const uint8_t* wr = w.weight + m * K;
-        for (int64_t c = 0; c < chunks; ++c) {
-          __m512 lo, hi;
-          e4m3x32(wr + c * 32, lanes32(K - c * 32), &lo, &hi);
-          _mm512_storeu_ps(t + c * 32, lo);
-          _mm512_storeu_ps(t + c * 32 + 16, hi);
-        }
-      },
-      [&](int64_t m) {
-        for (int64_t c = 0; c < chunks; ++c) sv[c] = e8m0(w.scale[(m / 32) * chunks + c]) * 256.0f;
-      },
-      [&](int64_t n, int64_t c, __m512* x0, __m512* x1) {
-        const float* p = x + n * K + c * 32;
-        const __m512 s = _mm512_set1_ps(sv[c]);
-        if (c < full) {
-          *x0 = _mm512_mul_ps(_mm512_loadu_ps(p), s);
-          *x1 = _mm512_mul_ps(_mm512_loadu_ps(p + 16), s);
-        } else {
-          *x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - c * 32), p), s);
-          *x1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes16(K - c * 32 - 16), p + 16), s);
-        }
-      });
-}
-
-// FP4: tile rows hold the scaled weights even then odd per block, x is in even/odd order.
-void matmul_fp4(const Fp4Matrix& w, const float* xp, int64_t batch, float* y, int64_t r0,
-                int64_t r1, float* tile) {
-  const int64_t K = w.cols, kbs = K / 32, stride = K / 2;
-  const __m512 table = _mm512_loadu_ps(kE2m1);
-  batched(
-      w.rows, r0, r1, K, batch, y, tile, [&](int64_t) { return w.rows; },
-      [&](int64_t m, float* t) {
-        for (int64_t kb0 = 0; kb0 < kbs; kb0 += 16) {
-          const int64_t nb = min64(16, kbs - kb0);
-          float sc[16];
-          e8m0x16(w.scale + m * kbs + kb0, nb, sc);
-          for (int64_t j = 0; j < nb; ++j) {
-            const int64_t kb = kb0 + j;
-            __m512 ev, od;
-            fp4_block(w.weight + m * stride + kb * 16, sc[j], table, &ev, &od);
-            _mm512_storeu_ps(t + kb * 32, ev);
-            _mm512_storeu_ps(t + kb * 32 + 16, od);
-          }
-        }
-      },
-      [](int64_t) {},
-      [&](int64_t n, int64_t c, __m512* xe, __m512* xo) {
-        *xe = _mm512_loadu_ps(xp + n * K + c * 32);
-        *xo = _mm512_loadu_ps(xp + n * K + c * 32 + 16);
-      });
-}
-
 // ---- BF16 ---------------------------------------------------------------------------------
 //
 // Row m, chunk c: acc0 += w[32c..32c+16) x[..], acc1 += w[32c+16..32c+32) x[..] (FMAs).
@@ -378,28 +233,131 @@ void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t r0, int64_
   }
 }
 
-// BF16: tile rows hold the weights as floats, zero beyond K.
-void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, int64_t r0,
-                 int64_t r1, float* tile) {
+// ---- Batches: the GEMV over up to eight activation rows at a time ---------------------------
+//
+// Each weight chunk is decoded once per eight activation rows, in registers, exactly as the
+// GEMV decodes it, and multiplied with each row (two accumulators per row, the GEMV's chunk
+// order and sum), so every row of a batch equals the GEMV's result bit for bit. Measured on
+// 4096 x 14336, one thread, this beat decoding 16 rows into an L2 tile of floats and reusing
+// it for every activation row (the earlier design) at every batch size tried (8, 32, 512):
+// by 1.0-1.4x at 8 and 32 and 1.4-1.6x at 512.
+
+constexpr int64_t kMultiRows = 8;
+
+template <int NN>
+void fp8_multi(const Fp8Matrix& w, const float* x, int64_t n0, float* y, int64_t r0, int64_t r1,
+               float* xs) {
   const int64_t K = w.cols, chunks = (K + 31) / 32, full = K / 32, kpad = chunks * 32;
-  batched(
-      w.rows, r0, r1, kpad, batch, y, tile, [&](int64_t) { return w.rows; },
-      [&](int64_t m, float* t) {
-        const uint16_t* wr = w.weight + m * K;
-        for (int64_t k = 0; k < kpad; k += 16)
-          _mm512_storeu_ps(t + k, bf16x16(wr + k, lanes16(K - k)));
-      },
-      [](int64_t) {},
-      [&](int64_t n, int64_t c, __m512* x0, __m512* x1) {
-        const float* p = x + n * K + c * 32;
-        if (c < full) {
-          *x0 = _mm512_loadu_ps(p);
-          *x1 = _mm512_loadu_ps(p + 16);
-        } else {
-          *x0 = _mm512_maskz_loadu_ps(lanes16(K - c * 32), p);
-          *x1 = _mm512_maskz_loadu_ps(lanes16(K - c * 32 - 16), p + 16);
+  int64_t band = -1;
+  for (int64_t m = r0; m < r1; ++m) {
+    if (m / 32 != band) {
+      band = m / 32;
+      for (int n = 0; n < NN; ++n) scale_x_fp8(w, x + (n0 + n) * K, band, xs + n * kpad);
+    }
+    const uint8_t* wr = w.weight + m * K;
+    __m512 acc[NN][2];
+    for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+      if ((c & 1) == 0) prefetch(wr + c * 32 + 4096);
+      __m512 lo, hi;
+      if (c < full)
+        e4m3x32(wr + c * 32, &lo, &hi);
+      else
+        e4m3x32(wr + c * 32, lanes32(K - c * 32), &lo, &hi);
+      for (int n = 0; n < NN; ++n) {
+        acc[n][0] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xs + n * kpad + c * 32), acc[n][0]);
+        acc[n][1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xs + n * kpad + c * 32 + 16), acc[n][1]);
+      }
+    }
+    for (int n = 0; n < NN; ++n)
+      y[(n0 + n) * w.rows + m] = hsum16(_mm512_add_ps(acc[n][0], acc[n][1]));
+  }
+}
+
+template <int NN>
+void fp4_multi(const Fp4Matrix& w, const float* xp, int64_t n0, float* y, int64_t r0, int64_t r1) {
+  const int64_t K = w.cols, kbs = K / 32, stride = K / 2;
+  const __m512 table = _mm512_loadu_ps(kE2m1);
+  const float* xn = xp + n0 * K;
+  for (int64_t m = r0; m < r1; ++m) {
+    const uint8_t* wr = w.weight + m * stride;
+    __m512 acc[NN][2];
+    for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
+    for (int64_t kb0 = 0; kb0 < kbs; kb0 += 16) {
+      const int64_t nb = min64(16, kbs - kb0);
+      float sc[16];
+      e8m0x16(w.scale + m * kbs + kb0, nb, sc);
+      for (int64_t j = 0; j < nb; ++j) {
+        const int64_t kb = kb0 + j;
+        if ((kb & 3) == 0) prefetch(wr + stride + kb * 16);
+        __m512 ev, od;
+        fp4_block(wr + kb * 16, sc[j], table, &ev, &od);
+        for (int n = 0; n < NN; ++n) {
+          acc[n][0] = _mm512_fmadd_ps(ev, _mm512_loadu_ps(xn + n * K + kb * 32), acc[n][0]);
+          acc[n][1] = _mm512_fmadd_ps(od, _mm512_loadu_ps(xn + n * K + kb * 32 + 16), acc[n][1]);
         }
-      });
+      }
+    }
+    for (int n = 0; n < NN; ++n)
+      y[(n0 + n) * w.rows + m] = hsum16(_mm512_add_ps(acc[n][0], acc[n][1]));
+  }
+}
+
+template <int NN>
+void bf16_multi(const Bf16Matrix& w, const float* x, int64_t n0, float* y, int64_t r0, int64_t r1) {
+  const int64_t K = w.cols, chunks = (K + 31) / 32, full = K / 32;
+  const float* xn = x + n0 * K;
+  for (int64_t m = r0; m < r1; ++m) {
+    const uint16_t* wr = w.weight + m * K;
+    __m512 acc[NN][2];
+    for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t k = c * 32;
+      prefetch(wr + k + 2048);
+      const __mmask16 m0 = c < full ? __mmask16(0xFFFF) : lanes16(K - k),
+                      m1 = c < full ? __mmask16(0xFFFF) : lanes16(K - k - 16);
+      const __m512 lo = bf16x16(wr + k, m0), hi = bf16x16(wr + k + 16, m1);
+      for (int n = 0; n < NN; ++n) {
+        acc[n][0] = _mm512_fmadd_ps(lo, _mm512_maskz_loadu_ps(m0, xn + n * K + k), acc[n][0]);
+        acc[n][1] = _mm512_fmadd_ps(hi, _mm512_maskz_loadu_ps(m1, xn + n * K + k + 16), acc[n][1]);
+      }
+    }
+    for (int n = 0; n < NN; ++n)
+      y[(n0 + n) * w.rows + m] = hsum16(_mm512_add_ps(acc[n][0], acc[n][1]));
+  }
+}
+
+// Calls fn(integral NN) for activation rows [0, batch) in groups of up to eight.
+template <class Fn>
+void in_groups_of_eight(int64_t batch, const Fn& fn) {
+  for (int64_t n0 = 0; n0 < batch; n0 += kMultiRows) {
+    switch (min64(kMultiRows, batch - n0)) {
+      case 1:
+        fn.template operator()<1>(n0);
+        break;
+      case 2:
+        fn.template operator()<2>(n0);
+        break;
+      case 3:
+        fn.template operator()<3>(n0);
+        break;
+      case 4:
+        fn.template operator()<4>(n0);
+        break;
+      case 5:
+        fn.template operator()<5>(n0);
+        break;
+      case 6:
+        fn.template operator()<6>(n0);
+        break;
+      case 7:
+        fn.template operator()<7>(n0);
+        break;
+      default:
+        fn.template operator()<8>(n0);
+        break;
+    }
+  }
 }
 
 }  // namespace
@@ -409,15 +367,16 @@ void fp8_rows(const Fp8Matrix& w, const float* x, int64_t batch, float* y, int64
   if (batch == 1)
     gemv_fp8(w, x, y, r0, r1, scratch);
   else
-    matmul_fp8(w, x, batch, y, r0, r1, scratch);
+    in_groups_of_eight(batch,
+                       [&]<int NN>(int64_t n0) { fp8_multi<NN>(w, x, n0, y, r0, r1, scratch); });
 }
 
-void bf16_rows(const Bf16Matrix& w, const float* x, int64_t batch, float* y, int64_t r0, int64_t r1,
-               float* scratch) {
+void bf16_rows(const Bf16Matrix& w, const float* x, int64_t batch, float* y, int64_t r0,
+               int64_t r1) {
   if (batch == 1)
     gemv_bf16(w, x, y, r0, r1);
   else
-    matmul_bf16(w, x, batch, y, r0, r1, scratch);
+    in_groups_of_eight(batch, [&]<int NN>(int64_t n0) { bf16_multi<NN>(w, x, n0, y, r0, r1); });
 }
 
 void fp4_even_odd(const float* x, int64_t batch, int64_t cols, float* xp) {
@@ -430,12 +389,12 @@ void fp4_even_odd(const float* x, int64_t batch, int64_t cols, float* xp) {
   }
 }
 
-void fp4_rows(const Fp4Matrix& w, const float* xp, int64_t batch, float* y, int64_t r0, int64_t r1,
-              float* scratch) {
+void fp4_rows(const Fp4Matrix& w, const float* xp, int64_t batch, float* y, int64_t r0,
+              int64_t r1) {
   if (batch == 1)
     gemv_fp4(w, xp, y, r0, r1);
   else
-    matmul_fp4(w, xp, batch, y, r0, r1, scratch);
+    in_groups_of_eight(batch, [&]<int NN>(int64_t n0) { fp4_multi<NN>(w, xp, n0, y, r0, r1); });
 }
 
 }  // namespace fathom::kernels::cpu::avx512

@@ -848,6 +848,38 @@ std::string Server::Impl::metrics_text() {
   gauge("fathom_swa_replay_tokens_total", "Prompt tokens recomputed by SWA bounded replay",
         double(e.replayed_tokens), "counter");
   gauge("fathom_prefix_cache_blocks", "Prefix-cache blocks held", double(e.prefix_blocks));
+  if (e.store_on) {
+    // The KV store below the prefix cache, by tier.
+    const std::string tier = std::string("{tier=\"") + e.store_tier + "\"}";
+    auto store = [&](const char* name, const char* help, int64_t v, const char* type) {
+      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+        << name << tier << " " << v << "\n";
+    };
+    const kv::StoreStats& st = e.store;
+    store("fathom_kv_store_hits_total", "Blocks read back from the KV store and used",
+          e.store_hit_blocks, "counter");
+    store("fathom_kv_store_misses_total",
+          "Admissions that looked in the KV store past the prefix cache and found no block",
+          e.store_misses, "counter");
+    store("fathom_kv_store_corrupt_total",
+          "KV store objects that failed their checks (recomputed and removed)", e.store_corrupt,
+          "counter");
+    store("fathom_kv_store_read_bytes_total", "Bytes read from the KV store", st.bytes_read,
+          "counter");
+    store("fathom_kv_store_written_bytes_total", "Bytes written to the KV store", st.bytes_written,
+          "counter");
+    store("fathom_kv_store_writes_total", "Objects written to the KV store", st.writes, "counter");
+    store("fathom_kv_store_dropped_writes_total",
+          "KV store writes dropped because the write queue was full", st.dropped_writes, "counter");
+    store("fathom_kv_store_write_errors_total", "KV store writes that failed", st.write_errors,
+          "counter");
+    store("fathom_kv_store_evictions_total", "KV store objects evicted for the byte budget",
+          st.evictions, "counter");
+    store("fathom_kv_store_objects", "Objects held by the KV store", st.objects, "gauge");
+    store("fathom_kv_store_bytes", "Bytes held by the KV store", st.bytes, "gauge");
+    store("fathom_kv_store_queued_bytes", "Bytes waiting to be written to the KV store",
+          st.queued_bytes, "gauge");
+  }
   const http::HttpServer::Stats h = http.stats();
   gauge("fathom_http_connections", "Open HTTP connections", double(h.connections));
   gauge("fathom_http_connections_total", "Accepted HTTP connections", double(h.accepted),

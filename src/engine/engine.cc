@@ -78,7 +78,6 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   stats_.kv_page_bytes = pool_->page_bytes();
   if (!cache_on_) opt_.store = nullptr;
   stats_.store_on = opt_.store != nullptr;
-  if (opt_.store) stats_.store_tier = opt_.store->tier_name();
   if (opt_.store) fingerprint_ = runner.fingerprint();
   SchedulerOptions so;
   so.max_step_tokens = opt_.max_step_tokens;
@@ -181,7 +180,7 @@ Engine::Health Engine::health() const {
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats s = stats_;
-  if (opt_.store) s.store = opt_.store->stats();
+  if (opt_.store) s.store_tiers = opt_.store->tier_stats();
   return s;
 }
 

@@ -95,9 +95,8 @@ struct EngineStats {
   // past the prefix cache and found nothing to use; objects that failed their checks (each
   // recomputed and removed from the store); the tier's own counters.
   bool store_on = false;
-  const char* store_tier = "";  // the tier's name ("disk")
   int64_t store_hit_blocks = 0, store_misses = 0, store_corrupt = 0;
-  kv::StoreStats store;
+  std::vector<std::pair<std::string, kv::StoreStats>> store_tiers;  // by tier: "disk", "redis"
 };
 
 class Engine {

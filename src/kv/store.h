@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "kv/block_format.h"
@@ -62,6 +64,10 @@ class Store {
   // Waits until every queued write is done (tests; shutdown).
   virtual void flush() = 0;
   virtual StoreStats stats() const = 0;
+  // Each tier's name and counters (one entry for a single tier).
+  virtual std::vector<std::pair<std::string, StoreStats>> tier_stats() const {
+    return {{tier_name(), stats()}};
+  }
   // "disk", "redis", ...
   virtual const char* tier_name() const = 0;
 };

@@ -47,9 +47,10 @@ async function withServer(args, fn) {
   };
   const metric = async (name) => {
     const text = await (await fetch(base + '/metrics')).text();
-    const m = text.match(new RegExp('^' + name + '\\{tier="disk"\\} (\\d+)$', 'm'));
+    // The engine's counters have no label; each tier's have tier="disk".
+    const m = text.match(new RegExp('^' + name + '(\\{tier="disk"\\})? (\\d+)$', 'm'));
     assert.ok(m, name + ' missing from /metrics');
-    return Number(m[1]);
+    return Number(m[2]);
   };
   try {
     return await fn(run, metric);

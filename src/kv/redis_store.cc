@@ -4,6 +4,7 @@
 #include <sys/time.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <map>
 
@@ -202,6 +203,7 @@ struct RedisClusterStore::Client {
       node = err.substr(sp + 1);
       if (moved) owner[size_t(slot)] = node_index(node);
       asking = ask;
+      redirects.fetch_add(1, std::memory_order_relaxed);
     }
     return io_error("redis: too many redirections for slot " + std::to_string(slot));
   }
@@ -211,6 +213,7 @@ struct RedisClusterStore::Client {
   std::array<int, kSlots> owner;
   std::map<std::string, redisContext*> conns;
   std::map<std::string, Clock::time_point> down_until;
+  std::atomic<int64_t> redirects{0};  // read by stats() from any thread
 };
 
 RedisClusterStore::RedisClusterStore(RedisStoreOptions options) : opt_(std::move(options)) {}
@@ -303,7 +306,10 @@ void RedisClusterStore::flush() {
 
 StoreStats RedisClusterStore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  StoreStats s = stats_;
+  s.redirects = reader_->redirects.load(std::memory_order_relaxed) +
+                writer_client_->redirects.load(std::memory_order_relaxed);
+  return s;
 }
 
 void RedisClusterStore::writer_loop() {

@@ -29,7 +29,7 @@ namespace fathom::kv {
 struct RedisStoreOptions {
   std::vector<std::string> nodes;            // "host:port" of any cluster nodes (seeds)
   int64_t queue_bytes = int64_t(256) << 20;  // writes waiting at most
-  int timeout_ms = 1000;                     // connect and command timeout
+  int timeout_ms = 250;                      // connect and command timeout
 };
 
 // "h1:p1,h2:p2" -> {"h1:p1", "h2:p2"}; kInvalidArgument for anything else.

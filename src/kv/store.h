@@ -47,6 +47,7 @@ struct StoreStats {
   int64_t erased = 0;              // objects removed by erase() (corrupt ones)
   int64_t objects = 0, bytes = 0;  // held now
   int64_t queued_bytes = 0;        // waiting to be written
+  int64_t redirects = 0;           // commands sent again elsewhere (Redis MOVED/ASK)
 };
 
 class Store {

@@ -56,6 +56,7 @@ StoreStats TieredStore::stats() const {
     s.objects += x.objects;
     s.bytes += x.bytes;
     s.queued_bytes += x.queued_bytes;
+    s.redirects += x.redirects;
   }
   return s;
 }

@@ -886,6 +886,9 @@ std::string Server::Impl::metrics_text() {
     tiers("fathom_kv_store_objects", "Objects held by a KV store tier (disk)", "gauge",
           &S::objects);
     tiers("fathom_kv_store_bytes", "Bytes held by a KV store tier (disk)", "gauge", &S::bytes);
+    tiers("fathom_kv_store_redirects_total",
+          "KV store commands sent again to another node (Redis Cluster MOVED and ASK)", "counter",
+          &S::redirects);
     tiers("fathom_kv_store_queued_bytes", "Bytes waiting to be written to a KV store tier", "gauge",
           &S::queued_bytes);
   }

@@ -2,9 +2,11 @@
 //   - the test starts a Redis Cluster of three masters on loopback (redis-server in cluster
 //     mode, `redis-cli --cluster create`);
 //   - the truth: a server with no prefix cache and no store;
-//   - server A (--kv-store-redis) answers a long prompt cold; server B, on another port with
-//     the same --kv-store-redis, then gets a hit (cached tokens >= the prompt rounded down to
-//     128 less a block) with the identical answer;
+//   - server A (--kv-store-redis) answers a long prompt cold; 4,000 slots then move (with
+//     their keys) from one master to another, so server B, started before on another port
+//     with the same --kv-store-redis, has a stale slot map: it follows MOVED and gets a hit
+//     (cached tokens >= the prompt rounded down to 128 less a block) with the identical
+//     answer;
 //   - the objects in Redis are damaged (bytes overwritten, truncated, replaced): a fresh
 //     server still gives the identical answer and counts the corrupt objects;
 //   - one master is killed: every request to both servers still completes, identically.
@@ -137,12 +139,25 @@ async function drained(s) {
       assert.equal(r.cached, 0);
       await drained(a);
     });
+    await check('slots moved between masters (keys migrated): B follows MOVED', async () => {
+      const id = (p) => redisCli(['-p', String(p), 'CLUSTER', 'MYID']).trim();
+      // Most of the first master's slots, with their keys, to the second; B's slot map is stale.
+      redisCli(['--cluster', 'reshard', '127.0.0.1:' + ports[0], '--cluster-from', id(ports[0]),
+        '--cluster-to', id(ports[1]), '--cluster-slots', '4000', '--cluster-yes']);
+      for (let i = 0; ; i++) {
+        const ok = ports.every((p) => /cluster_state:ok/.test(redisCli(['-p', String(p), 'CLUSTER', 'INFO'])));
+        if (ok) break;
+        if (i > 200) throw new Error('the cluster did not settle after the reshard');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    });
     await check('server B: a hit from Redis, identical', async () => {
       const r = await b.run(body(prompts.one));
       assert.ok(r.cached >= minCached, `cached ${r.cached} < ${minCached}`);
       assert.equal(r.ids, want.one);
       assert.ok(await b.metric('fathom_kv_store_hits_total') >= minCached / 128);
       assert.equal(await b.metric('fathom_kv_store_corrupt_total'), 0);
+      assert.ok(await b.metric('fathom_kv_store_redirects_total', 'redis') > 0, 'no MOVED followed');
     });
     await check('damaged objects in Redis: detected, counted, recomputed, identical', async () => {
       let i = 0;

@@ -262,9 +262,22 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
   if (b <= s.cache_blocks) return;  // a replayed block: already cached
   const uint64_t hash = s.block_hashes[size_t(b - 1)];
   const uint64_t parent = b > 1 ? s.block_hashes[size_t(b - 2)] : 0;
-  if (cache_.touch(hash)) return;
+  const bool side = !opt_.swa_bounded_replay;
+  if (cache_.touch(hash)) {
+    // Cached without its window state (read back from the store, or dropped for room): it
+    // gets it now that a sequence stands at its end again.
+    const CachedBlock* have = cache_.find(hash);
+    if (!side || have->has_side_object() || pool_->available() < pages_promised) return;
+    auto again = runner_.export_block(*s.state, B, true);
+    if (!again.is_ok() || !(*again)->has_side_object()) return;
+    if (pool_->available() < pages_promised) return;  // the copy took pages promised elsewhere
+    const CachedBlock* cached = again->get();
+    cache_.replace(hash, std::move(*again));
+    if (opt_.store) store_block(s, b, *cached);
+    return;
+  }
   if (b > 1 && !cache_.contains(parent)) return;  // an orphan could never be reached
-  auto block = runner_.export_block(*s.state, B, !opt_.swa_bounded_replay);
+  auto block = runner_.export_block(*s.state, B, side);
   if (!block.is_ok()) return;
   // A side object may not take pages the rest of the step was promised: without it the block
   // is still a valid chain link.

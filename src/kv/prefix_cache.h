@@ -55,6 +55,11 @@ class PrefixCache {
   // True when `hash` is cached (and marks it used).
   bool touch(uint64_t hash);
   bool contains(uint64_t hash) const { return entries_.count(hash) != 0; }
+  // The block cached under `hash`, or null.
+  const CachedBlock* find(uint64_t hash) const;
+  // Replaces the block cached under `hash` by another of the same tokens (e.g. one that also
+  // has its side object); its place in the chain stays. REQUIRES: hash cached.
+  void replace(uint64_t hash, std::unique_ptr<CachedBlock> block);
   // Caches block number `index` (1-based) of a chain under `parent` (the previous block's
   // hash; ignored for block 1). REQUIRES: hash not cached; for index > 1, parent cached.
   void insert(uint64_t hash, uint64_t parent, int64_t index, std::unique_ptr<CachedBlock> block);

@@ -342,6 +342,13 @@ engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<i
     g.seeded = true;
   }
   g.ignore_eos = s.ignore_eos;
+  if (!s.cache_salt.empty()) {
+    // A stable hash (the KV store shares keys between processes and machines), never 0.
+    kv::FingerprintBuilder fb;
+    fb.add("fathom-tenant");
+    fb.add(s.cache_salt);
+    g.cache_salt = fb.finish().lo | 1;
+  }
   // Default and cap: what the context leaves after the prompt.
   const int64_t room = std::max<int64_t>(1, opt.context_length - int64_t(g.prompt.size()));
   const int64_t fallback = opt.default_max_tokens > 0 ? opt.default_max_tokens : room;

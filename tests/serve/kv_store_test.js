@@ -4,7 +4,8 @@
 //   - a server with --kv-store-dir answers it cold, is stopped (SIGTERM) and restarted on the
 //     same directory: each answer after a restart reports cached tokens >= the prompt rounded
 //     down to 128 tokens less one block, and equals the truth (greedy and seeded, each from
-//     the disk, one restart each);
+//     the disk, one restart each), while a request of another tenant (cache_salt) gets no
+//     hit;
 //   - the files are then damaged (bytes flipped, truncated, one object's bytes under another's
 //     name): the answer after a restart still equals the truth, and /metrics counts the
 //     corrupt objects.
@@ -95,6 +96,16 @@ function objectFiles() {
       assert.ok(await metric('fathom_kv_store_hits_total') >= minCached / 128);
       assert.ok(await metric('fathom_kv_store_read_bytes_total') > 0);
       assert.equal(await metric('fathom_kv_store_corrupt_total'), 0);
+      if (kind === 'seeded') {
+        // Another tenant (vLLM's cache_salt; OpenAI's user works the same) shares nothing: a
+        // 512-token prefix of the prompt hits for its own tenant (3 blocks: the last token
+        // always runs), never for another.
+        const head = { ...requests.greedy, prompt: prompt.slice(0, 512), max_tokens: 2 };
+        await run(head);
+        assert.equal((await run(head)).cached, 384);
+        assert.equal((await run({ ...head, cache_salt: 'tenant-b' })).cached, 0);
+        assert.equal((await run({ ...head, cache_salt: 'tenant-b' })).cached, 384);
+      }
     }));
   }
 

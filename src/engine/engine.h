@@ -91,8 +91,8 @@ struct EngineStats {
   double plan_seconds = 0, body_seconds = 0, head_seconds = 0, sample_seconds = 0, post_seconds = 0;
   int64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0,
           preemptions = 0;
-  // The KV store (when there is one): blocks read from it and used; admissions that looked
-  // past the prefix cache and found nothing to use; objects that failed their checks (each
+  // The KV store (when there is one): blocks read from it into the prefix cache; admissions that
+  // looked past the prefix cache and found nothing to use; objects that failed their checks (each
   // recomputed and removed from the store); the tier's own counters.
   bool store_on = false;
   int64_t store_hit_blocks = 0, store_misses = 0, store_corrupt = 0;

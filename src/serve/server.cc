@@ -858,7 +858,7 @@ std::string Server::Impl::metrics_text() {
   if (e.store_on) {
     // The KV store below the prefix cache: what the engine made of it, then each tier's own
     // counters.
-    gauge("fathom_kv_store_hits_total", "Blocks read back from the KV store and used",
+    gauge("fathom_kv_store_hits_total", "Blocks read back from the KV store into the prefix cache",
           double(e.store_hit_blocks), "counter");
     gauge("fathom_kv_store_misses_total",
           "Admissions that looked in the KV store past the prefix cache and found no block",

@@ -5,7 +5,7 @@
 //   L1    — the same request again (the in-process prefix cache);
 //   L2    — after a restart on the same directory (the disk);
 //   L3    — (with REDIS) a server with --kv-store-redis only, which never saw the prompt;
-// best of REPEAT runs each (cold on a new directory each time), plus the bytes the store read
+// best of REPEAT runs each (a new prompt and directory each time), plus the bytes the store read
 // per hit and the disk tier's read rate. Prints one JSON object. Start a Redis Cluster
 // yourself for L3 (shared/spec/dependencies.md §4.2), e.g. REDIS=127.0.0.1:17001,...
 // Usage: node bench/kv_store_ttft.js FATHOM [TOKENS] [REPEAT] [MODEL]
@@ -19,11 +19,16 @@ const [fathom, tokensArg, repeatArg, model] = process.argv.slice(2);
 const N = Number(tokensArg || 2048);
 const repeat = Number(repeatArg || 3);
 const redis = process.env.REDIS || '';
-const prompt = [];
-for (let i = 0, s = 99991; i < N; i++) {
-  s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-  prompt.push(s % 32000);
+// A prompt of its own for each run, so that no run finds another's blocks in Redis.
+function makePrompt(seed) {
+  const p = [];
+  for (let i = 0, s = seed; i < N; i++) {
+    s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    p.push(s % 32000);
+  }
+  return p;
 }
+let prompt = [];
 
 async function withServer(args, fn) {
   const { proc, port } = await startServer(fathom, [...(model ? [model] : []), ...args]);
@@ -52,6 +57,7 @@ async function withServer(args, fn) {
   const best = { cold: Infinity, l1: Infinity, l2: Infinity, l3: Infinity };
   const out = { tokens: N, repeat };
   for (let r = 0; r < repeat; r++) {
+    prompt = makePrompt(99991 + 7919 * r + (process.pid % 1000) * 104729);
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fathom-kv-bench-'));
     const store = ['--kv-store-dir', dir, ...(redis ? ['--kv-store-redis', redis] : [])];
     await withServer(store, async (ask) => {

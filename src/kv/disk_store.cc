@@ -66,18 +66,13 @@ Result<std::unique_ptr<DiskStore>> DiskStore::open(const DiskStoreOptions& optio
   if (options.budget_bytes <= 0) return invalid_argument("the KV store's disk budget must be > 0");
   auto s = std::unique_ptr<DiskStore>(new DiskStore(options));
   FATHOM_RETURN_IF_ERROR(s->rebuild_index());
-  s->writer_ = std::thread([p = s.get()] { p->writer_loop(); });
+  s->writes_ = std::make_unique<WriteQueue>(
+      options.queue_bytes,
+      [p = s.get()](const StoreKey& k, const std::string& v) { return p->write_object(k, v); });
   return s;
 }
 
-DiskStore::~DiskStore() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
-}
+DiskStore::~DiskStore() = default;
 
 std::string DiskStore::path_of(const StoreKey& key) const {
   const std::string h = key.hex();
@@ -151,8 +146,11 @@ void DiskStore::evict_over_budget() {
 }
 
 bool DiskStore::contains(const StoreKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return index_.count(key) != 0 || queued_.count(key) != 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index_.count(key) != 0) return true;
+  }
+  return writes_->pending(key);
 }
 
 Result<std::string> DiskStore::get(const StoreKey& key) {
@@ -181,20 +179,12 @@ Result<std::string> DiskStore::get(const StoreKey& key) {
 }
 
 bool DiskStore::put(const StoreKey& key, std::string value) {
-  {
+  if (int64_t(value.size()) > opt_.budget_bytes) {  // could never be kept
     std::lock_guard<std::mutex> lock(mu_);
-    if (queued_.count(key)) return true;
-    if (stats_.queued_bytes + int64_t(value.size()) > opt_.queue_bytes ||
-        int64_t(value.size()) > opt_.budget_bytes) {
-      ++stats_.dropped_writes;
-      return false;
-    }
-    stats_.queued_bytes += int64_t(value.size());
-    queued_.insert(key);
-    queue_.emplace_back(key, std::move(value));
+    ++stats_.dropped_writes;
+    return false;
   }
-  cv_.notify_all();
-  return true;
+  return writes_->push(key, std::move(value));
 }
 
 void DiskStore::erase(const StoreKey& key) {
@@ -203,62 +193,53 @@ void DiskStore::erase(const StoreKey& key) {
   index_remove(key);
 }
 
-void DiskStore::flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
-}
+void DiskStore::flush() { writes_->flush(); }
 
 StoreStats DiskStore::stats() const {
+  const WriteQueue::Stats w = writes_->stats();
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  StoreStats s = stats_;
+  s.queued_bytes = w.queued_bytes;
+  s.dropped_writes += w.dropped;
+  s.writes = w.writes;
+  s.write_errors = w.errors;
+  s.bytes_written = w.bytes_written;
+  return s;
 }
 
-void DiskStore::writer_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) break;  // stop_ with nothing left to write
-    auto [key, value] = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
-    lock.unlock();
-    const std::string final_path = path_of(key);
-    const std::string tmp =
-        opt_.dir + "/tmp/" + key.hex() + "." + std::to_string(++tmp_counter_) + ".tmp";
-    Status st = Status::ok();
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      st = io_error(tmp + ": " + std::strerror(errno));
-    } else {
-      st = write_all(fd, value);
-      if (::close(fd) != 0 && st.is_ok()) st = io_error(tmp + ": " + std::strerror(errno));
-    }
-    if (st.is_ok()) {
-      std::error_code ec;
-      fs::create_directories(fs::path(final_path).parent_path(), ec);
-      if (::rename(tmp.c_str(), final_path.c_str()) != 0)
-        st = io_error(final_path + ": " + std::strerror(errno));
-    }
-    if (!st.is_ok()) {
-      ::unlink(tmp.c_str());
-      log_warn("kv store: write failed (the block stays uncached on disk): " + st.message());
-    }
-    lock.lock();
-    stats_.queued_bytes -= int64_t(value.size());
-    queued_.erase(key);
-    if (st.is_ok()) {
-      index_put(key, int64_t(value.size()));
-      ++stats_.writes;
-      stats_.bytes_written += int64_t(value.size());
-      evict_over_budget();
-    } else {
-      ++stats_.write_errors;
-    }
-    writing_ = false;
-    if (queue_.empty()) idle_cv_.notify_all();
+Status DiskStore::write_object(const StoreKey& key, const std::string& value) {
+  const std::string final_path = path_of(key);
+  const std::string tmp =
+      opt_.dir + "/tmp/" + key.hex() + "." + std::to_string(++tmp_counter_) + ".tmp";
+  Status st = Status::ok();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    st = io_error(tmp + ": " + std::strerror(errno));
+  } else {
+    st = write_all(fd, value);
+    if (::close(fd) != 0 && st.is_ok()) st = io_error(tmp + ": " + std::strerror(errno));
   }
-  writing_ = false;
-  idle_cv_.notify_all();
+  if (st.is_ok()) {
+    std::error_code ec;
+    fs::create_directories(fs::path(final_path).parent_path(), ec);
+    if (::rename(tmp.c_str(), final_path.c_str()) != 0)
+      st = io_error(final_path + ": " + std::strerror(errno));
+  }
+  // One line when writes start failing (a full disk) and one when they work again.
+  if (!st.is_ok()) {
+    ::unlink(tmp.c_str());
+    if (!writes_failing_)
+      log_warn("kv store: disk writes fail (blocks stay uncached there until they work): " +
+               st.message());
+    writes_failing_ = true;
+    return st;
+  }
+  if (writes_failing_) log_info("kv store: disk writes work again");
+  writes_failing_ = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  index_put(key, int64_t(value.size()));
+  evict_over_budget();
+  return Status::ok();
 }
 
 }  // namespace fathom::kv

@@ -12,18 +12,15 @@
 // caller's thread. The destructor finishes the queued writes.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "kv/store.h"
+#include "kv/write_queue.h"
 
 namespace fathom::kv {
 
@@ -55,7 +52,8 @@ class DiskStore final : public Store {
  private:
   explicit DiskStore(DiskStoreOptions options);
   Status rebuild_index();
-  void writer_loop();
+  // The writer thread's write: DIR/tmp/, then renamed into place and indexed.
+  Status write_object(const StoreKey& key, const std::string& value);
   // REQUIRES: mu_ held. Adds or replaces an index entry as the most recently used.
   void index_put(const StoreKey& key, int64_t bytes);
   // REQUIRES: mu_ held. Removes the entry and its file.
@@ -64,19 +62,16 @@ class DiskStore final : public Store {
 
   const DiskStoreOptions opt_;
   mutable std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
   struct Entry {
     int64_t bytes = 0;
     std::list<StoreKey>::iterator lru;  // position in lru_ (front = least recently used)
   };
   std::unordered_map<StoreKey, Entry, StoreKeyHash> index_;  // guarded by mu_
   std::list<StoreKey> lru_;                                  // guarded by mu_
-  std::deque<std::pair<StoreKey, std::string>> queue_;       // guarded by mu_
-  std::unordered_set<StoreKey, StoreKeyHash> queued_;        // guarded by mu_
-  bool writing_ = false, stop_ = false;                      // guarded by mu_
-  uint64_t tmp_counter_ = 0;                                 // writer thread only
-  StoreStats stats_;                                         // guarded by mu_
-  std::thread writer_;
+  StoreStats stats_;                    // guarded by mu_: all but the write queue's counters
+  uint64_t tmp_counter_ = 0;            // writer thread only
+  bool writes_failing_ = false;         // writer thread only
+  std::unique_ptr<WriteQueue> writes_;  // last: its thread stops first
 };
 
 }  // namespace fathom::kv

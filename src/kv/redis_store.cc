@@ -227,24 +227,16 @@ Result<std::unique_ptr<RedisClusterStore>> RedisClusterStore::open(
   if (!s->reader_->refresh())
     return io_error("no Redis Cluster node answers CLUSTER SLOTS among the nodes given");
   s->writer_client_->refresh();
-  s->writer_ = std::thread([p = s.get()] { p->writer_loop(); });
+  s->writes_ = std::make_unique<WriteQueue>(
+      options.queue_bytes,
+      [p = s.get()](const StoreKey& k, const std::string& v) { return p->write_object(k, v); });
   return s;
 }
 
-RedisClusterStore::~RedisClusterStore() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (writer_.joinable()) writer_.join();
-}
+RedisClusterStore::~RedisClusterStore() = default;
 
 bool RedisClusterStore::contains(const StoreKey& key) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (queued_.count(key)) return true;
-  }
+  if (writes_->pending(key)) return true;
   const std::string k = object_key(key);
   std::lock_guard<std::mutex> lock(read_mu_);
   auto r = reader_->run(k, {"EXISTS", k});
@@ -274,19 +266,7 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key) {
 }
 
 bool RedisClusterStore::put(const StoreKey& key, std::string value) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (queued_.count(key)) return true;
-    if (stats_.queued_bytes + int64_t(value.size()) > opt_.queue_bytes) {
-      ++stats_.dropped_writes;
-      return false;
-    }
-    stats_.queued_bytes += int64_t(value.size());
-    queued_.insert(key);
-    queue_.emplace_back(key, std::move(value));
-  }
-  cv_.notify_all();
-  return true;
+  return writes_->push(key, std::move(value));
 }
 
 void RedisClusterStore::erase(const StoreKey& key) {
@@ -299,51 +279,37 @@ void RedisClusterStore::erase(const StoreKey& key) {
   }
 }
 
-void RedisClusterStore::flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
-}
+void RedisClusterStore::flush() { writes_->flush(); }
 
 StoreStats RedisClusterStore::stats() const {
+  const WriteQueue::Stats w = writes_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   StoreStats s = stats_;
+  s.queued_bytes = w.queued_bytes;
+  s.dropped_writes = w.dropped;
+  s.writes = w.writes;
+  s.write_errors = w.errors;
+  s.bytes_written = w.bytes_written;
   s.redirects = reader_->redirects.load(std::memory_order_relaxed) +
                 writer_client_->redirects.load(std::memory_order_relaxed);
   return s;
 }
 
-void RedisClusterStore::writer_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) break;
-    auto [key, value] = std::move(queue_.front());
-    queue_.pop_front();
-    writing_ = true;
-    lock.unlock();
-    const std::string k = object_key(key);
-    auto r = writer_client_->run(k, {"SET", k, value});
-    const bool ok = r.is_ok() && (*r)->type == REDIS_REPLY_STATUS;
-    // One line when writes start failing and one when they work again, not one a block.
-    if (!ok && !writes_failing_)
-      log_warn("kv store: redis writes fail (blocks stay uncached there until they work): " +
-               (r.is_ok() ? std::string("unexpected reply") : r.status().message()));
-    if (ok && writes_failing_) log_info("kv store: redis writes work again");
-    writes_failing_ = !ok;
-    lock.lock();
-    stats_.queued_bytes -= int64_t(value.size());
-    queued_.erase(key);
-    if (ok) {
-      ++stats_.writes;
-      stats_.bytes_written += int64_t(value.size());
-    } else {
-      ++stats_.write_errors;
-    }
-    writing_ = false;
-    if (queue_.empty()) idle_cv_.notify_all();
-  }
-  writing_ = false;
-  idle_cv_.notify_all();
+Status RedisClusterStore::write_object(const StoreKey& key, const std::string& value) {
+  const std::string k = object_key(key);
+  auto r = writer_client_->run(k, {"SET", k, value});
+  Status st = Status::ok();
+  if (!r.is_ok())
+    st = r.status();
+  else if ((*r)->type != REDIS_REPLY_STATUS)
+    st = io_error("redis: unexpected reply to SET");
+  // One line when writes start failing and one when they work again, not one a block.
+  if (!st.is_ok() && !writes_failing_)
+    log_warn("kv store: redis writes fail (blocks stay uncached there until they work): " +
+             st.message());
+  if (st.is_ok() && writes_failing_) log_info("kv store: redis writes work again");
+  writes_failing_ = !st.is_ok();
+  return st;
 }
 
 }  // namespace fathom::kv

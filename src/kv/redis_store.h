@@ -12,17 +12,14 @@
 // connections. The destructor finishes the queued writes it can.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "kv/store.h"
+#include "kv/write_queue.h"
 
 namespace fathom::kv {
 
@@ -58,7 +55,8 @@ class RedisClusterStore final : public Store {
 
  private:
   explicit RedisClusterStore(RedisStoreOptions options);
-  void writer_loop();
+  // The writer thread's write: SET on the key's master.
+  Status write_object(const StoreKey& key, const std::string& value);
 
   const RedisStoreOptions opt_;
   std::mutex read_mu_;
@@ -67,12 +65,8 @@ class RedisClusterStore final : public Store {
   std::unique_ptr<Client> writer_client_;  // writer thread only
   bool writes_failing_ = false;            // writer thread only
   mutable std::mutex mu_;
-  std::condition_variable cv_, idle_cv_;
-  std::deque<std::pair<StoreKey, std::string>> queue_;  // guarded by mu_
-  std::unordered_set<StoreKey, StoreKeyHash> queued_;   // guarded by mu_
-  bool writing_ = false, stop_ = false;                 // guarded by mu_
-  StoreStats stats_;                                    // guarded by mu_
-  std::thread writer_;
+  StoreStats stats_;                    // guarded by mu_: reads (the write queue counts writes)
+  std::unique_ptr<WriteQueue> writes_;  // last: its thread stops first
 };
 
 }  // namespace fathom::kv

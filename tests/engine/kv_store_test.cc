@@ -205,6 +205,30 @@ TEST_F(EngineKvStore, AnotherModelsBlocksAreNeverUsed) {
   EXPECT_GE(e.stats().store_corrupt, 1);
 }
 
+TEST_F(EngineKvStore, BoundedReplayHitsFromTheStoreAsFromTheCache) {
+  // With swa_bounded_replay no window objects exist: a hit replays the last window, an
+  // approximation — the same one from the store as from the in-process cache.
+  EngineOptions o = options(nullptr);
+  o.swa_bounded_replay = true;
+  std::vector<int32_t> warm_l1;
+  {
+    auto store = open();
+    o.store = store.get();
+    Engine e(runner(), o, -1);
+    ask(e, p_, false);
+    const Answer warm = ask(e, p_, false);
+    EXPECT_GT(warm.cached, 0);
+    warm_l1 = warm.tokens;
+  }
+  auto store = open();
+  o.store = store.get();
+  Engine e(runner(), o, -1);
+  const Answer a = ask(e, p_, false);
+  EXPECT_GT(a.cached, 0);
+  EXPECT_EQ(a.tokens, warm_l1);
+  EXPECT_GT(e.stats().store_hit_blocks, 0);
+}
+
 // The model-level checks of a decoded block, object by object.
 TEST(KvStoreObjects, TheModelRejectsWrongTokensShapesAndWindows) {
   const ModelRunner& r = runner();

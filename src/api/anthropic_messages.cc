@@ -149,9 +149,7 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
         return bad(where + ".name: must be 1-128 characters of [A-Za-z0-9_-]");
       if (!names.insert(name->text).second)
         return bad(where + ".name: duplicate tool name '" + name->text + "'");
-      if (const Value* s = field(t, "strict"); s && s->kind == Value::Kind::kBool && s->boolean)
-        return bad(where +
-                   ".strict: strict tool input (constrained decoding) is not supported yet");
+      FATHOM_RETURN_IF_ERROR(read_strict_tool(t, where + ".strict", name->text, req));
       const Value* schema = field(t, "input_schema");
       const Value* st = schema && schema->is_object() ? field(*schema, "type") : nullptr;
       if (st == nullptr || !st->is_string() || st->text != "object")

@@ -262,8 +262,9 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
           return bad(where + ": 'parameters.properties' must be an object");
         }
       }
-      // Strict mode promises arguments that match the schema; nothing enforces that yet.
-      FATHOM_RETURN_IF_ERROR(reject_strict_tool(*fn, where + ".function.strict"));
+      // Strict mode: the arguments follow the schema (the server's DSML grammar).
+      FATHOM_RETURN_IF_ERROR(
+          read_strict_tool(*fn, where + ".function.strict", field(*fn, "name")->text, req));
       if (const Value* d = field(*fn, "description"); d && !d->is_string())
         return bad(where + ": 'description' must be a string");
       // The renderer writes the function object as given, as the official encoder does.

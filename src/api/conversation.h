@@ -41,6 +41,9 @@ struct ConversationRequest {
   pyjson::Value messages = pyjson::Value::array();  // role/content/... as the encoders take them
   pyjson::Value tools = pyjson::Value::array();     // OpenAI {"type":"function","function":{...}}
   ToolChoice tool_choice = ToolChoice::kAuto;
+  // The tools sent with strict: true: their calls' arguments must follow their schemas (the
+  // server constrains the DSML block with a grammar).
+  std::vector<std::string> strict_tools;
   bool thinking = true;
   std::optional<Effort> effort;   // none: the default for thinking (High)
   std::optional<int64_t> budget;  // V4.1 integer effort 1..100 (overrides effort)

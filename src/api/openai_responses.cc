@@ -212,7 +212,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
           return bad(where + ": the name must be 1-128 characters of [A-Za-z0-9_-]");
         if (names.count(name->text))
           return bad(where + ": duplicate tool name '" + name->text + "'");
-        FATHOM_RETURN_IF_ERROR(reject_strict_tool(t, where + ".strict"));
+        FATHOM_RETURN_IF_ERROR(read_strict_tool(t, where + ".strict", name->text, req));
         FATHOM_RETURN_IF_ERROR(add_function(name->text, d, field(t, "parameters"), where));
       } else if (type->text == "namespace") {
         const Value* inner = field(t, "tools");

@@ -107,14 +107,14 @@ inline Status require_bool(const Value& r, std::string_view name, bool supported
 // needs the DSML tool-call block constrained by a grammar (not done: structured outputs cover
 // the answer text only): a 400 at `path` rather than a promise silently not kept. strict false
 // or absent is fine.
-inline Status reject_strict_tool(const Value& fn, const std::string& path) {
-  const Value* s = field(fn, "strict");
-  if (s == nullptr) return Status::ok();
+// A tool's `strict` flag (a boolean): true adds the tool's name to req.strict_tools (the server
+// then constrains the call's arguments to the tool's schema).
+inline Status read_strict_tool(const Value& tool, const std::string& path, const std::string& name,
+                               ConversationRequest& req) {
+  const Value* s = field(tool, "strict");
+  if (s == nullptr || s->is_null()) return Status::ok();
   if (s->kind != Value::Kind::kBool) return bad(path + ": must be a boolean");
-  if (s->boolean)
-    return bad(path +
-               ": strict function calling (schema-constrained tool arguments) is not "
-               "supported; send strict: false (response_format json_schema is)");
+  if (s->boolean) req.strict_tools.push_back(name);
   return Status::ok();
 }
 

@@ -39,7 +39,7 @@ struct ServeArgs {
   std::vector<std::string> names;  // --served-model-name, repeatable
   int port = 8000, threads = 0, http_threads = 2, max_connections = 4096;
   int64_t kv_budget_mb = 4096, max_tokens = 0, prefix_cache_mb = 1024, decoder_keep = 0;
-  double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30;
+  double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30, heartbeat = 15;
   int64_t max_step_tokens = 256;
   bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
   bool error_injection = false;
@@ -173,6 +173,7 @@ int run_serve(const ServeArgs& a) {
   so.header_timeout_s = a.header_timeout;
   so.body_timeout_s = a.body_timeout;
   so.shutdown_timeout_s = a.shutdown_timeout;
+  so.stream_heartbeat_s = a.heartbeat;
   so.max_connections = a.max_connections;
   so.io_threads = a.http_threads;
   so.worker_threads = a.http_threads;
@@ -274,6 +275,10 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--shutdown-timeout", a->shutdown_timeout,
                 "On SIGTERM/SIGINT, seconds in-flight requests get to finish before they are "
                 "cancelled")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--sse-keepalive", a->heartbeat,
+                "Seconds a stream may stay silent (queued, or in a long prefill) before it gets "
+                "an SSE comment, so clients and proxies with idle timeouts keep it (0 = never)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--max-connections", a->max_connections,
                 "Open connections at most; more are answered 503")

@@ -89,6 +89,20 @@ int32_t Grammar::find_rule(std::string_view name) const {
   return -1;
 }
 
+int32_t Grammar::import(const Grammar& other, std::string_view prefix) {
+  const auto node_base = static_cast<ExprId>(nodes_.size());
+  const auto rule_base = static_cast<int32_t>(rules_.size());
+  for (const Rule& r : other.rules_)
+    rules_.push_back(Rule{std::string(prefix) + r.name, r.body < 0 ? -1 : r.body + node_base});
+  nodes_.reserve(nodes_.size() + other.nodes_.size());
+  for (ExprNode n : other.nodes_) {
+    for (ExprId& k : n.kids) k += node_base;
+    if (n.kind == ExprKind::kRef) n.rule += rule_base;
+    nodes_.push_back(std::move(n));
+  }
+  return other.root_ + rule_base;
+}
+
 Status Grammar::validate() const {
   if (root_ < 0 || static_cast<size_t>(root_) >= rules_.size()) {
     return invalid_argument("grammar has no root rule");

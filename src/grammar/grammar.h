@@ -76,6 +76,10 @@ class Grammar {
   void define_rule(int32_t rule, ExprId body);
   // -1 if there is no rule of that name.
   int32_t find_rule(std::string_view name) const;
+  // Copies every rule and expression of `other` into this grammar (rule names prefixed with
+  // `prefix`) and returns the new id of other's root rule: how a larger grammar embeds a
+  // grammar another front end built (e.g. a JSON Schema inside a tool-call block).
+  int32_t import(const Grammar& other, std::string_view prefix);
 
   const ExprNode& node(ExprId id) const { return nodes_[id]; }
   size_t rule_count() const { return rules_.size(); }

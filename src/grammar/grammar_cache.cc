@@ -1,5 +1,6 @@
 #include "grammar/grammar_cache.h"
 
+#include "grammar/dsml.h"
 #include "grammar/gbnf.h"
 #include "grammar/regex.h"
 
@@ -26,6 +27,8 @@ Result<Grammar> build_grammar(const GrammarSpec& spec) {
       return gbnf_grammar(spec.text);
     case GrammarSpec::Kind::kChoice:
       return choice_grammar(spec.choices);
+    case GrammarSpec::Kind::kDsml:
+      return dsml_grammar_from_spec(spec.text);
   }
   return invalid_argument("unknown grammar kind");
 }

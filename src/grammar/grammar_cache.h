@@ -20,9 +20,9 @@
 namespace fathom::grammar {
 
 struct GrammarSpec {
-  enum class Kind { kRegex, kJsonSchema, kGbnf, kChoice };
+  enum class Kind { kRegex, kJsonSchema, kGbnf, kChoice, kDsml };
   Kind kind = Kind::kJsonSchema;
-  std::string text;                  // the regex, schema JSON or GBNF text
+  std::string text;                  // the regex, schema JSON, GBNF text or dsml_spec_json()
   std::vector<std::string> choices;  // kChoice
   JsonSchemaOptions json;
 };

@@ -8,12 +8,24 @@ namespace fathom::grammar {
 
 Result<std::shared_ptr<const TokenTable>> TokenTable::create(const Tokenizer& tokenizer,
                                                              size_t vocab_size,
-                                                             std::vector<int32_t> stop_ids) {
+                                                             std::vector<int32_t> stop_ids,
+                                                             std::vector<int32_t> symbol_ids) {
   const size_t n = tokenizer.vocab_size();
+  if (symbol_ids.size() > size_t(kMaxSymbols))
+    return invalid_argument("at most " + std::to_string(kMaxSymbols) + " symbol ids");
   std::vector<std::string> bytes(n);
   for (size_t id = 0; id < n; ++id) {
     if (tokenizer.is_added(int32_t(id)) || tokenizer.is_special(int32_t(id))) continue;
-    bytes[id] = std::string(tokenizer.token_bytes(int32_t(id)));
+    std::string b(tokenizer.token_bytes(int32_t(id)));
+    if (std::any_of(b.begin(), b.end(), [](char c) { return uint8_t(c) >= symbol_byte(0); }))
+      continue;  // never valid UTF-8; the symbols' bytes
+    bytes[id] = std::move(b);
+  }
+  for (size_t i = 0; i < symbol_ids.size(); ++i) {
+    const int32_t id = symbol_ids[i];
+    if (id < 0 || size_t(id) >= n)
+      return out_of_range("symbol id " + std::to_string(id) + " is outside the vocabulary");
+    bytes[size_t(id)] = std::string(1, char(symbol_byte(int(i))));
   }
   return from_bytes(std::move(bytes), vocab_size == 0 ? n : vocab_size, std::move(stop_ids));
 }

@@ -39,10 +39,16 @@ class TokenTable {
   }
 
   // vocab_size: size of the model's logits row (0: the tokenizer's); stop_ids: the ids that
-  // end the output once the grammar is complete (empty: none).
+  // end the output once the grammar is complete (empty: none); symbol_ids: special tokens a
+  // grammar may ask for by id (at most kMaxSymbols): symbol_ids[i] stands for the one byte
+  // symbol_byte(i), a byte valid UTF-8 never contains, so no ordinary token's text can stand
+  // in for it (ordinary tokens holding such bytes are unusable: they are never valid text).
   static Result<std::shared_ptr<const TokenTable>> create(const Tokenizer& tokenizer,
                                                           size_t vocab_size,
-                                                          std::vector<int32_t> stop_ids);
+                                                          std::vector<int32_t> stop_ids,
+                                                          std::vector<int32_t> symbol_ids = {});
+  static constexpr int kMaxSymbols = 8;
+  static constexpr uint8_t symbol_byte(int i) { return uint8_t(0xF8 + i); }
   // From raw token bytes, index = id; an empty string marks an id that is never allowed.
   static Result<std::shared_ptr<const TokenTable>> from_bytes(std::vector<std::string> bytes,
                                                               size_t vocab_size,

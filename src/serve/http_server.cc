@@ -123,7 +123,7 @@ struct HttpServer::Impl {
   std::unordered_set<std::shared_ptr<Conn>> conns;  // guarded by mu
 
   std::atomic<int64_t> accepted{0}, rejected{0}, header_timeouts{0}, disconnects{0},
-      deadline_cancels{0};
+      deadline_cancels{0}, heartbeats{0};
 
   explicit Impl(HttpServerOptions o)
       : opt(std::move(o)), workers(size_t(std::max(1, opt.worker_threads))) {}
@@ -144,6 +144,7 @@ struct HttpServer::Impl {
   awaitable<void> reject(std::shared_ptr<Conn> c);
   awaitable<void> drain();
   awaitable<bool> write_response(Conn& c, const Response& r, bool keep_alive);
+  awaitable<bool> write_stream_head(Conn& c, const Reply& reply, bool keep_alive);
   awaitable<bool> produce(std::shared_ptr<Conn> c, Reply& reply, bool keep_alive);
   awaitable<void> close_after_error(Conn& c);
   Reply dispatch(const Request& req, bool* found);
@@ -379,6 +380,25 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
   forget(c);
 }
 
+// The status line and headers of a streamed reply (chunked). False when the write failed.
+awaitable<bool> HttpServer::Impl::write_stream_head(Conn& c, const Reply& reply, bool keep_alive) {
+  bhttp::response<bhttp::empty_body> head;
+  head.version(11);
+  head.result(unsigned(reply.response.status));
+  head.set(bhttp::field::server, "fathom");
+  if (!reply.response.content_type.empty())
+    head.set(bhttp::field::content_type, reply.response.content_type);
+  for (const auto& [k, v] : reply.response.headers) head.insert(k, v);
+  head.keep_alive(keep_alive);
+  head.chunked(true);
+  bhttp::response_serializer<bhttp::empty_body> sr(head);
+  error_code ec;
+  c.stream.expires_after(seconds(opt.write_timeout_s));
+  co_await bhttp::async_write_header(c.stream, sr, asio::redirect_error(use_awaitable, ec));
+  c.stream.expires_never();
+  co_return !ec;
+}
+
 // Runs a Producer to its end: wakes on the producer's wake(), on the client's disconnect (a
 // readable socket with nothing to read) and on the drain deadline. False when the connection
 // can not be used again.
@@ -431,6 +451,10 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
   // that fails before it has produced anything answers with a complete error response
   // instead (an HTTP error in the protocol's shape, not an error event inside a 200).
   bool sent_head = false, ok = true, cancelled = false;
+  const bool heartbeat = opt.stream_heartbeat_s > 0 && !reply.heartbeat.empty();
+  const auto heartbeat_every = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(opt.stream_heartbeat_s));
+  auto last_write = Clock::now();
   p.start([wk] { wk->wake(); });
   Response out;
   bool done = false;
@@ -448,22 +472,18 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
     out.body.clear();
     done = p.poll(&out);
     if (reply.stream && !sent_head && done && out.status >= 400) break;  // failed before it began
+    // A stream silent for heartbeat_s (queued behind other work, or a long prefill) gets the
+    // reply's heartbeat (an SSE comment), so clients and proxies with idle timeouts keep it;
+    // the first heartbeat commits the status line, and later errors go in the stream.
+    if (reply.stream && out.body.empty() && !done && heartbeat &&
+        Clock::now() >= last_write + heartbeat_every) {
+      out.body = reply.heartbeat;
+      if (!sent_head) p.committed();
+      ++heartbeats;
+    }
     if (reply.stream && !sent_head && (!out.body.empty() || done)) {
-      bhttp::response<bhttp::empty_body> head;
-      head.version(11);
-      head.result(unsigned(reply.response.status));
-      head.set(bhttp::field::server, "fathom");
-      if (!reply.response.content_type.empty())
-        head.set(bhttp::field::content_type, reply.response.content_type);
-      for (const auto& [k, v] : reply.response.headers) head.insert(k, v);
-      head.keep_alive(keep_alive);
-      head.chunked(true);
-      bhttp::response_serializer<bhttp::empty_body> sr(head);
-      c->stream.expires_after(seconds(opt.write_timeout_s));
-      co_await bhttp::async_write_header(c->stream, sr, asio::redirect_error(use_awaitable, ec));
-      c->stream.expires_never();
-      sent_head = !ec;
-      if (ec) {
+      sent_head = co_await write_stream_head(*c, reply, keep_alive);
+      if (!sent_head) {
         ++disconnects;
         ok = false;
         break;
@@ -474,6 +494,7 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
       co_await asio::async_write(c->stream, bhttp::make_chunk(asio::buffer(out.body)),
                                  asio::redirect_error(use_awaitable, ec));
       c->stream.expires_never();
+      last_write = Clock::now();
       if (ec) {
         ++disconnects;
         ok = false;
@@ -482,7 +503,10 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
     }
     if (done) break;
     if (!wk->pending.exchange(false) && !watch->closed && !(c->cancel_requested && !cancelled)) {
-      timer.expires_at(asio::steady_timer::time_point::max());
+      if (reply.stream && heartbeat)
+        timer.expires_at(last_write + heartbeat_every);
+      else
+        timer.expires_at(asio::steady_timer::time_point::max());
       co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
     }
   }
@@ -613,6 +637,7 @@ HttpServer::Stats HttpServer::stats() const {
   s.header_timeouts = impl_->header_timeouts.load();
   s.client_disconnects = impl_->disconnects.load();
   s.cancelled_at_deadline = impl_->deadline_cancels.load();
+  s.stream_heartbeats = impl_->heartbeats.load();
   return s;
 }
 

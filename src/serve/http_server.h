@@ -34,6 +34,7 @@ struct HttpServerOptions {
   double body_timeout_s = 60;    // the body, once the headers are in
   double write_timeout_s = 60;   // each write to a client that stopped reading
   double shutdown_timeout_s = 30;
+  double stream_heartbeat_s = 15;  // a silent stream's heartbeat (Reply::heartbeat); 0 = never
   int max_connections = 4096;
   int io_threads = 2;
   int worker_threads = 2;
@@ -45,6 +46,10 @@ struct Reply {
   Response response;
   std::unique_ptr<Producer> producer;
   bool stream = false;  // the producer's bytes go out as they come (chunked transfer)
+  // Bytes a stream silent for HttpServerOptions::stream_heartbeat_s gets (e.g. an SSE
+  // comment), so clients and proxies with idle timeouts keep waiting; the first one sends the
+  // status line and headers (Producer::committed()). Empty: none.
+  std::string heartbeat;
 
   static Reply of(Response r) {
     Reply x;
@@ -70,6 +75,7 @@ class HttpServer {
     int64_t header_timeouts = 0;        // dropped before their headers were in
     int64_t client_disconnects = 0;     // went away while a reply was in progress
     int64_t cancelled_at_deadline = 0;  // replies cut by the shutdown deadline
+    int64_t stream_heartbeats = 0;      // heartbeats written to silent streams
   };
 
   explicit HttpServer(HttpServerOptions options);

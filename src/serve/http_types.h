@@ -64,6 +64,10 @@ class Producer {
   // returns true (at a drain deadline, so a stream ends with its final event) or drop the
   // producer (the client is gone). Idempotent.
   virtual void cancel() = 0;
+  // The transport sent the status line and headers before the producer's first bytes (a
+  // heartbeat): from here on the reply can no longer fail as a whole, and an error goes in
+  // the stream.
+  virtual void committed() {}
 };
 
 }  // namespace fathom::serve::http

@@ -21,6 +21,7 @@
 #include "core/py_json.h"
 #include "core/utf8.h"
 #include "engine/engine.h"
+#include "grammar/dsml.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/token_table.h"
 #include "prompt/encoder.h"
@@ -155,7 +156,7 @@ struct Server::Impl {
   const prompt::PromptEncoder& encoder;
   ServerOptions opt;
   Metrics metrics;
-  int32_t eos = -1, think_end = -1;
+  int32_t eos = -1, think_end = -1, dsml = -1;
   // Structured outputs: the vocabulary's token table (stop id: EOS), built once, and the
   // compiled grammars of recent requests. Null with `grammar_error` saying why.
   std::unique_ptr<grammar::GrammarCache> grammars;
@@ -172,6 +173,7 @@ struct Server::Impl {
     h.header_timeout_s = o.header_timeout_s;
     h.body_timeout_s = o.body_timeout_s;
     h.shutdown_timeout_s = o.shutdown_timeout_s;
+    h.stream_heartbeat_s = o.stream_heartbeat_s;
     h.max_connections = o.max_connections;
     h.io_threads = o.io_threads;
     h.worker_threads = o.worker_threads;
@@ -182,9 +184,12 @@ struct Server::Impl {
       : engine(e), tok(t), encoder(enc), opt(std::move(o)), http(transport_options(opt)) {
     eos = tok.id_of("<｜end▁of▁sentence｜>");
     think_end = tok.id_of("</think>");
-    auto table =
-        grammar::TokenTable::create(tok, size_t(engine.vocab_size()),
-                                    eos >= 0 ? std::vector<int32_t>{eos} : std::vector<int32_t>{});
+    // The DSML marker is the grammars' one symbol: strict tool calls ask for it by id.
+    dsml = tok.id_of("｜DSML｜");
+    auto table = grammar::TokenTable::create(
+        tok, size_t(engine.vocab_size()),
+        eos >= 0 ? std::vector<int32_t>{eos} : std::vector<int32_t>{},
+        dsml >= 0 ? std::vector<int32_t>{dsml} : std::vector<int32_t>{});
     if (table.is_ok())
       grammars = std::make_unique<grammar::GrammarCache>(std::move(*table), 256);
     else
@@ -318,6 +323,41 @@ struct Server::Impl {
     return std::move(*compiled);
   }
 
+  // The grammar of a request's tool-call block when some of its tools are strict (null
+  // otherwise): their arguments follow their schemas; the others take any arguments.
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_tools(
+      const api::ConversationRequest& c) {
+    if (c.strict_tools.empty() || c.tool_choice == api::ToolChoice::kNone)
+      return std::shared_ptr<const grammar::CompiledGrammar>();
+    if (!grammars || dsml < 0)
+      return invalid_argument(
+          "'tools': strict tools are unavailable: " +
+          (grammars ? std::string("the tokenizer has no DSML marker") : grammar_error.message()));
+    std::vector<grammar::DsmlTool> tools;
+    for (const pyjson::Value& t : c.tools.items) {
+      const pyjson::Value* fn = t.find("function");
+      const std::string& name = fn->find("name")->text;
+      const pyjson::Value* params = fn->find("parameters");
+      tools.push_back(
+          {name, params ? *params : pyjson::Value(),
+           std::find(c.strict_tools.begin(), c.strict_tools.end(), name) != c.strict_tools.end()});
+    }
+    grammar::DsmlOptions o;
+    o.v41 = true;                                              // the server renders V4.1 prompts
+    o.in_block = c.tool_choice == api::ToolChoice::kRequired;  // the prompt opened the block
+    grammar::GrammarSpec spec;
+    spec.kind = grammar::GrammarSpec::Kind::kDsml;
+    spec.text = grammar::dsml_spec_json(tools, o);
+    auto compiled = grammars->get(spec);
+    if (!compiled.is_ok())
+      return invalid_argument("'tools': " +
+                              std::string(compiled.status().code() == StatusCode::kUnsupported
+                                              ? "not supported: "
+                                              : "") +
+                              compiled.status().message());
+    return std::move(*compiled);
+  }
+
   Reply route(Protocol p, const Request& req);
   Reply completions(const Request& req);
   std::string metrics_text();
@@ -402,6 +442,7 @@ class StreamsProducer : public http::Producer {
   void cancel() override {
     for (auto& s : streams_) s->cancel();
   }
+  void committed() override { sent_ = true; }
 
  protected:
   // Ends the reply on `error` (counted once): a whole HTTP error when nothing was sent and no
@@ -658,6 +699,7 @@ Reply producer_reply(std::unique_ptr<http::Producer> p, bool streaming) {
   if (streaming) {
     r.response.content_type = "text/event-stream";
     r.response.headers.emplace_back("Cache-Control", "no-cache");
+    r.heartbeat = ": keep-alive\n\n";  // an SSE comment: every client's parser skips it
   }
   return r;
 }
@@ -699,6 +741,15 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   }
   auto constraint = compile(conv->structured);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
+  auto tool_constraint = compile_tools(*conv);
+  if (!tool_constraint.is_ok()) return send_error(p, tool_constraint.status());
+  if (*tool_constraint) {
+    if (*constraint)
+      return send_error(p, invalid_argument("'tools': strict tools together with a structured "
+                                            "output (" +
+                                            conv->structured.field + ") are not supported"));
+    constraint = std::move(tool_constraint);
+  }
   if (*constraint) {
     g.grammar = std::move(*constraint);
     // The reasoning is free; the answer after </think> follows the constraint.
@@ -909,6 +960,8 @@ std::string Server::Impl::metrics_text() {
         double(h.header_timeouts), "counter");
   gauge("fathom_http_client_disconnects_total", "Clients gone before their reply ended",
         double(h.client_disconnects), "counter");
+  gauge("fathom_http_stream_heartbeats_total", "Keep-alive comments sent on silent streams",
+        double(h.stream_heartbeats), "counter");
   return o.str();
 }
 

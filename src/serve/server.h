@@ -50,6 +50,7 @@ struct ServerOptions {
   bool allow_error_injection = false;
   // Transport (see http_server.h).
   double header_timeout_s = 10, body_timeout_s = 60, shutdown_timeout_s = 30;
+  double stream_heartbeat_s = 15;  // an SSE comment on a stream silent this long; 0 = never
   int max_connections = 4096;
   int io_threads = 2, worker_threads = 2;
   // /health reports the engine unhealthy when it has work and no step ended for this long.

@@ -85,7 +85,7 @@ TEST(MessagesAudit, UnimplementedInputIsRejectedNamingIt) {
   EXPECT_TRUE(starts_with(messages_rejected(messages(R"("mcp_servers":[{}])")), "mcp_servers:"));
   EXPECT_TRUE(starts_with(
       messages_rejected(
-          messages(R"("tools":[{"name":"f","strict":true,"input_schema":{"type":"object"}}])")),
+          messages(R"("tools":[{"name":"f","strict":"yes","input_schema":{"type":"object"}}])")),
       "tools.0.strict:"));
   EXPECT_TRUE(starts_with(messages_rejected(messages(R"("container":"c")")), "container:"));
   EXPECT_TRUE(starts_with(
@@ -126,7 +126,7 @@ TEST(ResponsesAudit, UnimplementedFieldsAreA400NamingThem) {
       {R"({"input":"hi","conversation":"conv_1"})", "conversation"},
       {R"({"input":"hi","service_tier":"flex"})", "service_tier"},
       {R"({"input":"hi","text":{"verbosity":"high"}})", "text.verbosity"},
-      {R"({"input":"hi","tools":[{"type":"function","name":"f","strict":true}]})",
+      {R"({"input":"hi","tools":[{"type":"function","name":"f","strict":"yes"}]})",
        "tools[0].strict"},
       {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AA=="}]}]})",
        "input[0].content[0]"},

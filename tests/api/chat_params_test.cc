@@ -114,7 +114,7 @@ TEST(ChatParams, UnimplementedFieldsAreA400NamingThem) {
     EXPECT_EQ(err["type"], "invalid_request_error");
   }
   json strict = rejected(req(
-      R"("tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object"}}}])"));
+      R"("tools":[{"type":"function","function":{"name":"f","strict":1,"parameters":{"type":"object"}}}])"));
   EXPECT_EQ(strict["param"], "tools[0].function.strict");
   EXPECT_EQ(rejected(req(R"("stream":true,"stream_options":{"include_usage":"yes"})"))["param"],
             "stream_options.include_usage");

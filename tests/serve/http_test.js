@@ -3,7 +3,9 @@
 // shape; a client that dribbles its headers is dropped at --header-timeout while /health
 // stays fast; the connection cap answers 503; a non-streaming client that disconnects frees
 // its sequence within a second; SIGTERM drains an in-flight stream that fits the deadline and
-// cuts one that does not, exiting 0 either way.
+// cuts one that does not, exiting 0 either way; a stream silent for --sse-keepalive (a long
+// prefill in small steps) gets SSE comments that the official clients skip, and an error after
+// such a comment arrives as the protocol's in-stream error event.
 // Usage: node http_test.js FATHOM NODE_MODULES
 'use strict';
 const net = require('net');
@@ -11,7 +13,9 @@ const { spawn } = require('child_process');
 const assert = require('assert');
 const { startServer, checker } = require('./start_server.js');
 
-const [fathom] = process.argv.slice(2);
+const path = require('path');
+
+const [fathom, nodeModules] = process.argv.slice(2);
 
 const t = checker();
 const check = t.check;
@@ -228,6 +232,52 @@ function streamRequest(base, maxTokens) {
     assert.ok(took >= 900, 'exit after ' + took + ' ms, before the deadline');
     assert.ok(res.chunks > 1, 'no tokens streamed');
     console.log('     exited ' + took + ' ms after SIGTERM; stream ended ' + (res.done ? 'with [DONE]' : 'cut'));
+  });
+
+  await check('--sse-keepalive: a silent stream gets comments the clients skip; a later error is an in-stream event', async () => {
+    // 600 prompt ids in 8-token steps: a prefill of 75 steps, far longer than 0.2 s.
+    const s = await startServer(fathom, ['--sse-keepalive', '0.2', '--max-step-tokens', '8', '--allow-error-injection']);
+    const b = `http://127.0.0.1:${s.port}`;
+    try {
+      const prompt = Array.from({ length: 600 }, (_, i) => 100 + ((i * 7919) % 50000));
+      const post = (body) => fetch(b + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt, max_tokens: 4, ignore_eos: true, stream: true, ...body }) });
+      let res = await readAll(await post({}));
+      const firstData = res.text.indexOf('data: ');
+      assert.ok(res.text.indexOf(': keep-alive') >= 0 && res.text.indexOf(': keep-alive') < firstData, res.text.slice(0, 300));
+      assert.ok(res.done, res.text.slice(-300));
+      // Committed by a comment, then failing before the first token: a 200 stream with the
+      // error event and no finish (then [DONE], as vLLM ends an errored stream).
+      const r = await post({ fathom_inject_error_after: 0 });
+      assert.equal(r.status, 200);
+      res = await readAll(r);
+      assert.ok(res.text.startsWith(': keep-alive'), res.text.slice(0, 200));
+      assert.ok(/data: \{"error":\{/.test(res.text), res.text.slice(-300));
+      assert.ok(!res.text.includes('"finish_reason":"'), res.text.slice(-300));
+      // The official clients read such streams as if there were no comments.
+      const OpenAI = require(path.join(nodeModules, 'openai')).default;
+      const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
+      const long = Array.from({ length: 300 }, (_, i) => 'word' + i).join(' ');
+      const openai = new OpenAI({ apiKey: 'x', baseURL: b + '/v1', maxRetries: 0 });
+      let text = '', finish = null;
+      for await (const ch of await openai.chat.completions.create({ model: 'deepseek-chat', max_tokens: 4, stream: true,
+        messages: [{ role: 'user', content: long }] })) {
+        text += ch.choices[0]?.delta?.content || '';
+        finish = ch.choices[0]?.finish_reason || finish;
+      }
+      assert.ok(finish === 'length' || finish === 'stop', 'openai finish ' + finish);
+      const anthropic = new Anthropic({ apiKey: 'x', baseURL: b, maxRetries: 0 });
+      const msg = await anthropic.messages.stream({ model: 'deepseek-chat', max_tokens: 4,
+        messages: [{ role: 'user', content: long }] }).finalMessage();
+      assert.ok(msg.stop_reason === 'max_tokens' || msg.stop_reason === 'end_turn', 'anthropic ' + msg.stop_reason);
+      const m = await (await fetch(b + '/metrics')).text();
+      const beats = Number(m.match(/fathom_http_stream_heartbeats_total (\d+)/)[1]);
+      assert.ok(beats >= 4, 'heartbeats ' + beats);
+      console.log('     ' + beats + ' keep-alive comments');
+    } finally {
+      s.proc.kill('SIGTERM');
+      await exitOf(s.proc);
+    }
   });
 
   console.log(`serve http: ${t.failures} failures`);

@@ -180,8 +180,10 @@ async function drained(s) {
     await check('one master killed: every request completes, identically', async () => {
       redis[1].kill('SIGKILL');
       await new Promise((res) => redis[1].on('exit', res));
-      const results = await Promise.all([a.run(body(prompts.two)), b.run(body(prompts.two)),
-        a.run(body(prompts.one)), b.run(body(prompts.one))]);
+      // One request at a time: the point is the dead master, not batching.
+      const results = [];
+      for (const [srv, p] of [[a, prompts.two], [b, prompts.two], [a, prompts.one], [b, prompts.one]])
+        results.push(await srv.run(body(p)));
       assert.equal(results[0].ids, want.two);
       assert.equal(results[1].ids, want.two);
       assert.equal(results[2].ids, want.one);

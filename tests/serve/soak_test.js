@@ -3,13 +3,15 @@
 // npm clients. Every request must complete with a finish event and no error; the server must
 // shut down cleanly on SIGTERM (under ASan a leak makes its exit code non-zero).
 // Usage: node soak_test.js FATHOM NODE_MODULES [CLIENTS] [SECONDS]
+// (30 seconds by default with FATHOM_TEST_LIGHT=1, the sanitizer build)
 'use strict';
 const path = require('path');
 const { startServer } = require('./start_server.js');
 
 const [fathom, nodeModules, clientsArg, secondsArg] = process.argv.slice(2);
 const clients = Number(clientsArg || process.env.FATHOM_SOAK_CLIENTS || 32);
-const seconds = Number(secondsArg || process.env.FATHOM_SOAK_SECONDS || 120);
+const seconds = Number(secondsArg || process.env.FATHOM_SOAK_SECONDS ||
+                       (process.env.FATHOM_TEST_LIGHT === '1' ? 30 : 120));
 const OpenAI = require(path.join(nodeModules, 'openai')).default;
 const Anthropic = require(path.join(nodeModules, '@anthropic-ai/sdk')).default;
 

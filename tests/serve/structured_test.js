@@ -229,6 +229,76 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
       validate(cases);
     });
 
+    await check('strict tools: every protocol\'s calls follow the tool\'s schema (required, named, any)', async () => {
+      const weather = obj({ city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] }, days: int(1, 7),
+        note: str(6), units: { enum: ['c', 'f'] }, alerts: { type: 'boolean' } }, ['city', 'days', 'units']);
+      const clock = obj({ zone: { type: 'string', enum: ['UTC', 'CET'] }, at: { type: 'array', items: int(0, 23), maxItems: 3 } });
+      const fn = (name, parameters) => ({ type: 'function', function: { name, strict: true, parameters } });
+      const cases = [];
+      let id = 0;
+      const calls = [];
+      for (let i = 0; i < 6; ++i) {
+        // tool_choice required (streamed and not), then a named tool: the block is forced.
+        const named = i >= 4;
+        const r = await post(port, '/v1/chat/completions', { model: 'deepseek-chat', max_tokens: 400, seed: 70 + i,
+          stream: i % 2 === 1, messages: [{ role: 'user', content: 'Weather or time?' }],
+          tools: [fn('get_weather', weather), fn('get_time', clock)],
+          tool_choice: named ? { type: 'function', function: { name: 'get_time' } } : 'required' });
+        assert.equal(r.status, 200, r.text);
+        let list = [], finish = null;
+        if (i % 2 === 0) {
+          const c = JSON.parse(r.text).choices[0];
+          list = (c.message.tool_calls || []).map((t) => t.function);
+          finish = c.finish_reason;
+        } else {
+          const byIndex = {};
+          for (const block of r.text.split('\n\n')) {
+            const line = block.trim();
+            if (!line.startsWith('data:') || line === 'data: [DONE]') continue;
+            const j = JSON.parse(line.slice(5));
+            assert.ok(!j.error, line);
+            for (const c of j.choices || []) {
+              for (const t of (c.delta.tool_calls || [])) {
+                const e = byIndex[t.index] || (byIndex[t.index] = { name: '', arguments: '' });
+                e.name += t.function?.name || '';
+                e.arguments += t.function?.arguments || '';
+              }
+              if (c.finish_reason) finish = c.finish_reason;
+            }
+          }
+          list = Object.values(byIndex);
+        }
+        assert.equal(finish, 'tool_calls', r.text.slice(-400));
+        assert.ok(list.length >= 1, r.text.slice(-400));
+        for (const f of list) {
+          if (named) assert.equal(f.name, 'get_time');
+          assert.ok(f.name === 'get_weather' || f.name === 'get_time', f.name);
+          cases.push({ id: id++, kind: 'json', schema: f.name === 'get_weather' ? weather : clock, text: f.arguments });
+          calls.push(f.name);
+        }
+      }
+      // Anthropic: tool_choice any; tool_use inputs follow input_schema.
+      for (let i = 0; i < 2; ++i) {
+        const r = await post(port, '/v1/messages', { model: 'deepseek-chat', max_tokens: 400,
+          messages: [{ role: 'user', content: 'Weather?' }], tool_choice: { type: 'any' },
+          tools: [{ name: 'get_weather', strict: true, input_schema: weather }] });
+        assert.equal(r.status, 200, r.text);
+        const j = JSON.parse(r.text);
+        assert.equal(j.stop_reason, 'tool_use', r.text);
+        for (const b of j.content.filter((b) => b.type === 'tool_use'))
+          cases.push({ id: id++, kind: 'json', schema: weather, text: JSON.stringify(b.input) });
+      }
+      // Responses: function_call items.
+      const r = await post(port, '/v1/responses', { model: 'deepseek-chat', max_output_tokens: 400, input: 'Time?',
+        tool_choice: 'required', tools: [{ type: 'function', name: 'get_time', strict: true, parameters: clock }] });
+      assert.equal(r.status, 200, r.text);
+      for (const item of JSON.parse(r.text).output.filter((o) => o.type === 'function_call'))
+        cases.push({ id: id++, kind: 'json', schema: clock, text: item.arguments });
+      assert.ok(cases.length >= 9, JSON.stringify(cases));
+      validate(cases);
+      console.log(`     ${cases.length} calls validated (${calls.filter((c) => c === 'get_weather').length} get_weather)`);
+    });
+
     await check('json_object: a JSON object when the model stops', async () => {
       const r = await chat(port, { model: 'deepseek-chat', max_tokens: 512, seed: 3,
         messages: user, response_format: { type: 'json_object' } });
@@ -246,8 +316,12 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
         [{ structured_outputs: { grammar: 'root ::= undefined_rule' } }, 'structured_outputs.grammar', /./],
         [{ guided_choice: [] }, 'guided_choice', /./],
         [{ guided_regex: 'a', guided_choice: ['a'] }, 'guided_choice', /one structured output/],
-        [{ tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'object' } } }] },
-          'tools[0].function.strict', /strict/],
+        [{ tools: [{ type: 'function', function: { name: 'f', strict: 'yes', parameters: { type: 'object' } } }] },
+          'tools[0].function.strict', /boolean/],
+        [{ tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'object', patternProperties: {} } } }] },
+          'tools', /patternProperties/],
+        [{ tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'object' } } }],
+          response_format: { type: 'json_object' } }, 'tools', /response_format/],
       ];
       for (const [extra, param, re] of cases) {
         const r = await post(port, '/v1/chat/completions', { model: 'deepseek-chat', max_tokens: 8, messages: user, ...extra });

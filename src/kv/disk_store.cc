@@ -128,7 +128,7 @@ void DiskStore::index_put(const StoreKey& key, int64_t bytes) {
   stats_.objects = int64_t(index_.size());
 }
 
-void DiskStore::index_remove(const StoreKey& key) {
+void DiskStore::index_remove(StoreKey key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
   stats_.bytes -= it->second.bytes;

@@ -56,8 +56,9 @@ class DiskStore final : public Store {
   Status write_object(const StoreKey& key, const std::string& value);
   // REQUIRES: mu_ held. Adds or replaces an index entry as the most recently used.
   void index_put(const StoreKey& key, int64_t bytes);
-  // REQUIRES: mu_ held. Removes the entry and its file.
-  void index_remove(const StoreKey& key);
+  // REQUIRES: mu_ held. Removes the entry and its file. By value: the caller's key may be
+  // the LRU list's own element, which this erases.
+  void index_remove(StoreKey key);
   void evict_over_budget();  // REQUIRES: mu_ held
 
   const DiskStoreOptions opt_;

@@ -10,7 +10,7 @@ packages=(
   clang clang-format libclang-rt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libutf8proc-dev libsimdjson-dev nlohmann-json3-dev libcli11-dev
-  libboost-dev libxxhash-dev
+  libboost-dev libxxhash-dev libhiredis-dev redis-server redis-tools
   json-schema-test-suite python3-jsonschema
   nodejs
 )

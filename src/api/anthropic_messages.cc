@@ -76,6 +76,10 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   FATHOM_ASSIGN_OR_RETURN(int64_t max_tokens, integer(*mt, "max_tokens"));
   if (max_tokens <= 0) return bad("max_tokens: must be positive");
   req.sampling.max_tokens = max_tokens;
+  // The tenant: metadata.user_id (Anthropic's end-user id).
+  if (const Value* m = field(r, "metadata"); m && m->is_object())
+    if (const Value* u = field(*m, "user_id"); u && u->is_string() && !u->text.empty())
+      req.sampling.cache_salt = u->text;
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
   if (const Value* v = field(r, "top_k")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "top_k"));

@@ -31,6 +31,10 @@ struct SamplingParams {
   std::optional<int64_t> max_tokens, seed, top_k;
   std::vector<std::string> stop;
   bool ignore_eos = false;  // vLLM's extension: generate past the end-of-sentence token
+  // The tenant the prompt's cached KV belongs to (vLLM's cache_salt, else OpenAI's
+  // safety_identifier or user, Anthropic's metadata.user_id); empty: shared. Prefix-cache and
+  // KV-store hits only come from requests with the same salt.
+  std::string cache_salt;
 };
 
 struct ConversationRequest {

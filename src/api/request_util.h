@@ -221,6 +221,23 @@ inline Status read_min_p_repetition_penalty(const Value& r, SamplingParams& sp) 
   return Status::ok();
 }
 
+// The tenant salt of the prefix cache: vLLM's cache_salt, else the first of `fallbacks` (the
+// OpenAI fields that name the end user) that is a non-empty string.
+inline Status read_cache_salt(const Value& r, SamplingParams& sp,
+                              std::initializer_list<const char*> fallbacks) {
+  if (const Value* v = field(r, "cache_salt")) {
+    if (!v->is_string() || v->text.empty()) return bad("'cache_salt' must be a non-empty string");
+    sp.cache_salt = v->text;
+    return Status::ok();
+  }
+  for (const char* k : fallbacks)
+    if (const Value* v = field(r, k); v && v->is_string() && !v->text.empty()) {
+      sp.cache_salt = v->text;
+      break;
+    }
+  return Status::ok();
+}
+
 // temperature in [0, 2] and top_p in (0, 1], the rules all three protocols share.
 inline Status read_temperature_top_p(const Value& r, SamplingParams& sp) {
   if (const Value* v = field(r, "temperature")) {

@@ -19,6 +19,9 @@
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "kernels/cpu_features.h"
+#include "kv/disk_store.h"
+#include "kv/redis_store.h"
+#include "kv/tiered_store.h"
 #include "model/mkmodel.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
@@ -41,6 +44,9 @@ struct ServeArgs {
   int64_t max_step_tokens = 256;
   bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
   bool error_injection = false;
+  std::string kv_store_dir, kv_store_redis;
+  double kv_store_disk_gb = 10;
+  int64_t kv_store_queue_mb = 256;
 };
 
 std::string cache_dir() {
@@ -115,7 +121,38 @@ int run_serve(const ServeArgs& a) {
   if (!m.is_ok()) return fail(m.status());
   if (int64_t((*tok)->vocab_size()) > (*m)->config().vocab_size)
     return fail(invalid_argument("the tokenizer has more ids than the model's vocabulary"));
+  // The KV store's disk tier (L2): blocks survive a restart. Declared before the engine, so
+  // it outlives it and finishes its queued writes after the engine has stopped.
+  std::vector<std::unique_ptr<kv::Store>> tiers;
+  if (!a.kv_store_dir.empty()) {
+    kv::DiskStoreOptions dso;
+    dso.dir = a.kv_store_dir;
+    dso.budget_bytes = int64_t(a.kv_store_disk_gb * double(int64_t(1) << 30));
+    dso.queue_bytes = a.kv_store_queue_mb << 20;
+    auto ds = kv::DiskStore::open(dso);
+    if (!ds.is_ok()) return fail(ds.status());
+    const kv::StoreStats st = (*ds)->stats();
+    std::fprintf(stderr, "fathom: KV store %s: %lld objects, %.1f MiB (budget %.1f GiB)\n",
+                 a.kv_store_dir.c_str(), (long long)st.objects, double(st.bytes) / double(1 << 20),
+                 a.kv_store_disk_gb);
+    tiers.push_back(std::move(*ds));
+  }
+  if (!a.kv_store_redis.empty()) {
+    kv::RedisStoreOptions rso;
+    auto nodes = kv::parse_redis_nodes(a.kv_store_redis);
+    if (!nodes.is_ok()) return fail(nodes.status());
+    rso.nodes = *nodes;
+    rso.queue_bytes = a.kv_store_queue_mb << 20;
+    auto rs = kv::RedisClusterStore::open(rso);
+    if (!rs.is_ok()) return fail(rs.status());
+    std::fprintf(stderr, "fathom: KV store on the Redis Cluster at %s\n", a.kv_store_redis.c_str());
+    tiers.push_back(std::move(*rs));
+  }
+  std::unique_ptr<kv::Store> kv_store;
+  if (tiers.size() == 1) kv_store = std::move(tiers.front());
+  if (tiers.size() > 1) kv_store = std::make_unique<kv::TieredStore>(std::move(tiers));
   engine::EngineOptions eo;
+  eo.store = kv_store.get();
   eo.kv_budget_bytes = a.kv_budget_mb << 20;
   eo.prefix_cache_bytes = a.prefix_cache_mb << 20;
   eo.prefix_cache = !a.no_prefix_cache;
@@ -253,6 +290,18 @@ void add_serve_command(CLI::App& app, Runner* run) {
       ->check(CLI::Range(1, 64));
   c->add_option("--max-step-tokens", a->max_step_tokens,
                 "Token budget of one engine step: decode tokens plus prefill chunks")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  c->add_option("--kv-store-dir", a->kv_store_dir,
+                "KV-cache store on local disk (L2): prompt blocks are written here and read back "
+                "on a prefix-cache miss, also after a restart (created when missing)");
+  c->add_option("--kv-store-redis", a->kv_store_redis,
+                "KV-cache store on a Redis Cluster (L3, below the disk tier when both are given): "
+                "HOST:PORT[,HOST:PORT...] of any of its nodes");
+  c->add_option("--kv-store-disk-gb", a->kv_store_disk_gb,
+                "Most the KV store may hold on disk, GiB (least recently used blocks go first)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--kv-store-queue-mb", a->kv_store_queue_mb,
+                "Most the KV store's writes may queue, MiB (more are dropped, never waited for)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   c->add_flag("--allow-forced-output", a->forced,
               "Testing aid: accept forced_output_ids (teacher-forced output tokens)");

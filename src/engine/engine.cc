@@ -6,6 +6,8 @@
 #include <random>
 #include <string>
 
+#include "core/log.h"
+
 namespace fathom::engine {
 
 using Clock = std::chrono::steady_clock;
@@ -74,6 +76,9 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   stats_.kv_budget_bytes = pool_->max_pages() * pool_->page_bytes();
   stats_.kv_pages_total = pool_->max_pages();
   stats_.kv_page_bytes = pool_->page_bytes();
+  if (!cache_on_) opt_.store = nullptr;
+  stats_.store_on = opt_.store != nullptr;
+  if (opt_.store) fingerprint_ = runner.fingerprint();
   SchedulerOptions so;
   so.max_step_tokens = opt_.max_step_tokens;
   so.max_running = opt_.max_running;
@@ -175,6 +180,7 @@ Engine::Health Engine::health() const {
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats s = stats_;
+  if (opt_.store) s.store_tiers = opt_.store->tier_stats();
   return s;
 }
 
@@ -234,8 +240,9 @@ void Engine::admit(Sequence& s) {
   // at least one token with the exact side objects.
   const bool side = !opt_.swa_bounded_replay;
   const int64_t limit = side ? L - 1 : L - runner_.window_size() - opt_.speculative_slots;
-  const std::vector<const CachedBlock*> chain =
-      cache_.match(s.block_hashes, std::max<int64_t>(0, limit) / B, side);
+  const int64_t max_blocks = std::max<int64_t>(0, limit) / B;
+  if (opt_.store && cache_on_) load_from_store(s, max_blocks);
+  const std::vector<const CachedBlock*> chain = cache_.match(s.block_hashes, max_blocks, side);
   if (!chain.empty()) {
     const int64_t P = int64_t(chain.size()) * B;
     auto resumed = runner_.resume(chain, B, std::span(s.all).first(size_t(P)), pool_.get());
@@ -255,17 +262,125 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
   if (b <= s.cache_blocks) return;  // a replayed block: already cached
   const uint64_t hash = s.block_hashes[size_t(b - 1)];
   const uint64_t parent = b > 1 ? s.block_hashes[size_t(b - 2)] : 0;
-  if (cache_.touch(hash)) return;
+  const bool side = !opt_.swa_bounded_replay;
+  if (cache_.touch(hash)) {
+    // Cached without its window state (read back from the store, or dropped for room): it
+    // gets it now that a sequence stands at its end again.
+    const CachedBlock* have = cache_.find(hash);
+    if (!side || have->has_side_object() || pool_->available() < pages_promised) return;
+    auto again = runner_.export_block(*s.state, B, true);
+    if (!again.is_ok() || !(*again)->has_side_object()) return;
+    if (pool_->available() < pages_promised) return;  // the copy took pages promised elsewhere
+    const CachedBlock* cached = again->get();
+    cache_.replace(hash, std::move(*again));
+    if (opt_.store) store_block(s, b, *cached);
+    return;
+  }
   if (b > 1 && !cache_.contains(parent)) return;  // an orphan could never be reached
-  auto block = runner_.export_block(*s.state, B, !opt_.swa_bounded_replay);
+  auto block = runner_.export_block(*s.state, B, side);
   if (!block.is_ok()) return;
   // A side object may not take pages the rest of the step was promised: without it the block
   // is still a valid chain link.
   if ((*block)->has_side_object() && pool_->available() < pages_promised)
     (*block)->drop_side_object();
+  const CachedBlock* cached = block->get();
   cache_.insert(hash, parent, b, std::move(*block));
+  if (opt_.store) store_block(s, b, *cached);
   while (cache_.bytes() > opt_.prefix_cache_bytes && cache_.evict_one(false)) {
   }
+}
+
+kv::ObjectHeader Engine::store_header(const Sequence& s, int64_t b, kv::ObjectKind kind) const {
+  kv::ObjectHeader h;
+  h.kind = kind;
+  h.block_tokens = uint32_t(opt_.prefix_block);
+  h.model = fingerprint_;
+  h.key = s.block_hashes[size_t(b - 1)];
+  h.parent = b > 1 ? s.block_hashes[size_t(b - 2)] : 0;
+  h.index = uint32_t(b);
+  return h;
+}
+
+void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block) {
+  const int64_t B = opt_.prefix_block, P = int64_t(s.req.prompt.size());
+  const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
+  const kv::StoreKey key = kv::store_key(h.model, h.key, h.kind);
+  if (!opt_.store->contains(key))
+    opt_.store->put(
+        key, runner_.encode_block(block, h,
+                                  std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B))));
+  // Window side objects (about as large as a block) where a later hit resumes: at the hit
+  // boundary of this prompt and at its last block (where a longer prompt that extends it
+  // resumes).
+  if (!block.has_side_object() || (b != (P - 1) / B && b != P / B)) return;
+  const kv::ObjectHeader w = store_header(s, b, kv::ObjectKind::kWindow);
+  const kv::StoreKey wkey = kv::store_key(w.model, w.key, w.kind);
+  if (opt_.store->contains(wkey)) return;
+  Result<std::string> bytes = runner_.encode_window(block, w);
+  if (bytes.is_ok()) opt_.store->put(wkey, std::move(*bytes));
+}
+
+Result<std::unique_ptr<CachedBlock>> Engine::decode_block(const std::string& bytes,
+                                                          const kv::ObjectHeader& h,
+                                                          std::span<const int32_t> ids) {
+  for (;;) {
+    auto r = runner_.decode_block(bytes, h, ids, pool_.get());
+    if (r.is_ok() || r.status().code() != StatusCode::kResourceExhausted || !cache_.evict_one(true))
+      return r;
+  }
+}
+
+void Engine::store_corrupt(const kv::ObjectHeader& h, const Status& why) {
+  log_warn("kv store: " + std::string(opt_.store->tier_name()) + " object (block " +
+           std::to_string(h.index) + ", " +
+           (h.kind == kv::ObjectKind::kWindow ? "window" : "entries") +
+           ") failed its checks; recomputing: " + why.message());
+  opt_.store->erase(kv::store_key(h.model, h.key, h.kind));
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.store_corrupt;
+}
+
+void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
+  const int64_t B = opt_.prefix_block;
+  max_blocks = std::min<int64_t>(max_blocks, int64_t(s.block_hashes.size()));
+  const int64_t l1 = cache_.chain_length(s.block_hashes, max_blocks);
+  if (l1 >= max_blocks) return;
+  const bool side = !opt_.swa_bounded_replay;
+  auto key = [&](int64_t b, kv::ObjectKind kind) {
+    return kv::store_key(fingerprint_, s.block_hashes[size_t(b - 1)], kind);
+  };
+  int64_t n = l1;
+  while (n < max_blocks && opt_.store->contains(key(n + 1, kv::ObjectKind::kBlock))) ++n;
+  int64_t end = n;  // the deepest block a resume can start from
+  while (side && end > l1 && !opt_.store->contains(key(end, kv::ObjectKind::kWindow))) --end;
+  int64_t loaded = 0;
+  for (int64_t b = l1 + 1; b <= end; ++b) {
+    const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
+    Result<std::string> bytes = opt_.store->get(key(b, kv::ObjectKind::kBlock));
+    if (!bytes.is_ok()) break;
+    auto block =
+        decode_block(*bytes, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B)));
+    if (!block.is_ok()) {
+      if (block.status().code() == StatusCode::kCorrupt) store_corrupt(h, block.status());
+      break;
+    }
+    if (side && b == end) {
+      const kv::ObjectHeader w = store_header(s, b, kv::ObjectKind::kWindow);
+      Result<std::string> wbytes = opt_.store->get(key(b, kv::ObjectKind::kWindow));
+      if (wbytes.is_ok()) {
+        Status st = runner_.decode_window(*wbytes, w, pool_.get(), **block);
+        while (st.code() == StatusCode::kResourceExhausted && cache_.evict_one(true))
+          st = runner_.decode_window(*wbytes, w, pool_.get(), **block);
+        if (st.code() == StatusCode::kCorrupt) store_corrupt(w, st);
+      }
+    }
+    if (b > 1 && !cache_.contains(h.parent)) break;  // evicted to make room
+    cache_.insert(h.key, h.parent, b, std::move(*block));
+    ++loaded;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.store_hit_blocks += loaded;
+  if (loaded == 0) ++stats_.store_misses;
 }
 
 void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,

@@ -47,6 +47,7 @@
 #include "engine/sequence.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
+#include "kv/store.h"
 
 namespace fathom::engine {
 
@@ -71,6 +72,12 @@ struct EngineOptions {
   int64_t decoder_replay_keep = 0;
   // Plan step n+1 on the scheduler thread while the executor computes step n.
   bool async_scheduling = true;
+  // The KV store below the prefix cache (kv/store.h; e.g. the disk tier), or null. Not owned:
+  // it must outlive the engine. A prompt whose blocks are not all in the prefix cache looks
+  // there before computing; every prompt block the engine caches is written there too (with
+  // the window side objects at the prompt's last block and at its own hit boundary), queued
+  // off the step.
+  kv::Store* store = nullptr;
 };
 
 struct EngineStats {
@@ -84,6 +91,12 @@ struct EngineStats {
   double plan_seconds = 0, body_seconds = 0, head_seconds = 0, sample_seconds = 0, post_seconds = 0;
   int64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0,
           preemptions = 0;
+  // The KV store (when there is one): blocks read from it into the prefix cache; admissions that
+  // looked past the prefix cache and found nothing to use; objects that failed their checks (each
+  // recomputed and removed from the store); the tier's own counters.
+  bool store_on = false;
+  int64_t store_hit_blocks = 0, store_misses = 0, store_corrupt = 0;
+  std::vector<std::pair<std::string, kv::StoreStats>> store_tiers;  // by tier: "disk", "redis"
 };
 
 class Engine {
@@ -131,6 +144,18 @@ class Engine {
   // Caches the block the sequence's prefill just completed; `pages_promised` are pages the
   // rest of the step needs, which a side object may not take.
   void cache_insert(const Sequence& s, int64_t pages_promised);
+  // Extends the prefix cache's chain for `s` (at most max_blocks blocks) from the store: the
+  // blocks after it that the store holds, up to the deepest one with a window side object.
+  void load_from_store(const Sequence& s, int64_t max_blocks);
+  // Queues block `b` (1-based) of `s`'s prompt, just cached as `block`, for the store.
+  void store_block(const Sequence& s, int64_t b, const CachedBlock& block);
+  kv::ObjectHeader store_header(const Sequence& s, int64_t b, kv::ObjectKind kind) const;
+  // Decodes with room: a full pool evicts cached blocks and tries again.
+  Result<std::unique_ptr<CachedBlock>> decode_block(const std::string& bytes,
+                                                    const kv::ObjectHeader& h,
+                                                    std::span<const int32_t> ids);
+  // A store object that failed its checks: logged, counted, removed.
+  void store_corrupt(const kv::ObjectHeader& h, const Status& why);
   // Ends a request: its final event (carrying the step's tokens not yet sent) and its state.
   void finish(Sequence& s, FinishCause cause, Status error = Status::ok());
   // Sends the step's pending tokens of `s` as one event.
@@ -156,6 +181,7 @@ class Engine {
   EngineStats stats_;                                // guarded by mu_
   uint64_t next_id_ = 1;                             // guarded by mu_
   kv::PrefixCache cache_;                            // executor only
+  kv::Fingerprint fingerprint_;                      // the runner's, for the store
   OutputProcessor output_;                           // executor only
   std::vector<float> hidden_, logits_;               // executor only: the step's head rows, reused
   // executor only: siblings whose leader was cancelled before its prefill completed

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/block_format.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
 
@@ -84,6 +85,26 @@ class ModelRunner {
                                                          int64_t block_tokens,
                                                          std::span<const int32_t> prefix,
                                                          kv::PagePool* pool) const = 0;
+
+  // The KV store (kv/store.h, kv/block_format.h). The model's identity: blocks of another
+  // fingerprint are never used.
+  virtual kv::Fingerprint fingerprint() const = 0;
+  // A cached block as a store object (header `h`; `ids` are its tokens).
+  virtual std::string encode_block(const CachedBlock& b, const kv::ObjectHeader& h,
+                                   std::span<const int32_t> ids) const = 0;
+  // Its window side object as a store object; kInvalidArgument when it has none.
+  virtual Result<std::string> encode_window(const CachedBlock& b,
+                                            const kv::ObjectHeader& h) const = 0;
+  // A block read back: validated against `expect`, the model's shapes and `ids` (kCorrupt,
+  // with a kv::BlockFault, when any check fails); its pages come from `pool`.
+  virtual Result<std::unique_ptr<CachedBlock>> decode_block(std::string_view bytes,
+                                                            const kv::ObjectHeader& expect,
+                                                            std::span<const int32_t> ids,
+                                                            kv::PagePool* pool) const = 0;
+  // A window object read back, validated the same way, becomes `block`'s side object.
+  // REQUIRES: `block` came from decode_block() and is not cached yet.
+  virtual Status decode_window(std::string_view bytes, const kv::ObjectHeader& expect,
+                               kv::PagePool* pool, CachedBlock& block) const = 0;
 };
 
 }  // namespace fathom::engine

@@ -34,6 +34,28 @@ std::vector<const CachedBlock*> PrefixCache::match(std::span<const uint64_t> has
   return out;
 }
 
+int64_t PrefixCache::chain_length(std::span<const uint64_t> hashes, int64_t max_blocks) const {
+  int64_t n = 0;
+  while (n < max_blocks && size_t(n) < hashes.size()) {
+    auto it = entries_.find(hashes[size_t(n)]);
+    if (it == entries_.end() || it->second.index != n + 1) break;
+    ++n;
+  }
+  return n;
+}
+
+const CachedBlock* PrefixCache::find(uint64_t hash) const {
+  auto it = entries_.find(hash);
+  return it == entries_.end() ? nullptr : it->second.block.get();
+}
+
+void PrefixCache::replace(uint64_t hash, std::unique_ptr<CachedBlock> block) {
+  Entry& e = entries_.at(hash);
+  bytes_ += block->bytes() - e.block->bytes();
+  e.block = std::move(block);
+  e.last_used = ++clock_;
+}
+
 bool PrefixCache::touch(uint64_t hash) {
   auto it = entries_.find(hash);
   if (it == entries_.end()) return false;

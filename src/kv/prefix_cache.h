@@ -3,8 +3,8 @@
 // added to a sequence's KV as a CachedBlock (shared pages and an optional side object, whose
 // contents only the model knows). Blocks form chains: a block is cached only under a cached
 // parent, and only leaves (blocks with no cached child) are evicted, least recently used
-// first — so every cached block is reachable from block 1. A later tiered store (disk,
-// distributed) plugs in below this class.
+// first — so every cached block is reachable from block 1. The tiered store (kv/store.h:
+// disk, distributed) plugs in below this class: the engine fills it from there on a miss.
 //
 // Not thread-safe: one owner (the engine's executor thread) calls it.
 #pragma once
@@ -49,9 +49,17 @@ class PrefixCache {
   // insert or eviction.
   std::vector<const CachedBlock*> match(std::span<const uint64_t> hashes, int64_t max_blocks,
                                         bool need_side_object);
+  // How many of hashes[0, max_blocks) form a chain of cached blocks from block 1, with or
+  // without side objects (nothing is marked used).
+  int64_t chain_length(std::span<const uint64_t> hashes, int64_t max_blocks) const;
   // True when `hash` is cached (and marks it used).
   bool touch(uint64_t hash);
   bool contains(uint64_t hash) const { return entries_.count(hash) != 0; }
+  // The block cached under `hash`, or null.
+  const CachedBlock* find(uint64_t hash) const;
+  // Replaces the block cached under `hash` by another of the same tokens (e.g. one that also
+  // has its side object); its place in the chain stays. REQUIRES: hash cached.
+  void replace(uint64_t hash, std::unique_ptr<CachedBlock> block);
   // Caches block number `index` (1-based) of a chain under `parent` (the previous block's
   // hash; ignored for block 1). REQUIRES: hash not cached; for index > 1, parent cached.
   void insert(uint64_t hash, uint64_t parent, int64_t index, std::unique_ptr<CachedBlock> block);

@@ -774,12 +774,15 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
     FATHOM_RETURN_IF_ERROR(bind_block(W, int(i), i >= c.n_layers, &W.blocks[size_t(i)]));
   // Engram: the hasher from engram_tables.json when the folder has one, else built from the
   // tokenizer as the reference does.
+  std::string engram_source;
   if (!c.engram_layer_ids.empty()) {
     bool ok = false;
     std::string tables = read_file(dir + "/engram_tables.json", &ok);
     if (ok) {
       FATHOM_ASSIGN_OR_RETURN(W.hasher, EngramHasher::from_tables_json(tables, c));
+      engram_source = dir + "/engram_tables.json";
     } else if (!options.tokenizer_path.empty()) {
+      engram_source = options.tokenizer_path;
       FATHOM_ASSIGN_OR_RETURN(auto tok, Tokenizer::load_file(options.tokenizer_path));
       FATHOM_ASSIGN_OR_RETURN(W.hasher, EngramHasher::from_tokenizer(*tok, c));
     } else {
@@ -824,6 +827,7 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
     }
     if (options.progress) options.progress(total, total);
   }
+  m->fingerprint_ = model_fingerprint(dir, W, options, engram_source);
   return m;
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/block_format.h"
 #include "kv/page_pool.h"
 #include "model/config.h"
 
@@ -132,6 +133,30 @@ class V41Model {
                                                 std::span<const int32_t> prefix,
                                                 kv::PagePool* pool) const;
 
+  // The model's identity for the KV store: XXH3-128 of the config file(s), the Engram tables
+  // (or the tokenizer they were built from), every tensor's name, dtype, shape and sampled
+  // bytes, and the options that shape KV values (numerics, index keys). Computed at load.
+  const kv::Fingerprint& fingerprint() const { return fingerprint_; }
+  // The KV store's objects (kv/block_format.h) for a cached block. A block object holds
+  // section 0x01 (the block's token ids, int32 [block_tokens]), 0x02 (the published
+  // index-key slot, int32 [1]) and 0x100 + l for every kv source layer l (its compressed
+  // entries, float32 [block_tokens / ratio, head_dim + index_head_dim]). A window object
+  // holds 0x10 (int64 [2]: position, DSpark input position), 0x11 (window floors, int64 [one
+  // per block]), 0x12 (DSpark input rows, float32 [n, dim * targets]) and 0x200 + i for
+  // every allocated window ring i (float32 [window, head_dim]).
+  std::string encode_block(const KvBlock& b, const kv::ObjectHeader& h,
+                           std::span<const int32_t> ids) const;
+  // kInvalidArgument when the block has no side object.
+  Result<std::string> encode_window(const KvBlock& b, const kv::ObjectHeader& h) const;
+  // A block read back from a store: every header field and section checked against `expect`,
+  // this model's shapes and `ids` (kCorrupt with a kv::BlockFault otherwise); its pages come
+  // from `pool` (kResourceExhausted when it is full).
+  Result<KvBlock> decode_block(std::string_view bytes, const kv::ObjectHeader& expect,
+                               std::span<const int32_t> ids, kv::PagePool* pool) const;
+  // Checks a window object as decode_block() does and makes it `block`'s side object.
+  Status decode_window(std::string_view bytes, const kv::ObjectHeader& expect, kv::PagePool* pool,
+                       KvBlock* block) const;
+
   // A copy of a sequence that continues on its own (n samples of one prompt): the pages of
   // compressed KV and index keys are shared (full pages by reference; a partially filled last
   // page is copied), the window rings, compressor partial groups and history are copied.
@@ -176,6 +201,7 @@ class V41Model {
   Status forward_on(ThreadPool* pool, SequenceState& state, std::span<const int32_t> tokens,
                     float* logits, ForwardTrace* trace, bool all_rows, float* hidden_out) const;
   ModelOptions options_;
+  kv::Fingerprint fingerprint_;
   std::unique_ptr<ModelWeights> w_;
   std::unique_ptr<ThreadPool> pool_;
 };

@@ -93,6 +93,11 @@ struct SequenceState {
   int64_t main_hidden_pos = 0;
 };
 
+// The model's store fingerprint (V41Model::fingerprint()); `engram_source` is the file the
+// Engram token map came from (engram_tables.json or the tokenizer), empty without Engram.
+kv::Fingerprint model_fingerprint(const std::string& dir, const ModelWeights& w,
+                                  const ModelOptions& options, const std::string& engram_source);
+
 // A ring's row for position p, the ring allocated (zeroed) on first use.
 Status ensure_ring(SequenceState& st, size_t block, int64_t window, int64_t head_dim);
 

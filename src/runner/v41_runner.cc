@@ -117,4 +117,29 @@ Result<std::unique_ptr<engine::RunnerSequence>> V41Runner::resume(
   return std::unique_ptr<engine::RunnerSequence>(std::make_unique<Sequence>(std::move(resumed)));
 }
 
+kv::Fingerprint V41Runner::fingerprint() const { return model_.fingerprint(); }
+
+std::string V41Runner::encode_block(const engine::CachedBlock& b, const kv::ObjectHeader& h,
+                                    std::span<const int32_t> ids) const {
+  return model_.encode_block(static_cast<const Block&>(b).kv, h, ids);
+}
+
+Result<std::string> V41Runner::encode_window(const engine::CachedBlock& b,
+                                             const kv::ObjectHeader& h) const {
+  return model_.encode_window(static_cast<const Block&>(b).kv, h);
+}
+
+Result<std::unique_ptr<engine::CachedBlock>> V41Runner::decode_block(std::string_view bytes,
+                                                                     const kv::ObjectHeader& expect,
+                                                                     std::span<const int32_t> ids,
+                                                                     kv::PagePool* pool) const {
+  FATHOM_ASSIGN_OR_RETURN(model::KvBlock b, model_.decode_block(bytes, expect, ids, pool));
+  return std::unique_ptr<engine::CachedBlock>(std::make_unique<Block>(std::move(b)));
+}
+
+Status V41Runner::decode_window(std::string_view bytes, const kv::ObjectHeader& expect,
+                                kv::PagePool* pool, engine::CachedBlock& block) const {
+  return model_.decode_window(bytes, expect, pool, &static_cast<Block&>(block).kv);
+}
+
 }  // namespace fathom::runner

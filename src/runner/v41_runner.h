@@ -46,6 +46,18 @@ class V41Runner final : public engine::ModelRunner {
       std::span<const engine::CachedBlock* const> chain, int64_t block_tokens,
       std::span<const int32_t> prefix, kv::PagePool* pool) const override;
 
+  kv::Fingerprint fingerprint() const override;
+  std::string encode_block(const engine::CachedBlock& b, const kv::ObjectHeader& h,
+                           std::span<const int32_t> ids) const override;
+  Result<std::string> encode_window(const engine::CachedBlock& b,
+                                    const kv::ObjectHeader& h) const override;
+  Result<std::unique_ptr<engine::CachedBlock>> decode_block(std::string_view bytes,
+                                                            const kv::ObjectHeader& expect,
+                                                            std::span<const int32_t> ids,
+                                                            kv::PagePool* pool) const override;
+  Status decode_window(std::string_view bytes, const kv::ObjectHeader& expect, kv::PagePool* pool,
+                       engine::CachedBlock& block) const override;
+
  private:
   const model::V41Model& model_;
 };

@@ -382,6 +382,13 @@ engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<i
     g.seeded = true;
   }
   g.ignore_eos = s.ignore_eos;
+  if (!s.cache_salt.empty()) {
+    // A stable hash (the KV store shares keys between processes and machines), never 0.
+    kv::FingerprintBuilder fb;
+    fb.add("fathom-tenant");
+    fb.add(s.cache_salt);
+    g.cache_salt = fb.finish().lo | 1;
+  }
   // Default and cap: what the context leaves after the prompt.
   const int64_t room = std::max<int64_t>(1, opt.context_length - int64_t(g.prompt.size()));
   const int64_t fallback = opt.default_max_tokens > 0 ? opt.default_max_tokens : room;
@@ -899,6 +906,50 @@ std::string Server::Impl::metrics_text() {
   gauge("fathom_swa_replay_tokens_total", "Prompt tokens recomputed by SWA bounded replay",
         double(e.replayed_tokens), "counter");
   gauge("fathom_prefix_cache_blocks", "Prefix-cache blocks held", double(e.prefix_blocks));
+  if (e.store_on) {
+    // The KV store below the prefix cache: what the engine made of it, then each tier's own
+    // counters.
+    gauge("fathom_kv_store_hits_total", "Blocks read back from the KV store into the prefix cache",
+          double(e.store_hit_blocks), "counter");
+    gauge("fathom_kv_store_misses_total",
+          "Admissions that looked in the KV store past the prefix cache and found no block",
+          double(e.store_misses), "counter");
+    gauge("fathom_kv_store_corrupt_total",
+          "KV store objects that failed their checks (recomputed and removed)",
+          double(e.store_corrupt), "counter");
+    auto tiers = [&](const char* name, const char* help, const char* type,
+                     int64_t kv::StoreStats::*field) {
+      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+      for (const auto& [tier, st] : e.store_tiers)
+        o << name << "{tier=\"" << tier << "\"} " << st.*field << "\n";
+    };
+    using S = kv::StoreStats;
+    tiers("fathom_kv_store_tier_hits_total", "Objects a tier was asked for and had", "counter",
+          &S::hits);
+    tiers("fathom_kv_store_tier_misses_total", "Objects a tier was asked for and did not have",
+          "counter", &S::misses);
+    tiers("fathom_kv_store_read_bytes_total", "Bytes read from a KV store tier", "counter",
+          &S::bytes_read);
+    tiers("fathom_kv_store_written_bytes_total", "Bytes written to a KV store tier", "counter",
+          &S::bytes_written);
+    tiers("fathom_kv_store_writes_total", "Objects written to a KV store tier", "counter",
+          &S::writes);
+    tiers("fathom_kv_store_dropped_writes_total",
+          "KV store writes dropped because the tier's write queue was full", "counter",
+          &S::dropped_writes);
+    tiers("fathom_kv_store_write_errors_total",
+          "KV store writes that failed (full disk, node down)", "counter", &S::write_errors);
+    tiers("fathom_kv_store_evictions_total", "KV store objects evicted for the byte budget",
+          "counter", &S::evictions);
+    tiers("fathom_kv_store_objects", "Objects held by a KV store tier (disk)", "gauge",
+          &S::objects);
+    tiers("fathom_kv_store_bytes", "Bytes held by a KV store tier (disk)", "gauge", &S::bytes);
+    tiers("fathom_kv_store_redirects_total",
+          "KV store commands sent again to another node (Redis Cluster MOVED and ASK)", "counter",
+          &S::redirects);
+    tiers("fathom_kv_store_queued_bytes", "Bytes waiting to be written to a KV store tier", "gauge",
+          &S::queued_bytes);
+  }
   const http::HttpServer::Stats h = http.stats();
   gauge("fathom_http_connections", "Open HTTP connections", double(h.connections));
   gauge("fathom_http_connections_total", "Accepted HTTP connections", double(h.accepted),

@@ -1,0 +1,315 @@
+#include "kv/redis_store.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <map>
+
+#include "core/log.h"
+
+namespace fathom::kv {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kSlots = 16384;
+constexpr auto kNodeBackoff = std::chrono::seconds(1);
+
+struct ReplyFree {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyFree>;
+
+std::string object_key(const StoreKey& k) { return "fkv:" + k.hex(); }
+
+bool split_host_port(std::string_view node, std::string* host, int* port) {
+  const size_t colon = node.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == node.size()) return false;
+  int p = 0;
+  for (char ch : node.substr(colon + 1)) {
+    if (ch < '0' || ch > '9') return false;
+    p = p * 10 + (ch - '0');
+    if (p > 65535) return false;
+  }
+  if (p == 0) return false;
+  *host = std::string(node.substr(0, colon));
+  *port = p;
+  return true;
+}
+
+uint16_t crc16(std::string_view s) {
+  uint16_t crc = 0;
+  for (unsigned char ch : s) {
+    crc ^= uint16_t(ch) << 8;
+    for (int i = 0; i < 8; ++i)
+      crc = (crc & 0x8000) ? uint16_t((crc << 1) ^ 0x1021) : uint16_t(crc << 1);
+  }
+  return crc;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> parse_redis_nodes(std::string_view list) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string_view::npos) comma = list.size();
+    const std::string_view node = list.substr(at, comma - at);
+    std::string host;
+    int port = 0;
+    if (!split_host_port(node, &host, &port))
+      return invalid_argument("'" + std::string(node) + "' is not HOST:PORT");
+    out.emplace_back(node);
+    at = comma + 1;
+  }
+  if (out.empty()) return invalid_argument("no Redis nodes given");
+  return out;
+}
+
+int redis_cluster_slot(std::string_view key) {
+  const size_t open = key.find('{');
+  if (open != std::string_view::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1)
+      key = key.substr(open + 1, close - open - 1);
+  }
+  return crc16(key) % kSlots;
+}
+
+// One thread's view of the cluster: connections by node, the slot map, nodes in backoff.
+struct RedisClusterStore::Client {
+  explicit Client(const RedisStoreOptions& o) : opt(o), known(o.nodes) { owner.fill(-1); }
+  ~Client() {
+    for (auto& [n, c] : conns) redisFree(c);
+  }
+
+  int node_index(const std::string& node) {
+    for (size_t i = 0; i < known.size(); ++i)
+      if (known[i] == node) return int(i);
+    known.push_back(node);
+    return int(known.size() - 1);
+  }
+
+  redisContext* conn(const std::string& node) {
+    auto it = conns.find(node);
+    if (it != conns.end()) return it->second;
+    auto d = down_until.find(node);
+    if (d != down_until.end() && Clock::now() < d->second) return nullptr;
+    std::string host;
+    int port = 0;
+    if (!split_host_port(node, &host, &port)) return nullptr;
+    timeval tv{opt.timeout_ms / 1000, (opt.timeout_ms % 1000) * 1000};
+    redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+    if (c == nullptr || c->err) {
+      if (c) redisFree(c);
+      down_until[node] = Clock::now() + kNodeBackoff;
+      return nullptr;
+    }
+    redisSetTimeout(c, tv);
+    conns[node] = c;
+    return c;
+  }
+
+  void drop(const std::string& node) {
+    auto it = conns.find(node);
+    if (it != conns.end()) {
+      redisFree(it->second);
+      conns.erase(it);
+    }
+    down_until[node] = Clock::now() + kNodeBackoff;
+  }
+
+  // Reads CLUSTER SLOTS from the first node that answers; false when none does.
+  bool refresh() {
+    const std::vector<std::string> candidates = known;
+    for (const std::string& node : candidates) {
+      redisContext* c = conn(node);
+      if (c == nullptr) continue;
+      Reply r(static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS")));
+      if (!r) {
+        drop(node);
+        continue;
+      }
+      if (r->type != REDIS_REPLY_ARRAY) continue;
+      owner.fill(-1);
+      for (size_t i = 0; i < r->elements; ++i) {
+        const redisReply* e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
+        const redisReply* m = e->element[2];
+        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+            m->element[0]->type != REDIS_REPLY_STRING)
+          continue;
+        const std::string addr = std::string(m->element[0]->str, m->element[0]->len) + ":" +
+                                 std::to_string(m->element[1]->integer);
+        const int idx = node_index(addr);
+        for (long long s = e->element[0]->integer; s <= e->element[1]->integer && s < kSlots; ++s)
+          if (s >= 0) owner[size_t(s)] = idx;
+      }
+      return true;
+    }
+    return false;
+  }
+
+  std::string owner_of(int slot) {
+    if (owner[size_t(slot)] < 0) refresh();
+    const int i = owner[size_t(slot)];
+    return i >= 0 ? known[size_t(i)] : (known.empty() ? std::string() : known.front());
+  }
+
+  // Runs a command on `key`'s node, following MOVED and ASK.
+  Result<Reply> run(std::string_view key, const std::vector<std::string_view>& args) {
+    const int slot = redis_cluster_slot(key);
+    std::string node = owner_of(slot);
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (std::string_view a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    bool asking = false, refreshed = false;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      redisContext* c = conn(node);
+      if (c == nullptr) {
+        // Down (or backing off): one refresh, in case the slot moved elsewhere.
+        if (refreshed || !refresh()) return io_error("redis node " + node + " is unreachable");
+        refreshed = true;
+        const std::string next = owner_of(slot);
+        if (next == node) return io_error("redis node " + node + " is unreachable");
+        node = next;
+        continue;
+      }
+      if (asking) {
+        Reply a(static_cast<redisReply*>(redisCommand(c, "ASKING")));
+        if (!a) {
+          drop(node);
+          continue;
+        }
+      }
+      Reply r(static_cast<redisReply*>(
+          redisCommandArgv(c, int(argv.size()), argv.data(), lens.data())));
+      if (!r) {
+        drop(node);
+        asking = false;
+        continue;
+      }
+      if (r->type != REDIS_REPLY_ERROR) return r;
+      const std::string err(r->str, r->len);
+      const bool moved = err.rfind("MOVED ", 0) == 0, ask = err.rfind("ASK ", 0) == 0;
+      if (!moved && !ask) return io_error("redis: " + err);
+      const size_t sp = err.rfind(' ');
+      node = err.substr(sp + 1);
+      if (moved) owner[size_t(slot)] = node_index(node);
+      asking = ask;
+      redirects.fetch_add(1, std::memory_order_relaxed);
+    }
+    return io_error("redis: too many redirections for slot " + std::to_string(slot));
+  }
+
+  const RedisStoreOptions opt;
+  std::vector<std::string> known;
+  std::array<int, kSlots> owner;
+  std::map<std::string, redisContext*> conns;
+  std::map<std::string, Clock::time_point> down_until;
+  std::atomic<int64_t> redirects{0};  // read by stats() from any thread
+};
+
+RedisClusterStore::RedisClusterStore(RedisStoreOptions options) : opt_(std::move(options)) {}
+
+Result<std::unique_ptr<RedisClusterStore>> RedisClusterStore::open(
+    const RedisStoreOptions& options) {
+  if (options.nodes.empty()) return invalid_argument("no Redis nodes given");
+  auto s = std::unique_ptr<RedisClusterStore>(new RedisClusterStore(options));
+  s->reader_ = std::make_unique<Client>(options);
+  s->writer_client_ = std::make_unique<Client>(options);
+  if (!s->reader_->refresh())
+    return io_error("no Redis Cluster node answers CLUSTER SLOTS among the nodes given");
+  s->writer_client_->refresh();
+  s->writes_ = std::make_unique<WriteQueue>(
+      options.queue_bytes,
+      [p = s.get()](const StoreKey& k, const std::string& v) { return p->write_object(k, v); });
+  return s;
+}
+
+RedisClusterStore::~RedisClusterStore() = default;
+
+bool RedisClusterStore::contains(const StoreKey& key) {
+  if (writes_->pending(key)) return true;
+  const std::string k = object_key(key);
+  std::lock_guard<std::mutex> lock(read_mu_);
+  auto r = reader_->run(k, {"EXISTS", k});
+  return r.is_ok() && (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1;
+}
+
+Result<std::string> RedisClusterStore::get(const StoreKey& key) {
+  const std::string k = object_key(key);
+  Result<Reply> r = io_error("unset");
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    r = reader_->run(k, {"GET", k});
+    if (!r.is_ok() && !reads_failing_)
+      log_warn("kv store: redis reads fail (misses until they work): " + r.status().message());
+    if (r.is_ok() && reads_failing_) log_info("kv store: redis reads work again");
+    reads_failing_ = !r.is_ok();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!r.is_ok() || (*r)->type != REDIS_REPLY_STRING) {
+    ++stats_.misses;
+    if (!r.is_ok()) return r.status();
+    return not_found("no KV object " + key.hex());
+  }
+  ++stats_.hits;
+  stats_.bytes_read += int64_t((*r)->len);
+  return std::string((*r)->str, (*r)->len);
+}
+
+bool RedisClusterStore::put(const StoreKey& key, std::string value) {
+  return writes_->push(key, std::move(value));
+}
+
+void RedisClusterStore::erase(const StoreKey& key) {
+  const std::string k = object_key(key);
+  std::lock_guard<std::mutex> lock(read_mu_);
+  auto r = reader_->run(k, {"DEL", k});
+  if (r.is_ok() && (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer > 0) {
+    std::lock_guard<std::mutex> l2(mu_);
+    ++stats_.erased;
+  }
+}
+
+void RedisClusterStore::flush() { writes_->flush(); }
+
+StoreStats RedisClusterStore::stats() const {
+  const WriteQueue::Stats w = writes_->stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  StoreStats s = stats_;
+  s.queued_bytes = w.queued_bytes;
+  s.dropped_writes = w.dropped;
+  s.writes = w.writes;
+  s.write_errors = w.errors;
+  s.bytes_written = w.bytes_written;
+  s.redirects = reader_->redirects.load(std::memory_order_relaxed) +
+                writer_client_->redirects.load(std::memory_order_relaxed);
+  return s;
+}
+
+Status RedisClusterStore::write_object(const StoreKey& key, const std::string& value) {
+  const std::string k = object_key(key);
+  auto r = writer_client_->run(k, {"SET", k, value});
+  Status st = Status::ok();
+  if (!r.is_ok())
+    st = r.status();
+  else if ((*r)->type != REDIS_REPLY_STATUS)
+    st = io_error("redis: unexpected reply to SET");
+  // One line when writes start failing and one when they work again, not one a block.
+  if (!st.is_ok() && !writes_failing_)
+    log_warn("kv store: redis writes fail (blocks stay uncached there until they work): " +
+             st.message());
+  if (st.is_ok() && writes_failing_) log_info("kv store: redis writes work again");
+  writes_failing_ = !st.is_ok();
+  return st;
+}
+
+}  // namespace fathom::kv

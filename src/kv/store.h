@@ -1,0 +1,76 @@
+// A tier of the KV-cache store below the in-process prefix cache (L1): encoded objects
+// (kv/block_format.h) by key. L2 is the local disk (kv/disk_store.h); a distributed tier
+// plugs in behind the same interface. A store never interprets what it holds: the reader
+// validates every object, and a store only keeps, returns and forgets bytes.
+//
+// Implementations are thread-safe: the engine's executor reads and queues writes while a
+// tier's own threads write. put() never blocks on I/O: a write is queued and, when the queue
+// is full, dropped (counted) — a store never slows a decoding step.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/block_format.h"
+
+namespace fathom::kv {
+
+// 128 bits naming one object: XXH3-128 of (model fingerprint, chained block hash, kind).
+struct StoreKey {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const StoreKey&) const = default;
+  std::string hex() const;  // 32 hex digits, high first
+  // Parses hex(); false for anything else.
+  static bool from_hex(std::string_view s, StoreKey* out);
+};
+
+struct StoreKeyHash {
+  size_t operator()(const StoreKey& k) const {
+    return size_t(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ull));
+  }
+};
+
+// The key of the object of `kind` at the block whose chained hash is `chain_hash`.
+StoreKey store_key(const Fingerprint& model, uint64_t chain_hash, ObjectKind kind);
+
+struct StoreStats {
+  int64_t hits = 0, misses = 0;  // get() found / did not find the object
+  int64_t bytes_read = 0, bytes_written = 0;
+  int64_t writes = 0;              // objects written
+  int64_t dropped_writes = 0;      // puts dropped: the write queue was full
+  int64_t write_errors = 0;        // writes that failed (full disk, permissions): dropped too
+  int64_t evictions = 0;           // objects removed for the byte budget
+  int64_t erased = 0;              // objects removed by erase() (corrupt ones)
+  int64_t objects = 0, bytes = 0;  // held now
+  int64_t queued_bytes = 0;        // waiting to be written
+  int64_t redirects = 0;           // commands sent again elsewhere (Redis MOVED/ASK)
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  // True when the object is held or queued to be written.
+  virtual bool contains(const StoreKey& key) = 0;
+  // The object's bytes; kNotFound when the store does not hold it, kIoError when it can not
+  // be read.
+  virtual Result<std::string> get(const StoreKey& key) = 0;
+  // Queues the object to be written; false when the write was dropped (queue full).
+  virtual bool put(const StoreKey& key, std::string value) = 0;
+  // Forgets the object (e.g. it failed validation).
+  virtual void erase(const StoreKey& key) = 0;
+  // Waits until every queued write is done (tests; shutdown).
+  virtual void flush() = 0;
+  virtual StoreStats stats() const = 0;
+  // Each tier's name and counters (one entry for a single tier).
+  virtual std::vector<std::pair<std::string, StoreStats>> tier_stats() const {
+    return {{tier_name(), stats()}};
+  }
+  // "disk", "redis", ...
+  virtual const char* tier_name() const = 0;
+};
+
+}  // namespace fathom::kv

@@ -1,0 +1,71 @@
+#include "kv/tiered_store.h"
+
+namespace fathom::kv {
+
+TieredStore::TieredStore(std::vector<std::unique_ptr<Store>> tiers) : tiers_(std::move(tiers)) {}
+
+bool TieredStore::contains(const StoreKey& key) {
+  for (auto& t : tiers_)
+    if (t->contains(key)) return true;
+  return false;
+}
+
+Result<std::string> TieredStore::get(const StoreKey& key) {
+  Status last = not_found("no KV object " + key.hex());
+  for (size_t i = 0; i < tiers_.size(); ++i) {
+    if (!tiers_[i]->contains(key)) continue;
+    Result<std::string> r = tiers_[i]->get(key);
+    if (!r.is_ok()) {
+      last = r.status();
+      continue;
+    }
+    for (size_t j = 0; j < i; ++j) tiers_[j]->put(key, *r);
+    return r;
+  }
+  return last;
+}
+
+bool TieredStore::put(const StoreKey& key, std::string value) {
+  bool all = true;
+  for (size_t i = 0; i + 1 < tiers_.size(); ++i) all = tiers_[i]->put(key, value) && all;
+  if (!tiers_.empty()) all = tiers_.back()->put(key, std::move(value)) && all;
+  return all;
+}
+
+void TieredStore::erase(const StoreKey& key) {
+  for (auto& t : tiers_) t->erase(key);
+}
+
+void TieredStore::flush() {
+  for (auto& t : tiers_) t->flush();
+}
+
+StoreStats TieredStore::stats() const {
+  StoreStats s;
+  for (const auto& t : tiers_) {
+    const StoreStats x = t->stats();
+    s.hits += x.hits;
+    s.misses += x.misses;
+    s.bytes_read += x.bytes_read;
+    s.bytes_written += x.bytes_written;
+    s.writes += x.writes;
+    s.dropped_writes += x.dropped_writes;
+    s.write_errors += x.write_errors;
+    s.evictions += x.evictions;
+    s.erased += x.erased;
+    s.objects += x.objects;
+    s.bytes += x.bytes;
+    s.queued_bytes += x.queued_bytes;
+    s.redirects += x.redirects;
+  }
+  return s;
+}
+
+std::vector<std::pair<std::string, StoreStats>> TieredStore::tier_stats() const {
+  std::vector<std::pair<std::string, StoreStats>> out;
+  for (const auto& t : tiers_)
+    for (auto& x : t->tier_stats()) out.push_back(std::move(x));
+  return out;
+}
+
+}  // namespace fathom::kv

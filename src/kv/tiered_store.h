@@ -1,0 +1,34 @@
+// TieredStore: several store tiers behind the one Store interface, fastest first (the local
+// disk, then the Redis Cluster). contains() asks each; get() reads from the first tier that
+// holds the object and copies it into the faster tiers that do not (queued, like any put);
+// put() and erase() go to every tier. Owns its tiers. Thread-safe as its tiers are.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kv/store.h"
+
+namespace fathom::kv {
+
+class TieredStore final : public Store {
+ public:
+  explicit TieredStore(std::vector<std::unique_ptr<Store>> tiers);
+
+  bool contains(const StoreKey& key) override;
+  Result<std::string> get(const StoreKey& key) override;
+  bool put(const StoreKey& key, std::string value) override;
+  void erase(const StoreKey& key) override;
+  void flush() override;
+  // The tiers' counters summed.
+  StoreStats stats() const override;
+  std::vector<std::pair<std::string, StoreStats>> tier_stats() const override;
+  const char* tier_name() const override { return "tiered"; }
+
+ private:
+  std::vector<std::unique_ptr<Store>> tiers_;
+};
+
+}  // namespace fathom::kv

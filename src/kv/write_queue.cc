@@ -1,0 +1,73 @@
+#include "kv/write_queue.h"
+
+namespace fathom::kv {
+
+WriteQueue::WriteQueue(int64_t max_bytes, WriteFn write)
+    : max_bytes_(max_bytes), write_(std::move(write)), thread_([this] { loop(); }) {}
+
+WriteQueue::~WriteQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+bool WriteQueue::push(const StoreKey& key, std::string value) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.count(key)) return true;
+    if (stats_.queued_bytes + int64_t(value.size()) > max_bytes_) {
+      ++stats_.dropped;
+      return false;
+    }
+    stats_.queued_bytes += int64_t(value.size());
+    pending_.insert(key);
+    queue_.emplace_back(key, std::move(value));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool WriteQueue::pending(const StoreKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.count(key) != 0;
+}
+
+void WriteQueue::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+WriteQueue::Stats WriteQueue::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void WriteQueue::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) break;  // stopping, and everything is written
+    auto [key, value] = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    const Status st = write_(key, value);
+    lock.lock();
+    stats_.queued_bytes -= int64_t(value.size());
+    pending_.erase(key);
+    if (st.is_ok()) {
+      ++stats_.writes;
+      stats_.bytes_written += int64_t(value.size());
+    } else {
+      ++stats_.errors;
+    }
+    writing_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+  idle_cv_.notify_all();
+}
+
+}  // namespace fathom::kv

@@ -1,0 +1,288 @@
+// The KV store under the engine, on the tiny golden checkpoint: blocks written by one engine
+// give a second engine on the same directory (a restart) an exact hit; damaged, truncated and
+// foreign objects are detected, counted, removed and recomputed, and the answer stays the one
+// an engine without a store gives; the model-level checks of a decoded block (token ids, the
+// fingerprint, section shapes) each reject what they should.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "kv/disk_store.h"
+#include "model/v41.h"
+#include "runner/v41_runner.h"
+
+namespace fathom::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<model::V41Model> load_tiny(model::Numerics numerics) {
+  model::ModelOptions o;
+  o.numerics = numerics;
+  auto r = model::V41Model::load(std::string(FATHOM_TEST_DATA) + "/model/v41-tiny", o);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return std::move(*r);
+}
+
+const ModelRunner& runner() {
+  static std::unique_ptr<model::V41Model> m = load_tiny(model::Numerics::kFast);
+  static runner::V41Runner r(*m);
+  return r;
+}
+
+std::vector<int32_t> prompt(int n) {
+  std::vector<int32_t> p = {0};
+  for (int i = 1; i < n; ++i) p.push_back(int32_t((i * 53 + 7) % 990 + 3));
+  return p;
+}
+
+struct Answer {
+  std::vector<int32_t> tokens;
+  int64_t cached = 0;
+};
+
+Answer ask(Engine& e, const std::vector<int32_t>& p, bool seeded) {
+  GenerationRequest r;
+  r.prompt = p;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  r.sampling.temperature = seeded ? 1.0f : 0.0f;
+  if (seeded) {
+    r.seeded = true;
+    r.sampling.seed = 42;
+  }
+  auto s = e.submit(r);
+  EXPECT_TRUE(s.is_ok());
+  Answer a;
+  StreamEvent ev;
+  while ((*s)->next(&ev, 60000)) {
+    a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    if (ev.finished) {
+      a.cached = ev.cached_tokens;
+      break;
+    }
+  }
+  return a;
+}
+
+EngineOptions options(kv::Store* store) {
+  EngineOptions o;
+  o.prefix_block = 16;  // the tiny model's window; several blocks in a short prompt
+  o.store = store;
+  return o;
+}
+
+class EngineKvStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fathom_engine_kv_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    // The truth: an engine with no prefix cache and no store.
+    EngineOptions o;
+    o.prefix_cache = false;
+    Engine cold(runner(), o, -1);
+    greedy_ = ask(cold, p_, false).tokens;
+    seeded_ = ask(cold, p_, true).tokens;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::unique_ptr<kv::DiskStore> open() {
+    kv::DiskStoreOptions o;
+    o.dir = dir_.string();
+    auto s = kv::DiskStore::open(o);
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    return std::move(*s);
+  }
+  // One engine's life over the directory: it answers both requests and is shut down.
+  void first_life() {
+    auto store = open();
+    Engine e(runner(), options(store.get()), -1);
+    EXPECT_EQ(ask(e, p_, false).tokens, greedy_);
+    e.shutdown();
+    store->flush();
+    EXPECT_GT(store->stats().writes, 0);
+  }
+  std::vector<fs::path> files() const {
+    std::vector<fs::path> out;
+    for (const auto& f : fs::recursive_directory_iterator(dir_))
+      if (f.path().extension() == ".fkv") out.push_back(f.path());
+    return out;
+  }
+  fs::path dir_;
+  std::vector<int32_t> p_ = prompt(70), greedy_, seeded_;
+};
+
+TEST_F(EngineKvStore, ARestartHitsTheStoreAndIsExact) {
+  first_life();
+  auto store = open();
+  Engine e(runner(), options(store.get()), -1);
+  const Answer g = ask(e, p_, false);
+  EXPECT_EQ(g.tokens, greedy_);
+  EXPECT_EQ(g.cached, 64);  // 4 blocks of 16; the last token always runs
+  EXPECT_EQ(e.stats().store_hit_blocks, 4);
+  EXPECT_EQ(e.stats().store_corrupt, 0);
+  // Seeded sampling: the same draws as the cold engine's.
+  const Answer s = ask(e, p_, true);
+  EXPECT_EQ(s.tokens, seeded_);
+  EXPECT_EQ(s.cached, 64);
+}
+
+TEST_F(EngineKvStore, ALongerPromptResumesFromTheLastBlockOfAnEarlierOne) {
+  first_life();
+  std::vector<int32_t> longer = p_;
+  for (int i = 0; i < 40; ++i) longer.push_back(int32_t(100 + i));
+  EngineOptions o;
+  o.prefix_cache = false;
+  Engine cold(runner(), o, -1);
+  const std::vector<int32_t> want = ask(cold, longer, false).tokens;
+  auto store = open();
+  Engine e(runner(), options(store.get()), -1);
+  const Answer a = ask(e, longer, false);
+  EXPECT_EQ(a.tokens, want);
+  EXPECT_EQ(a.cached, 64);  // the earlier prompt's 4 full blocks
+}
+
+TEST_F(EngineKvStore, DamagedObjectsAreCountedRemovedAndRecomputed) {
+  first_life();
+  const std::vector<fs::path> all = files();
+  ASSERT_GE(all.size(), 5u);  // 4 blocks and at least one window object
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i % 2 == 0) {
+      std::fstream f(all[i], std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(std::streamoff(fs::file_size(all[i]) / 2));
+      f.put('\x5a');
+      f.put('\xa5');
+    } else {
+      fs::resize_file(all[i], fs::file_size(all[i]) - 3);
+    }
+  }
+  auto store = open();
+  Engine e(runner(), options(store.get()), -1);
+  const Answer g = ask(e, p_, false);
+  EXPECT_EQ(g.tokens, greedy_);
+  EXPECT_GE(e.stats().store_corrupt, 1);
+  EXPECT_EQ(ask(e, p_, true).tokens, seeded_);
+  // Each damaged object read was removed; the recomputed blocks were written again.
+  e.shutdown();
+  store->flush();
+  EXPECT_GE(store->stats().erased, 1);
+}
+
+TEST_F(EngineKvStore, AnotherModelsBlocksAreNeverUsed) {
+  // The same checkpoint under strict numerics computes other KV: another fingerprint.
+  std::unique_ptr<model::V41Model> strict = load_tiny(model::Numerics::kStrict);
+  {
+    runner::V41Runner strict_runner(*strict);
+    ASSERT_FALSE(strict_runner.fingerprint() == runner().fingerprint());
+    auto store = open();
+    Engine e(strict_runner, options(store.get()), -1);
+    ask(e, p_, false);
+  }
+  // Copy every object to the name this model would look it up under: a foreign block in
+  // the right place.
+  auto store = open();
+  ASSERT_FALSE(files().empty());
+  const std::vector<uint64_t> hashes = kv::prefix_block_hashes(p_, 16, 0);
+  for (size_t b = 0; b < 4; ++b) {
+    for (auto kind : {kv::ObjectKind::kBlock, kv::ObjectKind::kWindow}) {
+      const kv::StoreKey theirs = kv::store_key(strict->fingerprint(), hashes[b], kind);
+      const kv::StoreKey ours = kv::store_key(runner().fingerprint(), hashes[b], kind);
+      auto bytes = store->get(theirs);
+      if (bytes.is_ok()) store->put(ours, *bytes);
+    }
+  }
+  store->flush();
+  Engine e(runner(), options(store.get()), -1);
+  const Answer g = ask(e, p_, false);
+  EXPECT_EQ(g.tokens, greedy_);
+  EXPECT_EQ(g.cached, 0);
+  EXPECT_GE(e.stats().store_corrupt, 1);
+}
+
+TEST_F(EngineKvStore, BoundedReplayHitsFromTheStoreAsFromTheCache) {
+  // With swa_bounded_replay no window objects exist: a hit replays the last window, an
+  // approximation — the same one from the store as from the in-process cache.
+  EngineOptions o = options(nullptr);
+  o.swa_bounded_replay = true;
+  std::vector<int32_t> warm_l1;
+  {
+    auto store = open();
+    o.store = store.get();
+    Engine e(runner(), o, -1);
+    ask(e, p_, false);
+    const Answer warm = ask(e, p_, false);
+    EXPECT_GT(warm.cached, 0);
+    warm_l1 = warm.tokens;
+  }
+  auto store = open();
+  o.store = store.get();
+  Engine e(runner(), o, -1);
+  const Answer a = ask(e, p_, false);
+  EXPECT_GT(a.cached, 0);
+  EXPECT_EQ(a.tokens, warm_l1);
+  EXPECT_GT(e.stats().store_hit_blocks, 0);
+}
+
+// The model-level checks of a decoded block, object by object.
+TEST(KvStoreObjects, TheModelRejectsWrongTokensShapesAndWindows) {
+  const ModelRunner& r = runner();
+  kv::PagePool pool(r.page_bytes(16 / r.block_alignment()), 0);
+  auto seq = r.new_sequence(&pool);
+  const std::vector<int32_t> p = prompt(32);
+  ASSERT_TRUE(r.forward(*seq, std::span(p).first(16), nullptr).is_ok());
+  auto block = r.export_block(*seq, 16, true);
+  ASSERT_TRUE(block.is_ok()) << block.status().to_string();
+  kv::ObjectHeader h;
+  h.block_tokens = 16;
+  h.model = r.fingerprint();
+  h.key = 77;
+  h.index = 1;
+  const std::span<const int32_t> ids = std::span(p).first(16);
+  const std::string bytes = r.encode_block(**block, h, ids);
+  auto back = r.decode_block(bytes, h, ids, &pool);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_FALSE((*back)->has_side_object());
+  EXPECT_GT((*back)->bytes(), 0);
+  // Other ids under the same key: a hash collision is caught.
+  std::vector<int32_t> other(ids.begin(), ids.end());
+  other[5] += 1;
+  auto wrong = r.decode_block(bytes, h, other, &pool);
+  ASSERT_FALSE(wrong.is_ok());
+  EXPECT_EQ(kv::fault_of(wrong.status()), kv::BlockFault::kWrongTokens);
+  // A window object where a block is expected, and the reverse.
+  kv::ObjectHeader wh = h;
+  wh.kind = kv::ObjectKind::kWindow;
+  auto window = r.encode_window(**block, wh);
+  ASSERT_TRUE(window.is_ok());
+  EXPECT_EQ(kv::fault_of(r.decode_block(*window, h, ids, &pool).status()),
+            kv::BlockFault::kWrongKind);
+  ASSERT_TRUE(r.decode_window(*window, wh, &pool, **back).is_ok());
+  EXPECT_TRUE((*back)->has_side_object());
+  // A block object with a section missing (well-formed envelope, wrong contents).
+  kv::ObjectWriter w;
+  w.add(0x01, 16, ids.data(), ids.size_bytes());
+  const int32_t published = -1;
+  w.add(0x02, 1, &published, 4);
+  auto partial = r.decode_block(w.finish(h), h, ids, &pool);
+  ASSERT_FALSE(partial.is_ok());
+  EXPECT_EQ(kv::fault_of(partial.status()), kv::BlockFault::kBadSection);
+  // A window object of another boundary (its state says position 16, the header block 2).
+  kv::ObjectHeader wh2 = wh;
+  wh2.index = 2;
+  auto moved = r.encode_window(**block, wh2);
+  ASSERT_TRUE(moved.is_ok());
+  auto fresh = r.decode_block(bytes, h, ids, &pool);
+  ASSERT_TRUE(fresh.is_ok());
+  EXPECT_EQ(kv::fault_of(r.decode_window(*moved, wh2, &pool, **fresh)),
+            kv::BlockFault::kBadSection);
+  EXPECT_FALSE((*fresh)->has_side_object());
+}
+
+}  // namespace
+}  // namespace fathom::engine

@@ -253,6 +253,9 @@ void Engine::admit(Sequence& s) {
       if (s.cached == 0) s.cached = P;
     }
   }
+  // The prompt's rows are prefill rows in whatever chunks they run (a one-token chunk
+  // included: at a block boundary, by the step's budget, or left by a prefix hit).
+  runner_.set_prompt_end(*s.state, int64_t(s.req.prompt.size()));
   if (opt_.decoder_replay_keep > 0)
     runner_.set_decoder_tail_start(*s.state, L - opt_.decoder_replay_keep);
 }

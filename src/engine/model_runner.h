@@ -55,6 +55,10 @@ class ModelRunner {
   virtual int64_t pages_needed(const RunnerSequence& s, int64_t tokens) const = 0;
   // Decoder-side bounded replay (an approximation): see model::set_decoder_tail_start.
   virtual void set_decoder_tail_start(RunnerSequence& s, int64_t position) const = 0;
+  // Positions below `position` are the prompt's: however its prefill is cut into chunks (one
+  // token included), each row is computed as one prefill of the whole prompt computes it; rows
+  // from `position` on are decode steps. See model::set_prompt_end.
+  virtual void set_prompt_end(RunnerSequence& s, int64_t position) const = 0;
 
   // Runs `tokens` at the sequence's next positions; `hidden_out` [hidden_size], when non-null,
   // receives the last row's head input.

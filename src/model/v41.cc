@@ -1023,6 +1023,7 @@ Result<std::unique_ptr<SequenceState>> V41Model::fork(const SequenceState& s) co
   out->window_floor = s.window_floor;
   out->published_keys = s.published_keys;
   out->decoder_tail_start = s.decoder_tail_start;
+  out->prompt_end = s.prompt_end;
   out->main_hidden = s.main_hidden;
   out->main_hidden_pos = s.main_hidden_pos;
   out->ring.resize(s.ring.size());
@@ -1045,6 +1046,10 @@ Result<std::unique_ptr<SequenceState>> V41Model::fork(const SequenceState& s) co
 
 void set_decoder_tail_start(SequenceState& s, int64_t position) {
   s.decoder_tail_start = std::max<int64_t>(0, position);
+}
+
+void set_prompt_end(SequenceState& s, int64_t position) {
+  s.prompt_end = std::max<int64_t>(0, position);
 }
 
 Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, float* logits,
@@ -1114,6 +1119,10 @@ Status V41Model::forward_on(ThreadPool* pool, SequenceState& st, std::span<const
     return invalid_argument("every row's logits asked for under decoder bounded replay");
   if (t0 == T && (logits != nullptr || hidden_out != nullptr))
     return invalid_argument("logits asked for a chunk that ends before the decoder tail");
+  // Prompt rows score their own kv source's index keys, as every row of a one-chunk prefill
+  // does (there each index source's kv source has published in the same call); only decode
+  // steps keep the reference's last-published slot.
+  const bool own_keys = options_.own_index_keys || start0 < st.prompt_end;
   float* Xl = X.data();
   float* prel = pre.data();
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -1146,7 +1155,7 @@ Status V41Model::forward_on(ThreadPool* pool, SequenceState& st, std::span<const
         hc_mean(&X[size_t(t * 4 * D)], D,
                 &main_hidden[size_t(t * D * int64_t(targets.size()) + k * D)]);
     }
-    FATHOM_RETURN_IF_ERROR(block_forward(W, b, st, f, Xl, prel, options_.own_index_keys, trace));
+    FATHOM_RETURN_IF_ERROR(block_forward(W, b, st, f, Xl, prel, own_keys, trace));
   }
   f.start = start0;
   if (!targets.empty()) {

@@ -216,5 +216,14 @@ int64_t sequence_bytes(const SequenceState& s);
 // (that source's compressor still runs on them), and those layers' windows start at
 // `position`. The engine sets it to prompt length - KEEP. 0 (the default) = exact.
 void set_decoder_tail_start(SequenceState& s, int64_t position);
+// Rows at positions below `position` are prompt rows: forward() computes them as one prefill
+// of the whole prompt would, however the prompt is cut into chunks. Rows at or past it (and
+// every row while it is 0, the default) are computed as the reference computes a call of
+// that many rows: a one-token call is a decode step, whose ratio-2 indexers at an even
+// position score against the last published index keys (ModelOptions::own_index_keys). A
+// one-token chunk of a prompt (a chunk cut at a block boundary or by the step's budget, or
+// the one token left after a prefix-cache hit) otherwise runs as such a decode step and
+// differs from the prefill. The engine sets it to the prompt's length.
+void set_prompt_end(SequenceState& s, int64_t position);
 
 }  // namespace fathom::model

@@ -87,6 +87,7 @@ struct SequenceState {
   std::vector<Source> src;            // per layer; used on kv sources
   int published_keys = -1;            // the reference's shared index-key slot
   int64_t decoder_tail_start = 0;     // see set_decoder_tail_start()
+  int64_t prompt_end = 0;             // see set_prompt_end()
   // DSpark input rows [n, 3 * dim] of positions main_hidden_pos.. pos - 1 that the stage
   // rings have not taken yet (at most one window: older rows never reach a ring).
   std::vector<float> main_hidden;

@@ -72,6 +72,10 @@ void V41Runner::set_decoder_tail_start(engine::RunnerSequence& s, int64_t positi
   model::set_decoder_tail_start(state(s), position);
 }
 
+void V41Runner::set_prompt_end(engine::RunnerSequence& s, int64_t position) const {
+  model::set_prompt_end(state(s), position);
+}
+
 Status V41Runner::forward(engine::RunnerSequence& s, std::span<const int32_t> tokens,
                           float* hidden_out) const {
   return model_.forward(state(s), tokens, nullptr, nullptr, false, hidden_out);

@@ -27,6 +27,7 @@ class V41Runner final : public engine::ModelRunner {
   int64_t position(const engine::RunnerSequence& s) const override;
   int64_t pages_needed(const engine::RunnerSequence& s, int64_t tokens) const override;
   void set_decoder_tail_start(engine::RunnerSequence& s, int64_t position) const override;
+  void set_prompt_end(engine::RunnerSequence& s, int64_t position) const override;
 
   Status forward(engine::RunnerSequence& s, std::span<const int32_t> tokens,
                  float* hidden_out) const override;

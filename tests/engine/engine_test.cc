@@ -480,6 +480,79 @@ TEST(EngineExact, AsyncAndSyncSchedulingGiveTheModelsChain) {
   }
 }
 
+// A request's greedy tokens and their logprobs (which show any change of the logits).
+struct Answer {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  bool operator==(const Answer&) const = default;
+};
+
+Answer answer(RequestStream& s) {
+  Answer a;
+  StreamEvent ev;
+  while (s.next(&ev, 60000)) {
+    a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    for (const TokenLogprob& lp : ev.logprobs)
+      for (int k = 0; k < lp.top_count; ++k) a.logprobs.push_back(lp.top[size_t(k)].second);
+    if (ev.finished) break;
+  }
+  return a;
+}
+
+GenerationRequest greedy_with_logprobs(std::vector<int32_t> p, int n) {
+  GenerationRequest r = greedy(std::move(p), n);
+  r.top_logprobs = 5;
+  return r;
+}
+
+// The reference: no cache, alone, the whole prompt in one chunk.
+Answer one_chunk_alone(const GenerationRequest& r) {
+  EngineOptions one;
+  one.max_step_tokens = 4096;
+  one.prefix_cache = false;
+  Engine e(runner(), one, -1);
+  return answer(**e.submit(r));
+}
+
+// A prompt one token past a block boundary: its prefill ends in a one-token chunk (the
+// blocks, then the last token) cold, and a prefix hit leaves that one token to run warm. The
+// tiny model's ratio-2 indexers select (more than 56 visible entries) from position 114 on; a
+// one-token chunk at an even position there must score the prompt row as the prefill does,
+// not as a decode step does (the last published index keys).
+TEST(EngineExact, OneTokenPromptChunksAtAnEvenPositionGiveTheOneChunkAnswer) {
+  for (int L : {129, 257}) {
+    const GenerationRequest r = greedy_with_logprobs(prompt(L, 41), 8);
+    const Answer want = one_chunk_alone(r);
+    EXPECT_EQ(want.tokens, model_chain(r)) << L;
+    Engine e(runner(), EngineOptions{}, -1);
+    const Answer cold = answer(**e.submit(r));
+    const Answer warm = answer(**e.submit(r));
+    EXPECT_EQ(e.stats().cached_tokens, (L - 1) / 128 * 128) << L;
+    EXPECT_TRUE(cold == want) << L << ": cold, blocks then one token";
+    EXPECT_TRUE(warm == want) << L << ": warm, a hit then one token";
+  }
+}
+
+// The reproducer of the concurrency report (a cold prompt sent beside a warm one that is
+// decoding at once): with asynchronous scheduling a request admitted beside decoding
+// sequences gets 256 - decodes tokens in the plan, the executor cuts its chunk at the block
+// boundary (128), and the next plan, made ahead from the first, asks for the 1 token that
+// would reach 256: a one-token prompt chunk at position 128.
+TEST(EngineExact, APromptAdmittedBesideADecodingSequenceGivesTheOneChunkAnswer) {
+  const GenerationRequest r = greedy_with_logprobs(prompt(300, 42), 8);
+  const Answer want = one_chunk_alone(r);
+  for (bool async : {true, false}) {
+    EngineOptions o;
+    o.async_scheduling = async;
+    Engine e(runner(), o, -1);
+    auto other = *e.submit(greedy(prompt(40, 43), 200));
+    StreamEvent ev;
+    ASSERT_TRUE(other->next(&ev, 60000));  // decoding from now on
+    EXPECT_TRUE(answer(**e.submit(r)) == want) << "async " << async;
+    drain(*other, &ev);
+  }
+}
+
 TEST(EngineExact, SubmitNForksSamplesThatEqualEachSampleAloneAndSharePages) {
   GenerationRequest r = request(prompt(kLongPrompt, 26), 8, seeded_t1(), true);
   EngineOptions o;

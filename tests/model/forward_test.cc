@@ -378,8 +378,9 @@ TEST(Fast, ChunkedPrefillMatchesOnePrefill) {
   const V41Model& m = fast_model();
   std::vector<int32_t> tokens = tokens_of("prefill_260");
   const int64_t V = m.config().vocab_size;
-  auto run = [&](const std::vector<size_t>& chunks) {
+  auto run = [&](const std::vector<size_t>& chunks, bool prompt_rows = true) {
     auto st = m.new_sequence();
+    if (prompt_rows) set_prompt_end(*st, int64_t(tokens.size()));
     std::vector<float> logits;
     size_t at = 0;
     for (size_t n : chunks) {
@@ -394,9 +395,14 @@ TEST(Fast, ChunkedPrefillMatchesOnePrefill) {
   const std::vector<float> one = run({tokens.size()});
   for (const std::vector<size_t>& chunks :
        {std::vector<size_t>{128, 128, 4}, std::vector<size_t>{37, 63, 1, 1, 2, 100, 56},
-        std::vector<size_t>{1, 16, 17, 33, 33, 1, 1, 1, 157}}) {
+        std::vector<size_t>{1, 16, 17, 33, 33, 1, 1, 1, 157}, std::vector<size_t>{128, 1, 131},
+        std::vector<size_t>{200, 1, 1, 58}}) {
     EXPECT_EQ(bit_differences(run(chunks), one), 0u) << "chunks of " << chunks.size();
   }
+  // Without set_prompt_end a one-token call is a decode step: at an even position past 112
+  // (56 visible ratio-2 entries) its ratio-2 indexers score the last published index keys
+  // (layer 6's), as the reference's decode does, and the row differs from the prefill's.
+  EXPECT_NE(bit_differences(run({128, 1, 131}, false), one), 0u);
 }
 
 // Fast DSpark drafts against the golden drafts, handed the golden main tokens. The README's

@@ -235,20 +235,21 @@ function streamRequest(base, maxTokens) {
   });
 
   await check('--sse-keepalive: a silent stream gets comments the clients skip; a later error is an in-stream event', async () => {
-    // 600 prompt ids in 8-token steps: a prefill of 75 steps, far longer than 0.2 s.
-    const s = await startServer(fathom, ['--sse-keepalive', '0.2', '--max-step-tokens', '8', '--allow-error-injection']);
+    // 600 prompt ids in 8-token steps: a prefill of 75 steps, far longer than 0.05 s (each
+    // request a prompt of its own: a prefix-cache hit would skip most of the prefill).
+    const s = await startServer(fathom, ['--sse-keepalive', '0.05', '--max-step-tokens', '8', '--allow-error-injection']);
     const b = `http://127.0.0.1:${s.port}`;
     try {
-      const prompt = Array.from({ length: 600 }, (_, i) => 100 + ((i * 7919) % 50000));
-      const post = (body) => fetch(b + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ prompt, max_tokens: 4, ignore_eos: true, stream: true, ...body }) });
-      let res = await readAll(await post({}));
+      const promptOf = (salt) => Array.from({ length: 600 }, (_, i) => 100 + ((i * 7919 + salt * 104729) % 50000));
+      const post = (body, salt) => fetch(b + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: promptOf(salt), max_tokens: 4, ignore_eos: true, stream: true, ...body }) });
+      let res = await readAll(await post({}, 1));
       const firstData = res.text.indexOf('data: ');
       assert.ok(res.text.indexOf(': keep-alive') >= 0 && res.text.indexOf(': keep-alive') < firstData, res.text.slice(0, 300));
       assert.ok(res.done, res.text.slice(-300));
       // Committed by a comment, then failing before the first token: a 200 stream with the
       // error event and no finish (then [DONE], as vLLM ends an errored stream).
-      const r = await post({ fathom_inject_error_after: 0 });
+      const r = await post({ fathom_inject_error_after: 0 }, 2);
       assert.equal(r.status, 200);
       res = await readAll(r);
       assert.ok(res.text.startsWith(': keep-alive'), res.text.slice(0, 200));

@@ -8,7 +8,7 @@
 //   - a server with a small step budget (64-token chunks) and synchronous scheduling.
 // Usage: node invariance_test.js FATHOM NODE_MODULES
 'use strict';
-const { startServer, checker } = require('./start_server.js');
+const { startServer, checker, randomPrompt } = require('./start_server.js');
 const assert = require('assert');
 
 const [fathom] = process.argv.slice(2);
@@ -21,11 +21,7 @@ const check = t.check;
 const light = process.env.FATHOM_TEST_LIGHT === '1';
 const promptLength = light ? 520 : 1100;
 const cachedAtLeast = Math.floor(promptLength / 128) * 128;
-const prompt = [];
-for (let i = 0, s = 12345; i < promptLength; i++) {
-  s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-  prompt.push(s % 128000);
-}
+const prompt = randomPrompt(12345, promptLength);
 const requests = {
   greedy: { prompt, max_tokens: 24, temperature: 0, ignore_eos: true, return_token_ids: true },
   seeded: { prompt, max_tokens: 24, temperature: 1, seed: 1234, ignore_eos: true, return_token_ids: true },

@@ -13,7 +13,7 @@
 // FATHOM_TEST_LIGHT=1 (the sanitizer build) uses a shorter prompt.
 // Usage: node kv_store_redis_test.js FATHOM NODE_MODULES
 'use strict';
-const { startServer, checker } = require('./start_server.js');
+const { startServer, checker, randomPrompt } = require('./start_server.js');
 const assert = require('assert');
 const { spawn, execFileSync } = require('child_process');
 const fs = require('fs');
@@ -26,14 +26,7 @@ const check = t.check;
 
 const light = process.env.FATHOM_TEST_LIGHT === '1';
 const N = light ? 640 : 1024;
-function makePrompt(seed) {
-  const p = [];
-  for (let i = 0, s = seed; i < N; i++) {
-    s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-    p.push(s % 128000);
-  }
-  return p;
-}
+const makePrompt = (seed) => randomPrompt(seed, N);
 const prompts = { one: makePrompt(31337), two: makePrompt(2718) };
 const body = (p) => ({ prompt: p, max_tokens: 12, temperature: 0, ignore_eos: true, return_token_ids: true });
 const minCached = Math.floor(N / 128) * 128 - 128;

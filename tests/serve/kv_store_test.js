@@ -12,7 +12,7 @@
 // FATHOM_TEST_LIGHT=1 (the sanitizer build) uses a shorter prompt.
 // Usage: node kv_store_test.js FATHOM NODE_MODULES
 'use strict';
-const { startServer, checker } = require('./start_server.js');
+const { startServer, checker, randomPrompt } = require('./start_server.js');
 const assert = require('assert');
 const fs = require('fs');
 const os = require('os');
@@ -24,11 +24,7 @@ const check = t.check;
 
 const light = process.env.FATHOM_TEST_LIGHT === '1';
 const N = light ? 640 : 2048;
-const prompt = [];
-for (let i = 0, s = 4242; i < N; i++) {
-  s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-  prompt.push(s % 128000);
-}
+const prompt = randomPrompt(4242, N);
 const requests = {
   greedy: { prompt, max_tokens: 16, temperature: 0, ignore_eos: true, return_token_ids: true },
   seeded: { prompt, max_tokens: 16, temperature: 1, seed: 77, ignore_eos: true, return_token_ids: true },

@@ -33,4 +33,15 @@ function checker() {
   return t;
 }
 
-module.exports = { startServer, checker };
+// A fixed pseudo-random prompt of `length` token ids below 128,000 (xorshift32 from `seed`; the
+// demo model's vocabulary is 129,280).
+function randomPrompt(seed, length) {
+  const p = [];
+  for (let i = 0, s = seed; i < length; i++) {
+    s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    p.push(s % 128000);
+  }
+  return p;
+}
+
+module.exports = { startServer, checker, randomPrompt };

@@ -2,8 +2,12 @@
 // concurrent SSE streams of /v1/completions (token-id prompts, 8-16 tokens each) while
 // SLOW clients dribble request headers (reconnecting when the server drops them at
 // --header-timeout) and /health is probed every 50 ms. Passes when every stream ends with
-// [DONE] and its token count, /health p99 < 100 ms throughout, and the server's RSS after the
-// run is within 10% of its RSS after a warm-up. Bounded: every loop stops at the deadline.
+// [DONE] and its token count, /health p99 < 100 ms throughout, the server exits 0 on SIGTERM,
+// and the server's RSS after the run is within 10% of its RSS after a warm-up. In the
+// sanitizer build (FATHOM_TEST_LIGHT=1) RSS is not a leak measure (ASan's quarantine keeps up
+// to 256 MB of freed memory resident), so there LeakSanitizer's check at the server's exit
+// (a leak makes the exit code non-zero) takes the RSS bound's place. Bounded: every loop stops
+// at the deadline.
 // Prints one JSON line of figures.
 // Usage: node load_test.js FATHOM NODE_MODULES [STREAMS] [SLOW] [ROUNDS]
 // (defaults 512, 100, 2; with FATHOM_TEST_LIGHT=1, the sanitizer build, 128, 25, 1)
@@ -147,8 +151,9 @@ function slowClient(port, state) {
   };
   console.log(JSON.stringify(result));
   for (const e of errors.slice(0, 5)) console.log('error: ' + e);
+  const rssOk = light || Math.abs(result.rss_growth_pct) <= 10;
   const ok = errors.length === 0 && done === STREAMS * ROUNDS && healthErrors === 0 &&
-             result.health_p99_ms < 100 && Math.abs(result.rss_growth_pct) <= 10 && code === 0;
+             result.health_p99_ms < 100 && rssOk && code === 0;
   console.log(ok ? 'serve load: ok' : 'serve load: FAIL');
   process.exit(ok ? 0 : 1);
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -10,9 +10,13 @@ Scheduler::Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOpt
 int64_t Scheduler::chunk_size(const Sequence& s, int64_t prefilled, int64_t left,
                               int64_t want) const {
   int64_t n = std::min(left, want);
-  if (opt_.chunk_at_blocks && left > 1) {
+  if (left <= 1) return n;
+  const int64_t prompt = int64_t(s.req.prompt.size());
+  if (prefilled >= prompt) return std::min<int64_t>(n, 1);  // recomputing generated tokens
+  n = std::min(n, prompt - prefilled);
+  if (opt_.chunk_at_blocks) {
     const int64_t next_block = (prefilled / opt_.prefix_block + 1) * opt_.prefix_block;
-    if (next_block <= int64_t(s.req.prompt.size())) n = std::min(n, next_block - prefilled);
+    if (next_block <= prompt) n = std::min(n, next_block - prefilled);
   }
   return n;
 }

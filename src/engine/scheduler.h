@@ -34,8 +34,11 @@ class Scheduler {
   Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options);
 
   // Tokens the executor runs for an intent of `want` on a sequence with `left` tokens to go
-  // after `prefilled`: prefill chunks end at the next prefix-cache block of the prompt. The
-  // scheduler projects the step in flight with the same rule.
+  // after `prefilled`: prefill chunks end at the next prefix-cache block of the prompt and at
+  // the prompt's end, and a sequence recomputing the tokens it had generated (re-admitted
+  // after preemption) runs them one per step, as the decode steps that first ran them did
+  // (the model computes a row past the prompt's end as a call of that many rows would; see
+  // model::set_prompt_end). The scheduler projects the step in flight with the same rule.
   int64_t chunk_size(const Sequence& s, int64_t prefilled, int64_t left, int64_t want) const;
 
   void enqueue(std::shared_ptr<Sequence> s) { waiting_.push_back(std::move(s)); }

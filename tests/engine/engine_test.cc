@@ -484,6 +484,8 @@ TEST(EngineExact, AsyncAndSyncSchedulingGiveTheModelsChain) {
 struct Answer {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  FinishCause cause = FinishCause::kError;
+  std::string error;  // the finish event's error, if any
   bool operator==(const Answer&) const = default;
 };
 
@@ -494,7 +496,11 @@ Answer answer(RequestStream& s) {
     a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
     for (const TokenLogprob& lp : ev.logprobs)
       for (int k = 0; k < lp.top_count; ++k) a.logprobs.push_back(lp.top[size_t(k)].second);
-    if (ev.finished) break;
+    if (ev.finished) {
+      a.cause = ev.cause;
+      if (!ev.error.is_ok()) a.error = ev.error.to_string();
+      break;
+    }
   }
   return a;
 }
@@ -550,6 +556,46 @@ TEST(EngineExact, APromptAdmittedBesideADecodingSequenceGivesTheOneChunkAnswer) 
     ASSERT_TRUE(other->next(&ev, 60000));  // decoding from now on
     EXPECT_TRUE(answer(**e.submit(r)) == want) << "async " << async;
     drain(*other, &ev);
+  }
+}
+
+// A preempted sequence is dropped and later recomputes its prompt and the tokens it had
+// generated. Those tokens first ran as decode steps (one row each: at an even position the
+// tiny model's ratio-2 indexers score the last published index keys), so the recompute must
+// run them the same way, not as prompt rows of a prefill. Three 100-token prompts that grow
+// to 160 tokens in pools that hold a little less than two: sequences are preempted while
+// they decode past position 114, and every answer (tokens, top-5 logprobs, finish) must
+// equal the request's answer alone. (Before the fix, 3 of these 3 pools changed an answer.)
+TEST(EngineExact, PreemptedSequencesRecomputeTheirGeneratedTokensAsDecodeSteps) {
+  const auto& m = tiny();
+  kv::PagePool probe_pool(m.page_bytes(8), 0);  // the engine's pages: 16-token blocks / ratio 2
+  auto probe = m.new_sequence(&probe_pool);
+  const int64_t one = m.pages_needed(*probe, 160);
+  std::vector<GenerationRequest> reqs;
+  std::vector<Answer> want;
+  for (int i = 0; i < 3; ++i) {
+    reqs.push_back(greedy_with_logprobs(prompt(100, 50 + i), 60));
+    want.push_back(one_chunk_alone(reqs.back()));
+    ASSERT_EQ(want.back().cause, FinishCause::kLength) << want.back().error;
+  }
+  for (int64_t pages : {one * 7 / 4, one * 11 / 6, one * 23 / 12}) {
+    EngineOptions o;
+    o.prefix_block = 16;
+    o.kv_budget_bytes = pages * m.page_bytes(8);
+    Engine e(runner(), o, -1);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) {
+      auto s = e.submit(r);
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      streams.push_back(*s);
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Answer got = answer(*streams[i]);
+      EXPECT_EQ(got.tokens, want[i].tokens)
+          << pages << " pages, request " << i << ": " << got.error;
+      EXPECT_TRUE(got == want[i]) << pages << " pages, request " << i;
+    }
+    EXPECT_GT(e.stats().preemptions, 0) << pages << " pages";
   }
 }
 

@@ -383,6 +383,22 @@ void store_latents(const ModelWeights& W, const BlockWeights& b, SequenceState& 
   }
 }
 
+// The kv source whose index keys the reference's decode step at position `p` scores at
+// layer `layer` (ModelOptions::own_index_keys false): the last source to have published an
+// entry before that layer's indexer runs. In the step at `p` the sources at or below `layer`
+// publish first (a source publishes when its group completes: (p + 1) % ratio == 0); before
+// that, the steps at p - 1, p - 2, ... ; before `prompt_end`, the prompt's one-call prefill,
+// whose last publisher is the last source that completed a group in it. -1 when none has.
+int decode_key_layer(const ModelConfig& c, int64_t p, int64_t layer, int64_t prompt_end) {
+  const auto& src = c.kv_source_layers;
+  for (int64_t q = p; q >= prompt_end; --q)
+    for (auto it = src.rbegin(); it != src.rend(); ++it)
+      if ((q < p || *it <= layer) && (q + 1) % c.compress_ratios[size_t(*it)] == 0) return int(*it);
+  for (auto it = src.rbegin(); it != src.rend(); ++it)
+    if (prompt_end >= c.compress_ratios[size_t(*it)]) return int(*it);
+  return -1;
+}
+
 Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, ForwardScratch& f,
                const float* xn, const float* qr, const Rope& rope, bool own_keys,
                ForwardTrace* trace) {
@@ -394,13 +410,17 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
   f.topk_width = k;
   f.topk.assign(size_t(T * k), -1);
   if (compress_len == 0) return Status::ok();
-  const int key_layer = own_keys ? b.kv_source_layer : st.published_keys;
-  if (key_layer < 0)
-    return internal_error("no index keys published before layer " + std::to_string(b.id));
-  const kv::PagedRows& keys = st.src[size_t(key_layer)].entries;
-  if (keys.size() < compress_len)
-    return internal_error("index keys shorter than the visible compressed entries");
-  const int64_t hd = c.head_dim, per_page = keys.rows_per_page();
+  // Whose index keys each row scores: prompt rows (and every row with own_index_keys) their
+  // own source's; past the prompt's end each row those its decode step would score, however
+  // many rows the call has (so a multi-row call past the prompt — a verify chunk, a
+  // recompute — equals one-row decode steps); with no prompt end set, the call's last
+  // published slot, as the reference computes a call of that many rows.
+  auto key_layer_of = [&](int64_t p) {
+    if (own_keys || p < st.prompt_end) return b.kv_source_layer;
+    if (st.prompt_end > 0) return decode_key_layer(c, p, b.id, st.prompt_end);
+    return st.published_keys;
+  };
+  const int64_t hd = c.head_dim;
   // The query and head-weight projections of all rows at once.
   std::vector<float> qs(static_cast<size_t>(T * nh * ihd)), ws(static_cast<size_t>(T * nh)),
       scores(static_cast<size_t>(compress_len));
@@ -410,14 +430,30 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
   const float wscale = float(std::pow(double(ihd), -0.5) * std::pow(double(nh), -0.5));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = start + t, visible = (p + 1) / r;
+    const int key_layer = key_layer_of(p);
+    if (key_layer < 0)
+      return internal_error("no index keys published before layer " + std::to_string(b.id));
+    const kv::PagedRows& keys = st.src[size_t(key_layer)].entries;
+    // A decode row scoring a later layer's keys needs them from the rows before it, which a
+    // call computes only after this layer: a call of decode rows may reach as far as the
+    // keys published before it (the engine runs them one per call past that; a verify chunk
+    // of a few rows always fits).
+    const bool decode_rule = !own_keys && st.prompt_end > 0 && p >= st.prompt_end;
+    const int64_t have = decode_rule ? std::min(compress_len, keys.size()) : compress_len;
+    if (keys.size() < (decode_rule ? visible : compress_len))
+      return decode_rule ? invalid_argument("decode row at position " + std::to_string(p) +
+                                            " reaches past the index keys published before "
+                                            "the call: run it in a later call")
+                         : internal_error("index keys shorter than the visible compressed entries");
+    const int64_t per_page = keys.rows_per_page();
     float* q = &qs[size_t(t * nh * ihd)];
     float* w = &ws[size_t(t * nh)];
     for (int64_t h = 0; h < nh; ++h) rope.rotate(q + h * ihd + ihd - rd, p);
     kernels::ref::fake_quant_e2m1(q, nh * ihd, 32, false, q);
     for (int64_t h = 0; h < nh; ++h) w[h] = kernels::round_to_bf16(w[h] * wscale);
-    for (int64_t j0 = 0; j0 < compress_len; j0 += per_page)
-      index_scores(f.ex, q, w, keys.row(j0) + hd, std::min(per_page, compress_len - j0), hd + ihd,
-                   nh, ihd, &scores[size_t(j0)]);
+    for (int64_t j0 = 0; j0 < have; j0 += per_page)
+      index_scores(f.ex, q, w, keys.row(j0) + hd, std::min(per_page, have - j0), hd + ihd, nh, ihd,
+                   &scores[size_t(j0)]);
     for (int64_t j = visible; j < compress_len; ++j) scores[size_t(j)] = kNegInf;
     if (b.candidate_source) {
       // Block scores: the max over each block; the block of the newest entry is pinned.

@@ -223,7 +223,12 @@ void set_decoder_tail_start(SequenceState& s, int64_t position);
 // position score against the last published index keys (ModelOptions::own_index_keys). A
 // one-token chunk of a prompt (a chunk cut at a block boundary or by the step's budget, or
 // the one token left after a prefix-cache hit) otherwise runs as such a decode step and
-// differs from the prefill. The engine sets it to the prompt's length.
+// differs from the prefill. With it set, rows past it score the index keys their own
+// one-token decode step would, so a call of several decode rows (a speculative verify
+// chunk) equals that many decode steps bit for bit, as long as no row reaches past the keys
+// published before the call (about twice the call's start position on V4.1's ratios; a row
+// that does is an invalid_argument, never a different answer). The engine sets it to the
+// prompt's length.
 void set_prompt_end(SequenceState& s, int64_t position);
 
 }  // namespace fathom::model

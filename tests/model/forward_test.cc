@@ -225,6 +225,53 @@ TEST_P(DecodeCase, DsparkDraftsAreBitExact) {
   EXPECT_EQ(bit_differences(got_conf, want_conf.f32), 0u) << want_dir;
 }
 
+// Decode rows run several to a call (a speculative verify chunk, a preempted sequence's
+// recompute) give the reference's one-token decode steps bit for bit once the prompt's end is
+// set: each row past it scores the index keys its own decode step would (the reference's
+// last published slot, which a multi-row call would otherwise share across its rows). The
+// prompt is prefilled in chunks too.
+TEST_P(DecodeCase, DecodeRowsInOneCallAreTheReferencesDecodeSteps) {
+  const auto& [dir, own_keys] = GetParam();
+  const V41Model& m = model(own_keys);
+  const std::string want_dir = own_keys ? dir + "/ownkeys" : dir;
+  std::vector<int32_t> tokens = tokens_of(dir);
+  const int64_t P = load(dir + "/prefill_logits.npy").shape[0];
+  NpyArray want = load(want_dir + "/step_logits.npy");
+  const int64_t steps = want.shape[0];
+  ASSERT_EQ(P + steps, int64_t(tokens.size()));
+  // The tiny model's ratio-2 indexers at an even position score layer 6's keys (ratio 1) of
+  // the rows before: a call starting at s may reach position 2s + 1 (P + at rows reach 2s - 1).
+  for (const std::vector<int64_t>& pattern :
+       {std::vector<int64_t>{steps}, std::vector<int64_t>{2, 5, 1, 3}, std::vector<int64_t>{4}}) {
+    std::vector<int64_t> chunks;
+    for (int64_t at = 0, i = 0; at < steps; at += chunks.back(), ++i)
+      chunks.push_back(std::min({pattern[size_t(i) % pattern.size()], steps - at, P + at}));
+    auto st = m.new_sequence();
+    set_prompt_end(*st, P);
+    std::vector<float> prefill(size_t(P * 1024));
+    ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P / 2)), prefill.data()).is_ok());
+    ASSERT_TRUE(
+        m.forward(*st, std::span(tokens).subspan(size_t(P / 2), size_t(P - P / 2)), prefill.data())
+            .is_ok());
+    std::vector<float> step_logits;
+    int64_t at = 0;
+    for (int64_t n : chunks) {
+      ForwardTrace trace;
+      std::vector<float> rows(size_t(n * 1024));
+      ASSERT_TRUE(
+          m.forward(*st, std::span(tokens).subspan(size_t(P + at), size_t(n)), rows.data(), &trace)
+              .is_ok());
+      SCOPED_TRACE("rows " + std::to_string(at) + ".." + std::to_string(at + n));
+      expect_selections(trace, want_dir, "step", at, n);
+      step_logits.insert(step_logits.end(), rows.begin(), rows.end());
+      at += n;
+    }
+    ASSERT_EQ(at, steps);
+    EXPECT_EQ(bit_differences(step_logits, want.f32), 0u)
+        << want_dir << ", calls of " << chunks.size();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, DecodeCase,
                          ::testing::Values(DecodeParam{"decode_9_33", false},
                                            DecodeParam{"decode_9_33", true},
@@ -403,6 +450,47 @@ TEST(Fast, ChunkedPrefillMatchesOnePrefill) {
   // (56 visible ratio-2 entries) its ratio-2 indexers score the last published index keys
   // (layer 6's), as the reference's decode does, and the row differs from the prefill's.
   EXPECT_NE(bit_differences(run({128, 1, 131}, false), one), 0u);
+}
+
+// Fast numerics, the same for decode rows: past the prompt's end, rows run several to a call
+// give the logits of one-token decode steps bit for bit (the engine's verify chunks and
+// recomputes rely on it).
+TEST(Fast, DecodeRowsInOneCallMatchOneTokenDecodeSteps) {
+  const V41Model& m = fast_model();
+  const std::vector<int32_t> tokens = tokens_of("prefill_260");
+  const int64_t V = m.config().vocab_size, P = 100;
+  auto run = [&](const std::vector<int64_t>& chunks) {
+    auto st = m.new_sequence();
+    set_prompt_end(*st, P);
+    std::vector<float> prefill(size_t(P * V)), logits;
+    EXPECT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), prefill.data()).is_ok());
+    int64_t at = P;
+    for (int64_t n : chunks) {
+      std::vector<float> part(size_t(n * V));
+      EXPECT_TRUE(
+          m.forward(*st, std::span(tokens).subspan(size_t(at), size_t(n)), part.data()).is_ok());
+      logits.insert(logits.end(), part.begin(), part.end());
+      at += n;
+    }
+    EXPECT_EQ(at, int64_t(tokens.size()));
+    return logits;
+  };
+  const int64_t D = int64_t(tokens.size()) - P;
+  const std::vector<float> steps = run(std::vector<int64_t>(size_t(D), 1));
+  // A call starting at s may reach position 2s + 1 (see DecodeCase above).
+  for (const std::vector<int64_t>& chunks :
+       {std::vector<int64_t>{100, D - 100}, std::vector<int64_t>{5, 6, 1, 16, 2, D - 30},
+        std::vector<int64_t>{28, 1, 1, D - 30}})
+    EXPECT_EQ(bit_differences(run(chunks), steps), 0u) << "calls of " << chunks.size();
+  // A call reaching further (here an even position past 2s + 1) is refused, not computed
+  // differently.
+  auto st = m.new_sequence();
+  set_prompt_end(*st, P);
+  std::vector<float> logits(size_t((P + 3) * V));
+  ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), logits.data()).is_ok());
+  EXPECT_EQ(
+      m.forward(*st, std::span(tokens).subspan(size_t(P), size_t(P + 3)), logits.data()).code(),
+      StatusCode::kInvalidArgument);
 }
 
 // Fast DSpark drafts against the golden drafts, handed the golden main tokens. The README's

@@ -107,6 +107,15 @@ Status PagedRows::grow(int64_t n) {
   return Status::ok();
 }
 
+void PagedRows::truncate(int64_t n) {
+  if (n >= rows_ || n < 0) return;
+  const int64_t keep_pages = (n + per_page_ - 1) / per_page_;
+  pages_.resize(size_t(keep_pages));
+  if (n % per_page_ != 0)
+    std::memset(row(n), 0, size_t((per_page_ - n % per_page_) * width_) * sizeof(float));
+  rows_ = n;
+}
+
 Status PagedRows::append_pages(const std::vector<PageRef>& pages, int64_t rows) {
   if (rows_ % per_page_ != 0 || int64_t(pages_.size()) * per_page_ != rows_)
     return internal_error("shared KV pages appended to a table that does not end on a page");

@@ -95,6 +95,10 @@ class PagedRows {
   }
   // Adds n zeroed rows at the end; kResourceExhausted (nothing added) when the pool is full.
   Status grow(int64_t n);
+  // Drops the rows from n on (n <= size()): pages no row uses any more go back to the pool,
+  // dropped rows left in the last page are zeroed. REQUIRES: the dropped rows were appended
+  // by this table, never in a page it shares.
+  void truncate(int64_t n);
   // Pages needed to grow by n rows.
   int64_t pages_to_grow(int64_t n) const;
   const std::vector<PageRef>& pages() const { return pages_; }

@@ -283,6 +283,10 @@ void compress(const Exec& ex, const ModelWeights& W, const BlockWeights& b,
     const int64_t p = start + t, slot = p % r;
     std::copy_n(&kv[size_t(t * hd)], hd, src.kv_part.begin() + slot * hd);
     std::copy_n(&score[size_t(t * hd)], hd, src.score_part.begin() + slot * hd);
+    if (src.logging) {
+      src.undo_log.insert(src.undo_log.end(), &kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)]);
+      src.undo_log.insert(src.undo_log.end(), &score[size_t(t * hd)], &score[size_t((t + 1) * hd)]);
+    }
     if ((p + 1) % r != 0) continue;
     for (int64_t ch = 0; ch < hd; ++ch) {
       float m = kNegInf;
@@ -1088,6 +1092,121 @@ void set_prompt_end(SequenceState& s, int64_t position) {
   s.prompt_end = std::max<int64_t>(0, position);
 }
 
+Status V41Model::mark_rows(SequenceState& s, int64_t rows) const {
+  const ModelConfig& c = w_->cfg;
+  if (s.undo.pos >= 0) return invalid_argument("a row mark is already open");
+  if (rows < 1 || rows > c.window_size)
+    return invalid_argument("marked rows must be 1.." + std::to_string(c.window_size));
+  if (s.prompt_end <= 0 || s.pos < s.prompt_end)
+    return invalid_argument("rows are marked only past the prompt's end");
+  SequenceState::Undo& u = s.undo;
+  u.pos = s.pos;
+  u.rows = rows;
+  u.published_keys = s.published_keys;
+  const int64_t hd = c.head_dim, win = c.window_size;
+  u.ring_rows.assign(size_t(c.n_layers), {});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const kv::PagedRows& ring = s.ring[size_t(l)];
+    if (!ring.initialised()) continue;
+    std::vector<float>& saved = u.ring_rows[size_t(l)];
+    saved.resize(size_t(rows * hd));
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy_n(ring.row((s.pos + i) % win), hd, &saved[size_t(i * hd)]);
+  }
+  u.entries.assign(size_t(c.n_layers), 0);
+  u.kv_part.assign(size_t(c.n_layers), {});
+  u.score_part.assign(size_t(c.n_layers), {});
+  for (int64_t l : c.kv_source_layers) {
+    SequenceState::Source& src = s.src[size_t(l)];
+    u.entries[size_t(l)] = src.entries.size();
+    u.kv_part[size_t(l)] = src.kv_part;
+    u.score_part[size_t(l)] = src.score_part;
+    src.logging = true;
+    src.undo_log.clear();
+  }
+  u.main_hidden = s.main_hidden;
+  u.main_hidden_pos = s.main_hidden_pos;
+  return Status::ok();
+}
+
+Status V41Model::keep_rows(SequenceState& s, int64_t keep) const {
+  const ModelConfig& c = w_->cfg;
+  SequenceState::Undo& u = s.undo;
+  if (u.pos < 0) return invalid_argument("no row mark is open");
+  const int64_t done = s.pos - u.pos;
+  if (keep < 0 || keep > done)
+    return invalid_argument("keep " + std::to_string(keep) + " of " + std::to_string(done) +
+                            " rows forwarded");
+  const int64_t hd = c.head_dim, win = c.window_size, end = u.pos + keep;
+  if (!c.dspark_target_layer_ids.empty() &&
+      int64_t(s.main_hidden.size()) < done * c.dim * int64_t(c.dspark_target_layer_ids.size()))
+    return invalid_argument("draft() ran between mark_rows and keep_rows");
+  // Window slots the dropped rows overwrote hold the positions one window back again.
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    kv::PagedRows& ring = s.ring[size_t(l)];
+    if (!ring.initialised()) continue;
+    const std::vector<float>& saved = u.ring_rows[size_t(l)];
+    for (int64_t i = keep; i < done; ++i) {
+      float* slot = ring.row((u.pos + i) % win);
+      if (saved.empty())
+        std::fill_n(slot, hd, 0.0f);  // the ring was allocated (zeroed) by these rows
+      else
+        std::copy_n(&saved[size_t(i * hd)], hd, slot);
+    }
+  }
+  // Partial groups: as marked, then the kept rows' writes again; entries past the kept rows'
+  // groups are dropped.
+  for (int64_t l : c.kv_source_layers) {
+    SequenceState::Source& src = s.src[size_t(l)];
+    const int64_t r = c.compress_ratios[size_t(l)];
+    if (src.entries.initialised()) src.entries.truncate(end / r);
+    if (r > 1 && keep < done) {
+      src.kv_part = u.kv_part[size_t(l)];
+      src.score_part = u.score_part[size_t(l)];
+      if (src.kv_part.empty()) {
+        src.kv_part.assign(size_t(r * hd), 0.0f);
+        src.score_part.assign(size_t(r * hd), kNegInf);
+      }
+      for (int64_t i = 0; i < keep; ++i) {
+        const int64_t slot = (u.pos + i) % r;
+        const float* row = &src.undo_log[size_t(i * 2 * hd)];
+        std::copy_n(row, hd, src.kv_part.begin() + slot * hd);
+        std::copy_n(row + hd, hd, src.score_part.begin() + slot * hd);
+      }
+    }
+    src.logging = false;
+    src.undo_log.clear();
+  }
+  // The shared index-key slot: its last publisher among the kept rows, else as marked.
+  s.published_keys = u.published_keys;
+  for (int64_t p = end - 1, found = 0; p >= u.pos && !found; --p)
+    for (auto it = c.kv_source_layers.rbegin(); it != c.kv_source_layers.rend(); ++it)
+      if ((p + 1) % c.compress_ratios[size_t(*it)] == 0) {
+        s.published_keys = int(*it);
+        found = 1;
+        break;
+      }
+  // DSpark inputs: those held at the mark, then the kept rows' (the last `done` rows held now;
+  // done <= the window, so none of them was trimmed).
+  if (!c.dspark_target_layer_ids.empty()) {
+    const int64_t row = c.dim * int64_t(c.dspark_target_layer_ids.size());
+    const auto first = s.main_hidden.end() - done * row;
+    std::vector<float> rows(std::move(u.main_hidden));
+    rows.insert(rows.end(), first, first + keep * row);
+    s.main_hidden_pos = rows.size() == size_t(keep * row) ? u.pos : u.main_hidden_pos;
+    const int64_t n = int64_t(rows.size()) / row;
+    if (n > c.window_size) {
+      rows.erase(rows.begin(), rows.begin() + (n - c.window_size) * row);
+      s.main_hidden_pos += n - c.window_size;
+    }
+    s.main_hidden = std::move(rows);
+  }
+  s.tokens.resize(size_t(end));
+  s.pos = end;
+  u = SequenceState::Undo{};
+  return Status::ok();
+}
+
 Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, float* logits,
                          ForwardTrace* trace, bool all_rows, float* hidden_out) const {
   return forward_on(pool_.get(), st, tokens, logits, trace, all_rows, hidden_out);
@@ -1123,6 +1242,9 @@ Status V41Model::forward_on(ThreadPool* pool, SequenceState& st, std::span<const
   for (int32_t id : tokens)
     if (id < 0 || id >= c.vocab_size)
       return out_of_range("token id " + std::to_string(id) + " outside the vocabulary");
+  if (st.undo.pos >= 0 && st.pos + T > st.undo.pos + st.undo.rows)
+    return invalid_argument("forward past the rows marked for verification (" +
+                            std::to_string(st.undo.rows) + ")");
   ForwardScratch f;
   f.ex = Exec{options_.numerics == Numerics::kFast, pool};
   f.start = st.pos;

@@ -196,6 +196,15 @@ class V41Model {
   // state, so a rejected draft needs no rollback.
   Status draft(SequenceState& state, int32_t main_token, DraftResult* out) const;
 
+  // Speculative verification's undo. mark_rows(s, n) opens a mark before forwarding up to n
+  // rows in all (decode rows past the prompt's end; 1 <= n <= the window); keep_rows(s, k)
+  // closes it, keeping the first k rows forwarded since: the state is then exactly as if only
+  // those k had been forwarded (ring slots, partial compression groups, compressed entries —
+  // their pages go back to the pool —, tokens, DSpark inputs). forward() refuses rows past
+  // the mark. keep_rows with every row forwarded keeps them all.
+  Status mark_rows(SequenceState& s, int64_t rows) const;
+  Status keep_rows(SequenceState& s, int64_t keep) const;
+
  private:
   V41Model() = default;
   Status forward_on(ThreadPool* pool, SequenceState& state, std::span<const int32_t> tokens,

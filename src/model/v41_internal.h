@@ -77,6 +77,21 @@ struct SequenceState {
     // fake-quantised), then its index key. Rows are appended, never rewritten.
     kv::PagedRows entries;
     std::vector<float> kv_part, score_part;  // [ratio, head_dim] fp32 partial group
+    // While a row mark is open (V41Model::mark_rows): every row's partial-group write, its
+    // kv then its score row [rows, 2 * head_dim], so keep_rows() can replay the kept ones.
+    bool logging = false;
+    std::vector<float> undo_log;
+  };
+  // What the rows forwarded under an open mark overwrote (V41Model::mark_rows/keep_rows).
+  struct Undo {
+    int64_t pos = -1, rows = 0;  // pos < 0: no mark open
+    int published_keys = -1;
+    std::vector<std::vector<float>> ring_rows;  // per block: the window slots of the marked
+                                                // positions [rows, head_dim]; empty: no ring
+    std::vector<int64_t> entries;               // per layer: compressed entries held
+    std::vector<std::vector<float>> kv_part, score_part;  // per layer, as marked
+    std::vector<float> main_hidden;
+    int64_t main_hidden_pos = 0;
   };
   std::unique_ptr<kv::PagePool> own_pool;  // when the caller gave no pool (destroyed last)
   kv::PagePool* pool = nullptr;
@@ -92,6 +107,7 @@ struct SequenceState {
   // rings have not taken yet (at most one window: older rows never reach a ring).
   std::vector<float> main_hidden;
   int64_t main_hidden_pos = 0;
+  Undo undo;
 };
 
 // The model's store fingerprint (V41Model::fingerprint()); `engram_source` is the file the

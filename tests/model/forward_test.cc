@@ -272,6 +272,61 @@ TEST_P(DecodeCase, DecodeRowsInOneCallAreTheReferencesDecodeSteps) {
   }
 }
 
+// Speculative verification's undo: each call forwards the next k true tokens and 6 - k
+// wrong ones (rejected drafts) under a row mark and keeps k rows. The kept rows' logits and
+// selections, and the DSpark drafts made after each keep, are the reference's decode steps
+// bit for bit, so dropping rows restores the windows, partial groups and entries exactly.
+TEST_P(DecodeCase, KeptRowsOfAMarkedCallAreTheReferencesDecodeSteps) {
+  const auto& [dir, own_keys] = GetParam();
+  const V41Model& m = model(own_keys);
+  const std::string want_dir = own_keys ? dir + "/ownkeys" : dir;
+  std::vector<int32_t> tokens = tokens_of(dir);
+  const int64_t P = load(dir + "/prefill_logits.npy").shape[0], V = 1024;
+  NpyArray want = load(want_dir + "/step_logits.npy");
+  NpyArray want_ids = load(want_dir + "/dspark_draft_ids.npy");
+  const int64_t steps = want.shape[0];
+  auto argmax = [&](const float* v) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; ++i)
+      if (v[i] > v[best]) best = i;
+    return best;
+  };
+  auto st = m.new_sequence();
+  set_prompt_end(*st, P);
+  std::vector<float> prefill(size_t(P * V));
+  ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), prefill.data()).is_ok());
+  std::vector<float> step_logits;
+  size_t draft_diff = 0;
+  const int64_t pattern[] = {1, 3, 6, 2, 5, 1, 4};
+  for (int64_t at = 0, i = 0; at < steps; ++i) {
+    const int64_t k = std::min(pattern[i % 7], steps - at);
+    std::vector<int32_t> rows(tokens.begin() + P + at, tokens.begin() + P + at + k);
+    for (int64_t j = k; j < 6; ++j) rows.push_back(int32_t((rows.back() * 7 + 13 * j + 1) % V));
+    ASSERT_TRUE(m.mark_rows(*st, 6).is_ok());
+    std::vector<float> logits(size_t(6 * V));
+    ForwardTrace trace;
+    ASSERT_TRUE(m.forward(*st, rows, logits.data(), &trace).is_ok());
+    ASSERT_TRUE(m.keep_rows(*st, k).is_ok());
+    step_logits.insert(step_logits.end(), logits.begin(), logits.begin() + k * V);
+    at += k;
+    // The drafts after the step's last kept row (the reference drafts after every step).
+    DraftResult d;
+    ASSERT_TRUE(m.draft(*st, argmax(&logits[size_t((k - 1) * V)]), &d).is_ok());
+    for (size_t j = 0; j < d.ids.size(); ++j)
+      draft_diff += d.ids[j] != want_ids.i64[size_t((at - 1) * int64_t(d.ids.size())) + j];
+  }
+  EXPECT_EQ(bit_differences(step_logits, want.f32), 0u) << want_dir;
+  EXPECT_EQ(draft_diff, 0u) << want_dir;
+  EXPECT_EQ(sequence_position(*st), P + steps);
+  // A forward past the mark and a keep without a mark are refused.
+  ASSERT_TRUE(m.mark_rows(*st, 1).is_ok());
+  std::vector<float> two(size_t(2 * V));
+  const int32_t again[] = {1, 2};
+  EXPECT_EQ(m.forward(*st, again, two.data()).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(m.keep_rows(*st, 0).is_ok());
+  EXPECT_EQ(m.keep_rows(*st, 0).code(), StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, DecodeCase,
                          ::testing::Values(DecodeParam{"decode_9_33", false},
                                            DecodeParam{"decode_9_33", true},

@@ -43,6 +43,8 @@ struct ServeArgs {
   double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30, heartbeat = 15;
   int64_t max_step_tokens = 256;
   bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
+  std::string speculative = "off", speculative_scheduler = "fixed";
+  int64_t speculative_tokens = 0;  // 0: the model's draft block
   bool error_injection = false;
   std::string kv_store_dir, kv_store_redis;
   double kv_store_disk_gb = 10;
@@ -161,6 +163,15 @@ int run_serve(const ServeArgs& a) {
   eo.async_scheduling = !a.no_async;
   eo.max_step_tokens = a.max_step_tokens;
   runner::V41Runner model_runner(**m);
+  if (a.speculative == "dspark") {
+    const int64_t block = model_runner.draft_block_size();
+    if (block <= 0)
+      return fail(unsupported("--speculative dspark: the checkpoint has no DSpark draft stages"));
+    if (a.speculative_tokens > block)
+      return fail(invalid_argument("--speculative-tokens " + std::to_string(a.speculative_tokens) +
+                                   ": the model drafts at most " + std::to_string(block)));
+    eo.speculative_tokens = a.speculative_tokens > 0 ? a.speculative_tokens : block;
+  }
   engine::Engine eng(model_runner, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
   so.host = a.host;
@@ -207,7 +218,7 @@ int run_serve(const ServeArgs& a) {
     const engine::EngineStats es = eng.stats();
     std::printf(
         "fathom serve: model %s (%s; %lld layers, dim %lld, vocab %lld), tokenizer %s\n"
-        "  KV pool %lld pages of %lld KiB (%.0f MiB), prefix cache %s%s, %s scheduling%s\n"
+        "  KV pool %lld pages of %lld KiB (%.0f MiB), prefix cache %s%s, %s scheduling%s%s\n"
         "  numerics %s, kernels %s, ready in %.1f s, listening on http://%s:%d\n"
         "  try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s"
         " -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],"
@@ -222,6 +233,10 @@ int run_serve(const ServeArgs& a) {
         a.no_async ? "synchronous" : "asynchronous",
         a.decoder_keep > 0 ? (", decoder replay keep " + std::to_string(a.decoder_keep)).c_str()
                            : "",
+        eo.speculative_tokens > 0
+            ? (", speculative dspark (" + std::to_string(eo.speculative_tokens) + " drafts, fixed)")
+                  .c_str()
+            : "",
         a.numerics.c_str(), kernels::cpu_path_name(kernels::cpu_path()), secs, a.host.c_str(),
         server.port(), a.host.c_str(), server.port(),
         a.api_key.empty() ? "" : (" -H 'Authorization: Bearer " + a.api_key + "'").c_str(),
@@ -260,6 +275,18 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
   c->add_flag("--no-async-scheduling", a->no_async,
               "Plan each step after the previous one finishes instead of while it computes");
+  c->add_option("--speculative", a->speculative,
+                "Speculative decoding: dspark (the checkpoint's draft stages; the output is the "
+                "output without it, token for token) or off")
+      ->check(CLI::IsMember({"off", "dspark"}));
+  c->add_option("--speculative-tokens", a->speculative_tokens,
+                "Draft tokens verified per step with --speculative dspark (default: the model's "
+                "draft block, 5 on V4.1)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--speculative-scheduler", a->speculative_scheduler,
+                "How many drafts each step verifies: fixed (all of them; the confidence-scheduled "
+                "prefix and stale-global schedulers are not built yet)")
+      ->check(CLI::IsMember({"fixed"}));
   c->add_flag("--swa-bounded-replay", a->swa_bounded_replay,
               "Prefix-cache hits replay the last window instead of restoring each block's window "
               "state (less memory; an approximation: a hit may change the output)");

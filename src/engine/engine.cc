@@ -77,6 +77,8 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   stats_.kv_pages_total = pool_->max_pages();
   stats_.kv_page_bytes = pool_->page_bytes();
   if (!cache_on_) opt_.store = nullptr;
+  opt_.speculative_tokens = std::clamp<int64_t>(opt_.speculative_tokens, 0,
+                                                std::min<int64_t>(runner.draft_block_size(), 8));
   stats_.store_on = opt_.store != nullptr;
   if (opt_.store) fingerprint_ = runner.fingerprint();
   SchedulerOptions so;
@@ -194,6 +196,63 @@ void Engine::flush(Sequence& s) {
   ev.cause = FinishCause::kNone;
   ev.error = Status::ok();
   ev.queue_seconds = ev.first_token_seconds = 0;
+}
+
+FinishCause Engine::append_token(Sequence& s, float* row, int32_t* token) {
+  const int64_t g = int64_t(s.generated.size());
+  if (OutputProcessor::error_due(s.req, g)) {
+    finish(s, FinishCause::kError,
+           internal_error("injected error after " + std::to_string(g) + " tokens"));
+    return FinishCause::kError;
+  }
+  StreamEvent& ev = s.pending;
+  TokenLogprob* lp = nullptr;
+  if (s.req.top_logprobs >= 0) lp = &ev.logprobs.emplace_back();
+  const int32_t tok = output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id,
+                                         s.generated, s.think_ended, row, lp, &s.matcher);
+  if (tok == s.req.think_end_id) s.think_ended = true;
+  s.generated.push_back(tok);
+  s.all.push_back(tok);
+  ++stats_generated_in_step_;
+  ev.tokens.push_back(tok);
+  ev.prompt_tokens = int64_t(s.req.prompt.size());
+  ev.cached_tokens = s.cached;
+  ev.completion_tokens = int64_t(s.generated.size());
+  if (!s.first_sent) {
+    s.first_sent = true;
+    ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
+  }
+  *token = tok;
+  return output_.stop_cause(s.req, s.generated, s.matcher && s.matcher->is_terminated());
+}
+
+int64_t Engine::accept_drafts(Sequence& s, float* logits, std::span<const int32_t> drafts) {
+  // Row k holds the logits after the next token and drafts[0..k): the token the request
+  // samples there is what it would sample without speculation; a draft equal to it is
+  // accepted (its row already ran), the first one that differs ends the step.
+  int64_t kept = 0;
+  FinishCause cause = FinishCause::kNone;
+  for (size_t k = 0; k <= drafts.size(); ++k) {
+    int32_t tok = 0;
+    cause = append_token(s, logits + k * size_t(vocab_), &tok);
+    if (s.done) return -1;  // an injected error
+    ++kept;
+    if (cause != FinishCause::kNone || k == drafts.size() || tok != drafts[k]) break;
+  }
+  // Rows kept: the next token and the accepted drafts; the last token sampled runs next.
+  const int64_t accepted = kept - 1;
+  if (cause != FinishCause::kNone) {
+    finish(s, cause);
+    return accepted;
+  }
+  const Status st = runner_.keep_rows(*s.state, kept);
+  if (!st.is_ok()) {
+    finish(s, FinishCause::kError, st);
+    return -1;
+  }
+  s.prefilled += kept;
+  flush(s);
+  return accepted;
 }
 
 void Engine::finish(Sequence& s, FinishCause cause, Status error) {
@@ -582,7 +641,8 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   int64_t step_tokens = 0, batch = 0;
   struct Work {
     Sequence* s;
-    int64_t n;
+    int64_t n;           // tokens run (a speculative step: its next token and its drafts)
+    int64_t drafts = 0;  // at most this many drafts verified (speculative decoding)
   };
   std::vector<Work> work;
   for (const auto& [sp, want] : plan.work) {
@@ -593,7 +653,17 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
       continue;
     const int64_t n =
         scheduler_->chunk_size(*s, s->prefilled, int64_t(s->all.size()) - s->prefilled, want);
-    if (n >= 1) work.push_back({s, n});
+    if (n < 1) continue;
+    int64_t drafts = 0;
+    if (opt_.speculative_tokens > 0 && n == 1 && s->prefilled + 1 == int64_t(s->all.size())) {
+      // A decoding sequence: drafts after its next token, never past max_tokens, and as many
+      // rows as the model verifies exactly at its position.
+      const int64_t left = s->req.max_tokens - int64_t(s->generated.size()) - 1;
+      drafts = std::min(opt_.speculative_tokens, left);
+      if (drafts > 0) drafts = runner_.max_verify_rows(*s->state, drafts + 1) - 1;
+      drafts = std::max<int64_t>(0, drafts);
+    }
+    work.push_back({s, n + drafts, drafts});
   }
   // Pages for the step: evict cached blocks, then preempt the newest sequences (dropped and
   // recomputed later) until the step fits the pool.
@@ -643,6 +713,19 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   for (size_t i = 0; i < work.size(); ++i)
     if (work[i].n == 1 && work[i].s->prefilled + 1 == int64_t(work[i].s->all.size()))
       decodes.push_back(i);
+  // Speculative steps: each sequence's drafts and its verify rows' logits.
+  struct Verified {
+    Sequence* s;
+    std::vector<int32_t> drafts;
+    size_t logits_at;
+  };
+  std::vector<Verified> verified;
+  size_t spec_rows = 0;
+  for (const Work& w : work)
+    if (w.drafts > 0) spec_rows += size_t(w.n);
+  if (spec_logits_.size() < spec_rows * size_t(vocab_))
+    spec_logits_.resize(spec_rows * size_t(vocab_));
+  size_t spec_at = 0;
   std::vector<Status> decoded;
   std::vector<float> decoded_hidden;
   if (decodes.size() >= 2) {
@@ -662,6 +745,27 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     const Work& w = work[wi];
     Sequence& s = *w.s;
     promised -= needs[wi];
+    if (w.drafts > 0) {
+      // Draft after the sequence's next token, then verify it and the drafts in one call.
+      Verified v{&s, {}, spec_at};
+      std::vector<float> confidence;
+      Status st = runner_.draft(*s.state, s.all.back(), &v.drafts, &confidence);
+      if (st.is_ok()) {
+        v.drafts.resize(std::min(v.drafts.size(), size_t(w.drafts)));
+        std::vector<int32_t> rows = {s.all.back()};
+        rows.insert(rows.end(), v.drafts.begin(), v.drafts.end());
+        st = runner_.verify(*s.state, rows, &spec_logits_[spec_at * size_t(vocab_)]);
+        spec_at += rows.size();
+      }
+      step_tokens += int64_t(v.drafts.size()) + 1;
+      ++batch;
+      if (!st.is_ok()) {
+        finish(s, FinishCause::kError, st);
+        continue;
+      }
+      verified.push_back(std::move(v));
+      continue;
+    }
     const bool completes = s.prefilled + w.n == int64_t(s.all.size());
     Status st;
     if (next_decoded < decoded.size() && decodes[next_decoded] == wi) {
@@ -695,43 +799,35 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   const Clock::time_point t_head = Clock::now();
   double sample_s = 0;
   // Sample, stream, stop.
-  int64_t generated = 0;
+  stats_generated_in_step_ = 0;
   for (size_t i = 0; i < heads.size(); ++i) {
     Sequence& s = *heads[i];
     if (s.stream->cancelled()) continue;
-    const int64_t g = int64_t(s.generated.size());
-    if (OutputProcessor::error_due(s.req, g)) {
-      finish(s, FinishCause::kError,
-             internal_error("injected error after " + std::to_string(g) + " tokens"));
-      continue;
-    }
     const Clock::time_point ts = Clock::now();
-    StreamEvent& ev = s.pending;
-    TokenLogprob* lp = nullptr;
-    if (s.req.top_logprobs >= 0) lp = &ev.logprobs.emplace_back();
-    const int32_t tok =
-        output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id, s.generated,
-                           s.think_ended, &logits_[i * size_t(vocab_)], lp, &s.matcher);
+    int32_t tok = 0;
+    const FinishCause cause = append_token(s, &logits_[i * size_t(vocab_)], &tok);
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
-    if (tok == s.req.think_end_id) s.think_ended = true;
-    s.generated.push_back(tok);
-    s.all.push_back(tok);
-    ++generated;
-    ev.tokens.push_back(tok);
-    ev.prompt_tokens = int64_t(s.req.prompt.size());
-    ev.cached_tokens = s.cached;
-    ev.completion_tokens = int64_t(s.generated.size());
-    if (!s.first_sent) {
-      s.first_sent = true;
-      ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - s.submitted).count();
-    }
-    const FinishCause cause =
-        output_.stop_cause(s.req, s.generated, s.matcher && s.matcher->is_terminated());
+    if (s.done) continue;  // an injected error
     if (cause != FinishCause::kNone)
       finish(s, cause);  // one event: the token and the end
     else
       flush(s);
   }
+  int64_t spec_verified = 0, spec_accepted = 0;
+  std::array<int64_t, 9> spec_hist{};
+  for (Verified& v : verified) {
+    Sequence& s = *v.s;
+    if (s.stream->cancelled()) continue;
+    const Clock::time_point ts = Clock::now();
+    const int64_t accepted =
+        accept_drafts(s, &spec_logits_[v.logits_at * size_t(vocab_)], v.drafts);
+    sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
+    if (accepted < 0) continue;
+    spec_verified += int64_t(v.drafts.size());
+    spec_accepted += accepted;
+    ++spec_hist[size_t(accepted)];
+  }
+  const int64_t generated = stats_generated_in_step_;
   int64_t finished = 0;
   for (auto& s : running)
     if (!s->done && s->stream->cancelled()) {
@@ -774,6 +870,10 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   stats_.requests_finished += finished;
   stats_.generated_tokens += generated;
   stats_.preemptions += preempted;
+  stats_.spec_steps += int64_t(verified.size());
+  stats_.spec_verified_tokens += spec_verified;
+  stats_.spec_accepted_tokens += spec_accepted;
+  for (size_t i = 0; i < spec_hist.size(); ++i) stats_.spec_accepted_hist[i] += spec_hist[i];
   return out;
 }
 

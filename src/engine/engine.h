@@ -28,6 +28,7 @@
 // grown (the step's head buffers and each stream's event slots are reused).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -72,6 +73,13 @@ struct EngineOptions {
   int64_t decoder_replay_keep = 0;
   // Plan step n+1 on the scheduler thread while the executor computes step n.
   bool async_scheduling = true;
+  // DSpark speculative decoding: each decoding sequence's step drafts up to this many tokens
+  // with the model's draft stages and verifies them with its next token in one forward
+  // (0 = off; at most the model's draft block). A draft token is kept while it equals the
+  // token the request samples at its position from the verify row — the same keyed draw it
+  // would make without speculation — so the output is the output without speculation, greedy
+  // or seeded, token for token; rows after the first mismatch are dropped from the state.
+  int64_t speculative_tokens = 0;
   // The KV store below the prefix cache (kv/store.h; e.g. the disk tier), or null. Not owned:
   // it must outlive the engine. A prompt whose blocks are not all in the prefix cache looks
   // there before computing; every prompt block the engine caches is written there too (with
@@ -91,6 +99,10 @@ struct EngineStats {
   double plan_seconds = 0, body_seconds = 0, head_seconds = 0, sample_seconds = 0, post_seconds = 0;
   int64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0,
           preemptions = 0;
+  // Speculative decoding: sequence steps that verified drafts, draft tokens verified, of them
+  // accepted, and the steps by accepted drafts (0..8).
+  int64_t spec_steps = 0, spec_verified_tokens = 0, spec_accepted_tokens = 0;
+  std::array<int64_t, 9> spec_accepted_hist{};
   // The KV store (when there is one): blocks read from it into the prefix cache; admissions that
   // looked past the prefix cache and found nothing to use; objects that failed their checks (each
   // recomputed and removed from the store); the tier's own counters.
@@ -160,6 +172,14 @@ class Engine {
   void finish(Sequence& s, FinishCause cause, Status error = Status::ok());
   // Sends the step's pending tokens of `s` as one event.
   void flush(Sequence& s);
+  // The next token of `s` from its logits row (`row` is masked in place by a grammar): added
+  // to the sequence and its pending event; the cause when the request ends with it (kNone:
+  // it goes on).
+  FinishCause append_token(Sequence& s, float* row, int32_t* token);
+  // A verified speculative step of `s`: its rows' logits (verify() of its next token and
+  // `drafts`) give tokens while they match the drafts; the state keeps the rows that matched.
+  // Returns the drafts accepted, or -1 when the request ended with an error.
+  int64_t accept_drafts(Sequence& s, float* logits, std::span<const int32_t> drafts);
   // Forks the n - 1 siblings of `s`, whose prefill just completed with its last hidden row at
   // hidden_[row]: each joins `running` and `heads` with a copy of that row; one the pool has
   // no pages for goes to `deferred`, to run on its own.
@@ -184,6 +204,8 @@ class Engine {
   kv::Fingerprint fingerprint_;                      // the runner's, for the store
   OutputProcessor output_;                           // executor only
   std::vector<float> hidden_, logits_;               // executor only: the step's head rows, reused
+  std::vector<float> spec_logits_;                   // executor only: verify rows' logits, reused
+  int64_t stats_generated_in_step_ = 0;              // executor only: tokens the step generated
   // executor only: siblings whose leader was cancelled before its prefill completed
   std::vector<std::shared_ptr<Sequence>> orphans_;
   std::chrono::steady_clock::time_point last_progress_;  // guarded by mu_: last step or idle

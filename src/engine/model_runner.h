@@ -72,6 +72,25 @@ class ModelRunner {
   // logits [rows, vocab] = head · hidden [rows, hidden_size]; each row as a batch of one.
   virtual void head_logits(const float* hidden, int64_t rows, float* logits) const = 0;
 
+  // Speculative decoding (DSpark). Draft tokens per draft() (0: the model has no draft
+  // stages).
+  virtual int64_t draft_block_size() const = 0;
+  // After a forward whose last row gave `main_token`: the draft stages' greedy tokens for the
+  // positions after it (draft_block_size() of them, into `drafts`) and their confidence
+  // logits (before the sigmoid). Leaves nothing in the state a rejected draft would undo.
+  virtual Status draft(RunnerSequence& s, int32_t main_token, std::vector<int32_t>* drafts,
+                       std::vector<float>* confidence) const = 0;
+  // The most rows (up to `want`) a verify() at the sequence's position computes exactly as
+  // one-token decode steps; 0 before the prompt's end.
+  virtual int64_t max_verify_rows(const RunnerSequence& s, int64_t want) const = 0;
+  // Decode rows in one call: logits [tokens, vocab], each row exactly as that token's
+  // one-token decode step gives it; afterwards keep_rows(k) keeps the first k rows, leaving
+  // the state as if only they had run (their KV pages go back to the pool).
+  // REQUIRES: tokens.size() <= max_verify_rows(s, ...).
+  virtual Status verify(RunnerSequence& s, std::span<const int32_t> tokens,
+                        float* logits) const = 0;
+  virtual Status keep_rows(RunnerSequence& s, int64_t keep) const = 0;
+
   // A copy that continues on its own, sharing full KV pages (n samples of one prompt); takes
   // at most pages_to_fork(s) pages.
   virtual Result<std::unique_ptr<RunnerSequence>> fork(const RunnerSequence& s) const = 0;

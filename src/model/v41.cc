@@ -1129,6 +1129,29 @@ Status V41Model::mark_rows(SequenceState& s, int64_t rows) const {
   return Status::ok();
 }
 
+int64_t V41Model::max_decode_rows(const SequenceState& s, int64_t want) const {
+  const ModelConfig& c = w_->cfg;
+  if (s.prompt_end <= 0 || s.pos < s.prompt_end) return 0;
+  if (options_.own_index_keys) return want;
+  // The indexer's check for each row: a key source later than the indexing layer has only
+  // its entries from before the call.
+  auto fits = [&](int64_t n) {
+    for (int64_t p = s.pos; p < s.pos + n; ++p)
+      for (const BlockWeights& b : w_->blocks) {
+        if (b.id >= c.n_layers || !b.index_source || b.ratio <= 0) continue;
+        const int key = decode_key_layer(c, p, b.id, s.prompt_end);
+        if (key < 0) return false;
+        const int64_t held = key > b.id ? s.src[size_t(key)].entries.size()
+                                        : (s.pos + n) / c.compress_ratios[size_t(key)];
+        if (held < (p + 1) / b.ratio) return false;
+      }
+    return true;
+  };
+  int64_t n = 0;
+  while (n < want && fits(n + 1)) ++n;
+  return n;
+}
+
 Status V41Model::keep_rows(SequenceState& s, int64_t keep) const {
   const ModelConfig& c = w_->cfg;
   SequenceState::Undo& u = s.undo;

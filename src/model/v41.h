@@ -204,6 +204,10 @@ class V41Model {
   // the mark. keep_rows with every row forwarded keeps them all.
   Status mark_rows(SequenceState& s, int64_t rows) const;
   Status keep_rows(SequenceState& s, int64_t keep) const;
+  // The most decode rows (up to `want`) one call at the sequence's position can run exactly:
+  // each row's index keys must have been published before the call (see set_prompt_end).
+  // 0 before the prompt's end.
+  int64_t max_decode_rows(const SequenceState& s, int64_t want) const;
 
  private:
   V41Model() = default;

@@ -1,5 +1,6 @@
 #include "runner/v41_runner.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "model/v41.h"
@@ -58,6 +59,37 @@ int64_t V41Runner::page_bytes(int64_t entries) const { return model_.page_bytes(
 
 std::unique_ptr<engine::RunnerSequence> V41Runner::new_sequence(kv::PagePool* pool) const {
   return std::make_unique<Sequence>(model_.new_sequence(pool));
+}
+
+int64_t V41Runner::draft_block_size() const {
+  const model::ModelConfig& c = model_.config();
+  return c.n_mtp_layers > 0 ? c.dspark_block_size : 0;
+}
+
+Status V41Runner::draft(engine::RunnerSequence& s, int32_t main_token, std::vector<int32_t>* drafts,
+                        std::vector<float>* confidence) const {
+  model::DraftResult d;
+  FATHOM_RETURN_IF_ERROR(model_.draft(state(s), main_token, &d));
+  drafts->assign(d.ids.begin() + 1, d.ids.end());
+  confidence->assign(d.confidence.begin(), d.confidence.end());
+  return Status::ok();
+}
+
+int64_t V41Runner::max_verify_rows(const engine::RunnerSequence& s, int64_t want) const {
+  return model_.max_decode_rows(state(s), std::min(want, model_.config().window_size));
+}
+
+Status V41Runner::verify(engine::RunnerSequence& s, std::span<const int32_t> tokens,
+                         float* logits) const {
+  model::SequenceState& st = state(s);
+  FATHOM_RETURN_IF_ERROR(model_.mark_rows(st, int64_t(tokens.size())));
+  const Status r = model_.forward(st, tokens, logits, nullptr, true);
+  if (!r.is_ok()) (void)model_.keep_rows(st, 0);
+  return r;
+}
+
+Status V41Runner::keep_rows(engine::RunnerSequence& s, int64_t keep) const {
+  return model_.keep_rows(state(s), keep);
 }
 
 int64_t V41Runner::position(const engine::RunnerSequence& s) const {

@@ -12,7 +12,7 @@ class V41Model;
 
 namespace fathom::runner {
 
-class V41Runner final : public engine::ModelRunner {
+class V41Runner : public engine::ModelRunner {
  public:
   explicit V41Runner(const model::V41Model& model) : model_(model) {}
 
@@ -35,6 +35,14 @@ class V41Runner final : public engine::ModelRunner {
                                    std::span<const std::span<const int32_t>> chunks,
                                    float* hidden_out) const override;
   void head_logits(const float* hidden, int64_t rows, float* logits) const override;
+
+  int64_t draft_block_size() const override;
+  Status draft(engine::RunnerSequence& s, int32_t main_token, std::vector<int32_t>* drafts,
+               std::vector<float>* confidence) const override;
+  int64_t max_verify_rows(const engine::RunnerSequence& s, int64_t want) const override;
+  Status verify(engine::RunnerSequence& s, std::span<const int32_t> tokens,
+                float* logits) const override;
+  Status keep_rows(engine::RunnerSequence& s, int64_t keep) const override;
 
   Result<std::unique_ptr<engine::RunnerSequence>> fork(
       const engine::RunnerSequence& s) const override;

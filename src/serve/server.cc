@@ -884,6 +884,25 @@ std::string Server::Impl::metrics_text() {
         double(e.cached_tokens), "counter");
   gauge("fathom_preemptions_total", "Sequences preempted for recompute", double(e.preemptions),
         "counter");
+  gauge("fathom_spec_steps_total", "Sequence steps that verified DSpark drafts",
+        double(e.spec_steps), "counter");
+  gauge("fathom_spec_verified_tokens_total", "Draft tokens verified",
+        double(e.spec_verified_tokens), "counter");
+  gauge("fathom_spec_accepted_tokens_total", "Draft tokens accepted",
+        double(e.spec_accepted_tokens), "counter");
+  o << "# HELP fathom_spec_accepted_per_step Sequence steps by draft tokens accepted\n# TYPE "
+       "fathom_spec_accepted_per_step histogram\n";
+  {
+    int64_t cumulative = 0, sum = 0;
+    for (size_t i = 0; i < e.spec_accepted_hist.size(); ++i) {
+      cumulative += e.spec_accepted_hist[i];
+      sum += int64_t(i) * e.spec_accepted_hist[i];
+      o << "fathom_spec_accepted_per_step_bucket{le=\"" << i << "\"} " << cumulative << "\n";
+    }
+    o << "fathom_spec_accepted_per_step_bucket{le=\"+Inf\"} " << cumulative << "\n"
+      << "fathom_spec_accepted_per_step_sum " << sum << "\n"
+      << "fathom_spec_accepted_per_step_count " << cumulative << "\n";
+  }
   gauge("fathom_queue_depth", "Requests waiting for admission", double(e.waiting));
   gauge("fathom_running_sequences", "Sequences admitted", double(e.running));
   gauge("fathom_batch_size", "Sequences in the last step", double(e.batch_size_last));

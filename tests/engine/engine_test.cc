@@ -948,5 +948,109 @@ TEST(EngineGrammar, PreemptedSequencesRebuildTheirMatchers) {
   EXPECT_GT(small.stats().preemptions, 0);
 }
 
+// ---------------------------------------------------------------------------------------
+// Speculative decoding (DSpark): a draft token is kept while it equals the token the request
+// samples at its position, so the output is the output without speculation.
+
+// The draft stages replaced by an oracle (a test double for the drafter alone; the target,
+// the verify rows and the undo are the real ones): it drafts the continuation `chain` of a
+// `prompt_len`-token prompt, with every draft at a chain index divisible by `wrong` altered.
+class OracleDrafter : public fathom::runner::V41Runner {
+ public:
+  OracleDrafter(const model::V41Model& m, int64_t prompt_len, std::vector<int32_t> chain, int wrong)
+      : V41Runner(m), prompt_len_(prompt_len), chain_(std::move(chain)), wrong_(wrong) {}
+  Status draft(RunnerSequence& s, int32_t, std::vector<int32_t>* drafts,
+               std::vector<float>* confidence) const override {
+    // The sequence's next token is chain[position - prompt_len]; the drafts follow it.
+    const int64_t next = position(s) - prompt_len_ + 1;
+    drafts->clear();
+    for (int64_t i = next; i < next + draft_block_size(); ++i) {
+      int32_t t = i < int64_t(chain_.size()) ? chain_[size_t(i)] : 7;
+      if (i % wrong_ == 0) t = (t + 1) % 1024;
+      drafts->push_back(t);
+    }
+    confidence->assign(drafts->size(), 0.0f);
+    return Status::ok();
+  }
+
+ private:
+  int64_t prompt_len_;
+  std::vector<int32_t> chain_;
+  int wrong_;
+};
+
+TEST(EngineSpeculative, OracleDraftsAreKeptUntilTheFirstWrongOneAndChangeNothing) {
+  for (bool seeded : {false, true}) {
+    GenerationRequest r =
+        request(prompt(150, 61), 40, seeded ? seeded_t1() : SamplingParams{}, seeded);
+    if (!seeded) r.sampling.temperature = 0;
+    r.top_logprobs = 3;
+    const std::vector<int32_t> chain = model_chain(r);
+    OracleDrafter oracle(tiny(), int64_t(r.prompt.size()), chain, 4);
+    const Answer plain = answer(**Engine(runner(), EngineOptions{}, -1).submit(r));
+    EngineOptions o;
+    o.speculative_tokens = 5;
+    Engine e(oracle, o, -1);
+    // Beside two requests whose drafts are all wrong (the oracle knows another prompt).
+    auto other1 = *e.submit(request(prompt(90, 62), 30, seeded_t1(), true));
+    const Answer got = answer(**e.submit(r));
+    auto other2 = *e.submit(greedy(prompt(120, 63), 25));
+    StreamEvent last;
+    drain(*other1, &last);
+    drain(*other2, &last);
+    EXPECT_EQ(got.tokens, chain) << "seeded " << seeded;
+    EXPECT_TRUE(got == plain) << "seeded " << seeded << ": tokens, logprobs and finish";
+    EXPECT_EQ(got.cause, FinishCause::kLength);
+    const EngineStats st = idle_stats(e);
+    std::printf("seeded %d: %ld speculative steps, %ld drafts verified, %ld accepted\n", seeded,
+                long(st.spec_steps), long(st.spec_verified_tokens), long(st.spec_accepted_tokens));
+    // Every fourth chain index is wrong: runs of up to 3 accepted drafts.
+    EXPECT_GT(st.spec_accepted_tokens, 20);
+    EXPECT_LT(st.spec_accepted_tokens, st.spec_verified_tokens);
+    EXPECT_EQ(st.spec_accepted_hist[4] + st.spec_accepted_hist[5], 0);
+  }
+}
+
+TEST(EngineSpeculative, RealDraftStagesChangeNothingAloneOrAmongOthers) {
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    const bool seeded = i % 2 == 1;
+    reqs.push_back(request(prompt(60 + 30 * i, 70 + i), 12 + 3 * i,
+                           seeded ? seeded_t1() : SamplingParams{}, seeded));
+    if (!seeded) reqs.back().sampling.temperature = 0;
+    reqs.back().top_logprobs = 2;
+  }
+  // A stop id: the request ends at its first occurrence, speculative or not.
+  reqs[2].stop_ids = {model_chain(reqs[2])[5]};
+  std::vector<Answer> plain;
+  {
+    Engine e(runner(), EngineOptions{}, -1);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(*e.submit(r));
+    for (auto& s : streams) plain.push_back(answer(*s));
+  }
+  EngineOptions o;
+  o.speculative_tokens = 5;
+  for (bool together : {false, true}) {
+    Engine e(runner(), o, -1);
+    std::vector<Answer> got;
+    if (together) {
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (const auto& r : reqs) streams.push_back(*e.submit(r));
+      for (auto& s : streams) got.push_back(answer(*s));
+    } else {
+      for (const auto& r : reqs) got.push_back(answer(**e.submit(r)));
+    }
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_TRUE(got[i] == plain[i]) << "request " << i << (together ? " among others" : " alone");
+    EXPECT_EQ(got[2].cause, FinishCause::kStopToken);
+    const EngineStats st = idle_stats(e);
+    EXPECT_GT(st.spec_steps, 0);
+    std::printf("%s: %ld speculative steps, %ld drafts verified, %ld accepted\n",
+                together ? "together" : "alone", long(st.spec_steps), long(st.spec_verified_tokens),
+                long(st.spec_accepted_tokens));
+  }
+}
+
 }  // namespace
 }  // namespace fathom::engine

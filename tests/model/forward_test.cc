@@ -542,7 +542,10 @@ TEST(Fast, DecodeRowsInOneCallMatchOneTokenDecodeSteps) {
   auto st = m.new_sequence();
   set_prompt_end(*st, P);
   std::vector<float> logits(size_t((P + 3) * V));
+  EXPECT_EQ(m.max_decode_rows(*st, 1000), 0);  // before the prompt's end
   ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), logits.data()).is_ok());
+  EXPECT_EQ(m.max_decode_rows(*st, 1000), P + 2);
+  EXPECT_EQ(m.max_decode_rows(*st, 6), 6);
   EXPECT_EQ(
       m.forward(*st, std::span(tokens).subspan(size_t(P), size_t(P + 3)), logits.data()).code(),
       StatusCode::kInvalidArgument);

@@ -5,7 +5,8 @@
 //   - the default server (asynchronous scheduling, 128-token chunks), cold and then warm
 //     (a prefix-cache hit of 1,024 tokens: the window state comes from the block's side
 //     object), alone and among 8 concurrent requests;
-//   - a server with a small step budget (64-token chunks) and synchronous scheduling.
+//   - a server with a small step budget (64-token chunks), synchronous scheduling and DSpark
+//     speculative decoding (the demo model's draft stages; each step verifies 5 drafts).
 // Usage: node invariance_test.js FATHOM NODE_MODULES
 'use strict';
 const { startServer, checker, randomPrompt } = require('./start_server.js');
@@ -38,7 +39,7 @@ async function withServer(args, fn) {
     return { ids: j.choices[0].token_ids.join(','), cached: j.usage.prompt_tokens_details.cached_tokens };
   };
   try {
-    return await fn(run);
+    return await fn(run, base);
   } finally {
     proc.kill('SIGTERM');
     await new Promise((res) => proc.on('exit', res));
@@ -70,9 +71,9 @@ function load(run, salt) {
     }
   });
 
-  await withServer(['--no-async-scheduling', '--max-step-tokens', '64'], async (run) => {
+  await withServer(['--no-async-scheduling', '--max-step-tokens', '64', '--speculative', 'dspark'], async (run, base) => {
     for (const kind of ['greedy', 'seeded']) {
-      await check(`64-token chunks, synchronous, ${kind}: cold, among 8, warm`, async () => {
+      await check(`64-token chunks, synchronous, speculative, ${kind}: cold, among 8, warm`, async () => {
         const [busy] = await Promise.all([run(requests[kind]), ...load(run, 7)]);
         assert.equal(busy.ids, want[kind], 'cold among 8');
         const warm = await run(requests[kind]);
@@ -80,6 +81,12 @@ function load(run, salt) {
         assert.equal(warm.ids, want[kind], 'warm');
       });
     }
+    await check('the speculative server verified drafts', async () => {
+      const m = await (await fetch(base + '/metrics')).text();
+      const steps = Number(m.match(/^fathom_spec_steps_total (\d+)/m)[1]);
+      const verified = Number(m.match(/^fathom_spec_verified_tokens_total (\d+)/m)[1]);
+      assert.ok(steps > 0 && verified >= steps, `steps ${steps}, verified ${verified}`);
+    });
   });
   console.log(`serve invariance: ${t.failures} failures`);
   process.exit(t.failures ? 1 : 0);

@@ -228,6 +228,8 @@ struct BenchDecodeArgs {
   int64_t prompt_tokens = 512, decode_tokens = 32, chunk = 512;
   int threads = 2;
   std::string numerics = "fast";
+  std::string speculative = "off";  // or "dspark": greedy speculative decoding, fixed K
+  int64_t speculative_tokens = 0;   // drafts per step (0: the model's draft block)
 };
 
 // VmRSS / VmHWM of this process in bytes.
@@ -299,6 +301,63 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   const double prefill_s = seconds_since(t0);
   int32_t next = 1;
   std::vector<double> step;
+  const model::ModelConfig& cfg = (*m)->config();
+  const int64_t block = cfg.n_mtp_layers > 0 ? cfg.dspark_block_size : 0;
+  const int64_t gamma = a.speculative_tokens > 0 ? a.speculative_tokens : block;
+  if (a.speculative == "dspark") {
+    if (block <= 0 || gamma > block) {
+      std::fprintf(stderr, "fathom: --speculative dspark: the model drafts %lld tokens\n",
+                   (long long)block);
+      return 2;
+    }
+    // Greedy speculative decoding at batch 1, as the engine runs it: draft after the next
+    // token, verify it and the drafts in one forward, keep the drafts equal to the argmax.
+    model::set_prompt_end(*st, a.prompt_tokens);
+    model::DraftResult d;
+    int64_t emitted = 0, steps = 0, verified = 0, accepted = 0;
+    std::vector<float> rows(size_t((gamma + 1) * V));
+    const auto t_dec = std::chrono::steady_clock::now();
+    while (emitted < a.decode_tokens) {
+      Status s = (*m)->draft(*st, next, &d);
+      std::vector<int32_t> in = {next};
+      const int64_t n = std::min(
+          {gamma, a.decode_tokens - emitted - 1, (*m)->max_decode_rows(*st, gamma + 1) - 1});
+      in.insert(in.end(), d.ids.begin() + 1, d.ids.begin() + 1 + std::max<int64_t>(0, n));
+      if (s.is_ok()) s = (*m)->mark_rows(*st, int64_t(in.size()));
+      if (s.is_ok()) s = (*m)->forward(*st, in, rows.data());
+      if (!s.is_ok()) {
+        std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
+        return 1;
+      }
+      int64_t kept = 0;
+      for (size_t k = 0; k < in.size(); ++k) {
+        const float* r = &rows[k * size_t(V)];
+        next = int32_t(std::max_element(r, r + V) - r);
+        ++kept;
+        if (k + 1 == in.size() || next != in[k + 1]) break;
+      }
+      if (Status ks = (*m)->keep_rows(*st, kept); !ks.is_ok()) {
+        std::fprintf(stderr, "fathom: %s\n", ks.to_string().c_str());
+        return 1;
+      }
+      ++steps;
+      emitted += kept;
+      verified += int64_t(in.size()) - 1;
+      accepted += kept - 1;
+    }
+    const double secs = seconds_since(t_dec);
+    std::printf(
+        "{\"model\":\"%s\",\"threads\":%d,\"numerics\":\"%s\",\"speculative\":\"dspark\","
+        "\"speculative_scheduler\":\"fixed\",\"prefill_tokens\":%lld,\"prefill_tokens_per_s\":%.2f,"
+        "\"decode_tokens\":%lld,\"decode_tokens_per_s\":%.2f,\"steps\":%lld,"
+        "\"mean_accepted_length\":%.3f,\"draft_tokens_per_step\":%.3f,"
+        "\"verified_tokens_per_step\":%.3f,\"accepted_drafts\":%lld}\n",
+        a.model.c_str(), a.threads, a.numerics.c_str(), (long long)a.prompt_tokens,
+        double(a.prompt_tokens) / prefill_s, (long long)emitted, double(emitted) / secs,
+        (long long)steps, double(emitted) / double(steps), double(gamma),
+        double(verified) / double(steps), (long long)accepted);
+    return 0;
+  }
   for (int64_t i = 0; i < a.decode_tokens; ++i) {
     auto ts = std::chrono::steady_clock::now();
     Status s = (*m)->forward(*st, std::span(&next, 1), logits.data());
@@ -380,6 +439,13 @@ void add_bench_commands(CLI::App& app, Runner* run) {
   d->add_option("--threads", dargs->threads, "Threads")->check(CLI::Range(1, 256));
   d->add_option("--numerics", dargs->numerics, "fast or strict")
       ->check(CLI::IsMember({"fast", "strict"}));
+  d->add_option("--speculative", dargs->speculative,
+                "off, or dspark: greedy speculative decoding with the checkpoint's draft stages "
+                "(prints mean_accepted_length, draft_tokens_per_step, verified_tokens_per_step)")
+      ->check(CLI::IsMember({"off", "dspark"}));
+  d->add_option("--speculative-tokens", dargs->speculative_tokens,
+                "Drafts verified per step (default: the model's draft block)")
+      ->check(CLI::PositiveNumber);
   d->callback([dargs, run] { *run = [dargs] { return run_bench_decode(*dargs); }; });
 }
 

@@ -62,6 +62,18 @@ bool exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+// "; verify ms by rows: a b c" for the prefix draft scheduler's profiled costs.
+std::string verify_costs(const std::vector<double>& seconds) {
+  if (seconds.empty()) return "";
+  std::string out = "; verify ms by rows:";
+  char buf[32];
+  for (double s : seconds) {
+    std::snprintf(buf, sizeof buf, " %.2f", s * 1e3);
+    out += buf;
+  }
+  return out;
+}
+
 int fail(const Status& s) {
   std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
   return 1;
@@ -171,6 +183,8 @@ int run_serve(const ServeArgs& a) {
       return fail(invalid_argument("--speculative-tokens " + std::to_string(a.speculative_tokens) +
                                    ": the model drafts at most " + std::to_string(block)));
     eo.speculative_tokens = a.speculative_tokens > 0 ? a.speculative_tokens : block;
+    eo.speculative_schedule = a.speculative_scheduler == "prefix" ? engine::DraftSchedule::kPrefix
+                                                                  : engine::DraftSchedule::kFixed;
   }
   engine::Engine eng(model_runner, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
@@ -234,7 +248,8 @@ int run_serve(const ServeArgs& a) {
         a.decoder_keep > 0 ? (", decoder replay keep " + std::to_string(a.decoder_keep)).c_str()
                            : "",
         eo.speculative_tokens > 0
-            ? (", speculative dspark (" + std::to_string(eo.speculative_tokens) + " drafts, fixed)")
+            ? (", speculative dspark (" + std::to_string(eo.speculative_tokens) + " drafts, " +
+               a.speculative_scheduler + verify_costs(es.spec_cost_seconds) + ")")
                   .c_str()
             : "",
         a.numerics.c_str(), kernels::cpu_path_name(kernels::cpu_path()), secs, a.host.c_str(),
@@ -284,9 +299,10 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "draft block, 5 on V4.1)")
       ->check(CLI::PositiveNumber);
   c->add_option("--speculative-scheduler", a->speculative_scheduler,
-                "How many drafts each step verifies: fixed (all of them; the confidence-scheduled "
-                "prefix and stale-global schedulers are not built yet)")
-      ->check(CLI::IsMember({"fixed"}));
+                "How many drafts each step verifies: fixed (all of them) or prefix (the paper's "
+                "Algorithm 1 per sequence, from the drafts' confidence calibrated on live traffic "
+                "and verify costs profiled at start; none when speculation would lose)")
+      ->check(CLI::IsMember({"fixed", "prefix"}));
   c->add_flag("--swa-bounded-replay", a->swa_bounded_replay,
               "Prefix-cache hits replay the last window instead of restoring each block's window "
               "state (less memory; an approximation: a hit may change the output)");

@@ -61,6 +61,33 @@ void RequestStream::push(const StreamEvent& ev) {
   if (wake) (*wake)();
 }
 
+namespace {
+// Seconds of a verify call of n = 1..rows rows at a decoding position past the window (the
+// median of 5 calls each; the rows are then dropped), for the prefix draft scheduler.
+std::vector<double> profile_verify(const ModelRunner& r, kv::PagePool* pool, int64_t rows) {
+  std::vector<double> cost;
+  auto s = r.new_sequence(pool);
+  const int64_t prompt_len = r.window_size() + rows + 8;
+  std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+  for (int64_t i = 0; i < prompt_len; ++i) prompt[size_t(i)] = int32_t(1 + i % 97);
+  r.set_prompt_end(*s, prompt_len);
+  if (!r.forward(*s, prompt, nullptr).is_ok() || r.max_verify_rows(*s, rows) < rows) return cost;
+  std::vector<float> logits(size_t(rows * r.vocab_size()));
+  for (int64_t n = 1; n <= rows; ++n) {
+    std::vector<double> t;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Status st = r.verify(*s, std::span(prompt).first(size_t(n)), logits.data());
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (!st.is_ok() || !r.keep_rows(*s, 0).is_ok()) return {};
+    }
+    std::sort(t.begin(), t.end());
+    cost.push_back(t[2]);
+  }
+  return cost;
+}
+}  // namespace
+
 Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
     : runner_(runner),
       opt_(options),
@@ -77,8 +104,17 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   stats_.kv_pages_total = pool_->max_pages();
   stats_.kv_page_bytes = pool_->page_bytes();
   if (!cache_on_) opt_.store = nullptr;
-  opt_.speculative_tokens = std::clamp<int64_t>(opt_.speculative_tokens, 0,
-                                                std::min<int64_t>(runner.draft_block_size(), 8));
+  opt_.speculative_tokens =
+      std::clamp<int64_t>(opt_.speculative_tokens, 0,
+                          std::min<int64_t>(runner.draft_block_size(), DraftScheduler::kMaxDrafts));
+  if (opt_.speculative_tokens > 0) {
+    std::vector<double> cost;
+    if (opt_.speculative_schedule != DraftSchedule::kFixed)
+      cost = profile_verify(runner, pool_.get(), opt_.speculative_tokens + 1);
+    draft_sched_ = std::make_unique<DraftScheduler>(opt_.speculative_schedule,
+                                                    opt_.speculative_tokens, std::move(cost));
+    stats_.spec_cost_seconds = draft_sched_->cost_seconds();
+  }
   stats_.store_on = opt_.store != nullptr;
   if (opt_.store) fingerprint_ = runner.fingerprint();
   SchedulerOptions so;
@@ -709,14 +745,42 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   for (const Work& w : work) head_rows += w.s->siblings.size();
   if (hidden_.size() < head_rows * size_t(D)) hidden_.resize(head_rows * size_t(D));
   float* hidden = hidden_.data();
+  // Speculative steps: draft, then choose how many drafts the step verifies (none: a plain
+  // decode, batched with the other decodes).
+  struct Drafted {
+    std::vector<int32_t> drafts;
+    std::vector<float> confidence;
+  };
+  std::vector<Drafted> drafted(work.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    Work& w = work[i];
+    if (w.drafts == 0) continue;
+    Sequence& s = *w.s;
+    int64_t k = 0;
+    if (draft_sched_->should_draft(w.drafts)) {
+      const Status st =
+          runner_.draft(*s.state, s.all.back(), &drafted[i].drafts, &drafted[i].confidence);
+      if (!st.is_ok()) {
+        finish(s, FinishCause::kError, st);
+        continue;
+      }
+      k = std::min(draft_sched_->choose(drafted[i].confidence, w.drafts),
+                   int64_t(drafted[i].drafts.size()));
+    }
+    drafted[i].drafts.resize(size_t(k));
+    w.drafts = k;
+    w.n = 1 + k;
+  }
   std::vector<size_t> decodes;
   for (size_t i = 0; i < work.size(); ++i)
-    if (work[i].n == 1 && work[i].s->prefilled + 1 == int64_t(work[i].s->all.size()))
+    if (!work[i].s->done && work[i].n == 1 &&
+        work[i].s->prefilled + 1 == int64_t(work[i].s->all.size()))
       decodes.push_back(i);
-  // Speculative steps: each sequence's drafts and its verify rows' logits.
+  // The speculative steps' verify rows' logits.
   struct Verified {
     Sequence* s;
     std::vector<int32_t> drafts;
+    std::vector<float> confidence;
     size_t logits_at;
   };
   std::vector<Verified> verified;
@@ -745,18 +809,14 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     const Work& w = work[wi];
     Sequence& s = *w.s;
     promised -= needs[wi];
+    if (s.done) continue;  // its draft failed
     if (w.drafts > 0) {
-      // Draft after the sequence's next token, then verify it and the drafts in one call.
-      Verified v{&s, {}, spec_at};
-      std::vector<float> confidence;
-      Status st = runner_.draft(*s.state, s.all.back(), &v.drafts, &confidence);
-      if (st.is_ok()) {
-        v.drafts.resize(std::min(v.drafts.size(), size_t(w.drafts)));
-        std::vector<int32_t> rows = {s.all.back()};
-        rows.insert(rows.end(), v.drafts.begin(), v.drafts.end());
-        st = runner_.verify(*s.state, rows, &spec_logits_[spec_at * size_t(vocab_)]);
-        spec_at += rows.size();
-      }
+      // The next token and the drafts in one call.
+      Verified v{&s, std::move(drafted[wi].drafts), std::move(drafted[wi].confidence), spec_at};
+      std::vector<int32_t> rows = {s.all.back()};
+      rows.insert(rows.end(), v.drafts.begin(), v.drafts.end());
+      const Status st = runner_.verify(*s.state, rows, &spec_logits_[spec_at * size_t(vocab_)]);
+      spec_at += rows.size();
       step_tokens += int64_t(v.drafts.size()) + 1;
       ++batch;
       if (!st.is_ok()) {
@@ -823,6 +883,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
         accept_drafts(s, &spec_logits_[v.logits_at * size_t(vocab_)], v.drafts);
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     if (accepted < 0) continue;
+    draft_sched_->observe(v.confidence, int64_t(v.drafts.size()), accepted);
     spec_verified += int64_t(v.drafts.size());
     spec_accepted += accepted;
     ++spec_hist[size_t(accepted)];

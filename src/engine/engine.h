@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/draft_scheduler.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
@@ -80,6 +81,10 @@ struct EngineOptions {
   // would make without speculation — so the output is the output without speculation, greedy
   // or seeded, token for token; rows after the first mismatch are dropped from the state.
   int64_t speculative_tokens = 0;
+  // How many of them a step verifies (engine/draft_scheduler.h): every one (kFixed), or the
+  // prefix scheduler's choice from the drafts' confidence and verify costs profiled at start
+  // (kPrefix; it verifies none when speculation would lose on this machine).
+  DraftSchedule speculative_schedule = DraftSchedule::kFixed;
   // The KV store below the prefix cache (kv/store.h; e.g. the disk tier), or null. Not owned:
   // it must outlive the engine. A prompt whose blocks are not all in the prefix cache looks
   // there before computing; every prompt block the engine caches is written there too (with
@@ -103,6 +108,7 @@ struct EngineStats {
   // accepted, and the steps by accepted drafts (0..8).
   int64_t spec_steps = 0, spec_verified_tokens = 0, spec_accepted_tokens = 0;
   std::array<int64_t, 9> spec_accepted_hist{};
+  std::vector<double> spec_cost_seconds;  // the prefix scheduler's verify cost by rows (1..)
   // The KV store (when there is one): blocks read from it into the prefix cache; admissions that
   // looked past the prefix cache and found nothing to use; objects that failed their checks (each
   // recomputed and removed from the store); the tier's own counters.
@@ -205,6 +211,7 @@ class Engine {
   OutputProcessor output_;                           // executor only
   std::vector<float> hidden_, logits_;               // executor only: the step's head rows, reused
   std::vector<float> spec_logits_;                   // executor only: verify rows' logits, reused
+  std::unique_ptr<DraftScheduler> draft_sched_;      // executor only; with speculative_tokens
   int64_t stats_generated_in_step_ = 0;              // executor only: tokens the step generated
   // executor only: siblings whose leader was cancelled before its prefill completed
   std::vector<std::shared_ptr<Sequence>> orphans_;

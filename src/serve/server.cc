@@ -499,17 +499,22 @@ class ConversationProducer : public StreamsProducer {
         usage_.prompt_tokens = ev.prompt_tokens;
         usage_.cached_tokens = ev.cached_tokens;
         if (ev.first_token_seconds > 0 && ttft_ < 0) ttft_ = ev.first_token_seconds;
+        // Token by token: a stop sequence may end the output inside an event of several
+        // tokens (a speculative step); what follows it is neither counted nor reported.
+        size_t used = 0;
         for (int32_t t : ev.tokens) {
+          if (c.parser.finished() || !error.is_ok()) break;
+          ++used;
           ++c.tokens;
           if (c.reasoning) {
             ++c.reasoning_tokens;
             c.reasoning = t != im_->think_end;
           }
-          if (c.parser.finished()) continue;
           if (Status st = c.parser.push(t, events); !st.is_ok())
             error = Status(StatusCode::kInternal,
                            "the model's output could not be parsed: " + st.message());
         }
+        if (ev.logprobs.size() > used) ev.logprobs.resize(used);
         produced |= !ev.tokens.empty();
         if (ev.finished && ev.cause == engine::FinishCause::kError) error = event_error(ev);
         if (!error.is_ok()) break;
@@ -628,28 +633,39 @@ class CompletionProducer : public StreamsProducer {
         usage_.prompt_tokens = ev.prompt_tokens;
         usage_.cached_tokens = ev.cached_tokens;
         if (ev.first_token_seconds > 0 && ttft_ < 0) ttft_ = ev.first_token_seconds;
-        for (int32_t t : ev.tokens) {
-          ++c.tokens;
-          if (t != im_->eos) (void)c.dec.push(t, piece);  // ids are checked by the engine
-        }
         produced |= !ev.tokens.empty();
         if (ev.finished && ev.cause == engine::FinishCause::kError) {
           error = event_error(ev);
           break;
         }
+        // Token by token: a stop string may end the text inside an event of several tokens
+        // (a speculative step); the tokens after it are neither counted nor returned.
+        bool stopped = false;
+        size_t used = 0;
+        for (int32_t t : ev.tokens) {
+          ++used;
+          ++c.tokens;
+          piece.clear();
+          if (t != im_->eos) (void)c.dec.push(t, piece);  // ids are checked by the engine
+          if (c.stop.push(piece, &text)) {
+            stopped = true;
+            break;
+          }
+        }
+        if (!stopped && ev.finished) {
+          piece.clear();
+          c.dec.finish(piece);
+          stopped = c.stop.push(piece, &text);
+          if (!stopped) c.stop.finish(&text);
+        }
+        ev.tokens.resize(used);
+        if (ev.logprobs.size() > used) ev.logprobs.resize(used);
         c.responder.add_token_ids(ev.tokens);
-        bool finished = ev.finished;
-        prompt::FinishReason reason = ev.cause == engine::FinishCause::kLength
+        bool finished = ev.finished || stopped;
+        prompt::FinishReason reason = ev.cause == engine::FinishCause::kLength && !stopped
                                           ? prompt::FinishReason::kLength
                                           : prompt::FinishReason::kStop;
-        if (ev.finished) c.dec.finish(piece);
-        if (c.stop.push(piece, &text)) {
-          streams_[i]->cancel();  // the engine stops at its next step
-          finished = true;
-          reason = prompt::FinishReason::kStop;
-        } else if (ev.finished) {
-          c.stop.finish(&text);
-        }
+        if (stopped) streams_[i]->cancel();  // the engine stops at its next step
         const std::vector<api::TokenLogprob> lps =
             ev.logprobs.empty() ? std::vector<api::TokenLogprob>() : api_logprobs(im_->tok, ev);
         total_usage();

@@ -36,7 +36,8 @@ async function withServer(args, fn) {
       headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
     const j = await r.json();
     assert.equal(r.status, 200, JSON.stringify(j));
-    return { ids: j.choices[0].token_ids.join(','), cached: j.usage.prompt_tokens_details.cached_tokens };
+    return { ids: j.choices[0].token_ids.join(','), cached: j.usage.prompt_tokens_details.cached_tokens,
+             text: j.choices[0].text, completion: j.usage.completion_tokens, finish: j.choices[0].finish_reason };
   };
   try {
     return await fn(run, base);
@@ -53,8 +54,15 @@ function load(run, salt) {
 }
 
 (async () => {
+  // With a stop string from the middle of the greedy text: the text ends before it and the
+  // usage and token ids end at the token that completed it, speculative or not.
   const want = await withServer(['--no-prefix-cache', '--no-async-scheduling', '--max-step-tokens', '2048'],
-    async (run) => ({ greedy: (await run(requests.greedy)).ids, seeded: (await run(requests.seeded)).ids }));
+    async (run) => {
+      const greedy = await run(requests.greedy);
+      const chars = [...greedy.text];
+      requests.stopped = { ...requests.greedy, stop: [chars.slice(Math.floor(chars.length / 2), Math.floor(chars.length / 2) + 2).join('')] };
+      return { greedy: greedy.ids, seeded: (await run(requests.seeded)).ids, stopped: await run(requests.stopped) };
+    });
   console.log('reference: no cache, one chunk, synchronous, alone');
 
   await withServer([], async (run) => {
@@ -81,6 +89,11 @@ function load(run, salt) {
         assert.equal(warm.ids, want[kind], 'warm');
       });
     }
+    await check('speculative, a stop string: same text, usage and token ids', async () => {
+      const got = await run(requests.stopped);
+      for (const k of ['text', 'completion', 'ids', 'finish']) assert.equal(got[k], want.stopped[k], k);
+      assert.equal(got.finish, 'stop');
+    });
     await check('the speculative server verified drafts', async () => {
       const m = await (await fetch(base + '/metrics')).text();
       const steps = Number(m.match(/^fathom_spec_steps_total (\d+)/m)[1]);

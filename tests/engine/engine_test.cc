@@ -1059,5 +1059,30 @@ TEST(EngineSpeculative, RealDraftStagesChangeNothingAloneOrAmongOthers) {
   }
 }
 
+// With a grammar (drafts the mask rejects are never accepted), n samples forked from one
+// prefill (each its own speculative sequence) and seeded sampling: unchanged by speculation.
+TEST(EngineSpeculative, GrammarConstrainedAndForkedSamplesAreUnchanged) {
+  auto c = tiny_regex("[a-c]{3,9}");
+  auto run = [&](int64_t drafts) {
+    EngineOptions o;
+    o.speculative_tokens = drafts;
+    Engine e(runner(), o, kGrammarEos);
+    std::vector<Answer> out;
+    for (int seed = 0; seed < 4; ++seed) {
+      GenerationRequest r = request(prompt(30, 80 + seed), 40, seeded_t1(), true);
+      r.sampling.seed = uint64_t(seed);
+      r.top_logprobs = 1;
+      if (seed % 2 == 0) r.grammar = c;
+      auto streams = e.submit_n(r, 2);
+      EXPECT_TRUE(streams.is_ok());
+      for (auto& st : *streams) out.push_back(answer(*st));
+    }
+    return out;
+  };
+  const std::vector<Answer> plain = run(0), spec = run(5);
+  ASSERT_EQ(plain.size(), spec.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(spec[i] == plain[i]) << i;
+}
+
 }  // namespace
 }  // namespace fathom::engine

@@ -57,12 +57,16 @@ async function withServer(args, fn) {
   }
 }
 
+// DIR/class-<class>/<2 hex>/<32 hex>.fkv
 function objectFiles() {
   const out = [];
-  for (const shard of fs.readdirSync(dir)) {
-    const p = path.join(dir, shard);
-    if (shard.length !== 2 || !fs.statSync(p).isDirectory()) continue;
-    for (const f of fs.readdirSync(p)) if (f.endsWith('.fkv')) out.push(path.join(p, f));
+  for (const cls of fs.readdirSync(dir)) {
+    if (!cls.startsWith('class-')) continue;
+    for (const shard of fs.readdirSync(path.join(dir, cls))) {
+      const p = path.join(dir, cls, shard);
+      if (shard.length !== 2 || !fs.statSync(p).isDirectory()) continue;
+      for (const f of fs.readdirSync(p)) if (f.endsWith('.fkv')) out.push(path.join(p, f));
+    }
   }
   return out.sort();
 }

@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int64_t kSec = 1000, kDay = 86400 * kSec;
 
-TEST(RetentionPolicy, DefaultsAreDeepSeeks) {
+TEST(KvRetentionPolicy, DefaultsAreDeepSeeks) {
   RetentionPolicy p;
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(p.ttl_ms(*p.find("agent")), 3 * kDay);
@@ -32,7 +32,7 @@ TEST(RetentionPolicy, DefaultsAreDeepSeeks) {
   EXPECT_EQ(p.to_string(), "agent=3d,chat=7d");
 }
 
-TEST(RetentionPolicy, ParsesAndOrdersByTimeToLive) {
+TEST(KvRetentionPolicy, ParsesAndOrdersByTimeToLive) {
   auto p = RetentionPolicy::parse("long=2h,chat=7d,short=90s,mid_1=15m");
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   ASSERT_EQ(p->size(), 4u);
@@ -48,7 +48,7 @@ TEST(RetentionPolicy, ParsesAndOrdersByTimeToLive) {
   EXPECT_EQ(q->name(q->default_class()), "b");
 }
 
-TEST(RetentionPolicy, RejectsBadSyntax) {
+TEST(KvRetentionPolicy, RejectsBadSyntax) {
   for (const char* bad :
        {"", "agent", "agent=", "=3d", "agent=3", "agent=d", "agent=3w", "agent=0s", "agent=-1d",
         "Agent=3d", "1agent=3d", "ag-ent=3d", "agent=3d,", ",agent=3d", "agent=3d,agent=4d",
@@ -61,7 +61,7 @@ TEST(RetentionPolicy, RejectsBadSyntax) {
   }
 }
 
-TEST(RetentionPolicy, CacheControlTtlPicksTheSmallestClassThatKeepsItLongEnough) {
+TEST(KvRetentionPolicy, CacheControlTtlPicksTheSmallestClassThatKeepsItLongEnough) {
   auto p = RetentionPolicy::parse("agent=3s,chat=1h");
   ASSERT_TRUE(p.is_ok());
   EXPECT_EQ(p->name(p->for_ttl(5 * 60 * kSec)), "chat");    // 5m: agent (3 s) is too short
@@ -72,7 +72,7 @@ TEST(RetentionPolicy, CacheControlTtlPicksTheSmallestClassThatKeepsItLongEnough)
   EXPECT_EQ(d.name(d.for_ttl(3600 * kSec)), "agent");
 }
 
-class DiskRetentionTest : public ::testing::Test {
+class DiskStoreRetentionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
@@ -110,7 +110,7 @@ class DiskRetentionTest : public ::testing::Test {
   const RetentionClass chat_ = *RetentionPolicy().find("chat");
 };
 
-TEST_F(DiskRetentionTest, AgentObjectsExpireBeforeChatObjects) {
+TEST_F(DiskStoreRetentionTest, AgentObjectsExpireBeforeChatObjects) {
   auto s = open();
   put(*s, 1, agent_);
   put(*s, 2, chat_);
@@ -143,7 +143,7 @@ TEST_F(DiskRetentionTest, AgentObjectsExpireBeforeChatObjects) {
   EXPECT_EQ(st.classes[chat_].misses, 1);
 }
 
-TEST_F(DiskRetentionTest, AHitRefreshesTheExpiry) {
+TEST_F(DiskStoreRetentionTest, AHitRefreshesTheExpiry) {
   auto s = open();
   put(*s, 1, agent_);
   put(*s, 2, agent_);
@@ -158,7 +158,7 @@ TEST_F(DiskRetentionTest, AHitRefreshesTheExpiry) {
   EXPECT_EQ(s->stats().classes[agent_].hits, 2);
 }
 
-TEST_F(DiskRetentionTest, ALongerClassKeepsTheObjectLongerAndAShorterOneNeverShortens) {
+TEST_F(DiskStoreRetentionTest, ALongerClassKeepsTheObjectLongerAndAShorterOneNeverShortens) {
   auto s = open();
   put(*s, 1, agent_);
   EXPECT_TRUE(hit(*s, 1, chat_));  // a chat request used it: it is a chat object now
@@ -179,7 +179,7 @@ TEST_F(DiskRetentionTest, ALongerClassKeepsTheObjectLongerAndAShorterOneNeverSho
     EXPECT_NE(e.path().extension(), ".fkv") << e.path();  // no copy left behind in agent
 }
 
-TEST_F(DiskRetentionTest, ExpirySurvivesReopeningTheDirectory) {
+TEST_F(DiskStoreRetentionTest, ExpirySurvivesReopeningTheDirectory) {
   {
     auto s = open();
     put(*s, 1, agent_);
@@ -213,7 +213,7 @@ TEST_F(DiskRetentionTest, ExpirySurvivesReopeningTheDirectory) {
   }
 }
 
-TEST_F(DiskRetentionTest, TheBudgetEvictsTheSoonestToExpire) {
+TEST_F(DiskStoreRetentionTest, TheBudgetEvictsTheSoonestToExpire) {
   auto s = open(3000);
   put(*s, 1, agent_, 1000);  // expires at t + 3 d
   put(*s, 2, chat_, 1000);   // t + 7 d
@@ -246,7 +246,7 @@ TEST_F(DiskRetentionTest, TheBudgetEvictsTheSoonestToExpire) {
   EXPECT_EQ(s->stats().objects, 1);
 }
 
-TEST_F(DiskRetentionTest, StrangeClassDirectoriesAreLeftAloneAndTheOldLayoutIsMoved) {
+TEST_F(DiskStoreRetentionTest, StrangeClassDirectoriesAreLeftAloneAndTheOldLayoutIsMoved) {
   {
     auto s = open();
     put(*s, 1, chat_);

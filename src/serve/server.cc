@@ -233,7 +233,7 @@ struct Server::Impl {
 
   Reply send_error(Protocol p, const Status& s) { return Reply::of(error_response(p, s)); }
 
-  // Nothing when the request carries the API key (or none is configured); otherwise the
+  // Nothing when the request carries one of the API keys (or none is configured); otherwise the
   // protocol's 401 (OpenAI shape unless `p` is Messages).
   std::optional<Reply> unauthorized(Protocol p, const Request& req) const {
     if (opt.api_keys.empty()) return std::nullopt;

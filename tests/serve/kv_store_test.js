@@ -104,10 +104,10 @@ async function retentionChecks() {
   const agentPrompt = randomPrompt(1111, R), chatPrompt = randomPrompt(2222, R);
   const completion = (p, retention) => ({ prompt: p, max_tokens: 8, temperature: 0, ignore_eos: true,
     return_token_ids: true, retention });
-  // ~400 tokens of text, sent with the key whose default class is agent; the system block's
+  // ~500 tokens of text, sent with the key whose default class is agent; the system block's
   // cache_control (5 minutes) overrides that: it maps onto chat (1 h), the smallest class
   // that keeps it that long (agent keeps 3 s).
-  const words = randomPrompt(3333, 400).map((x) => 'w' + (x % 9973)).join(' ');
+  const words = randomPrompt(3333, 200).map((x) => 'w' + (x % 9973)).join(' ');
   const messages = { model: 'fathom-demo', max_tokens: 8, temperature: 0,
     thinking: { type: 'disabled' },
     system: [{ type: 'text', text: 'Notes: ' + words, cache_control: { type: 'ephemeral', ttl: '5m' } }],

@@ -146,6 +146,11 @@ Status DiskStore::rebuild_index() {
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       if (move) {
         const std::string to = path_of(k, cls);
+        struct stat there;
+        if (::stat(to.c_str(), &there) == 0) {  // the class already holds it: keep that one
+          ::unlink(path.c_str());
+          continue;
+        }
         fs::create_directories(fs::path(to).parent_path(), e2);
         if (::rename(path.c_str(), to.c_str()) != 0) continue;  // mtime moves with it
       }

@@ -267,6 +267,9 @@ TEST_F(DiskStoreRetentionTest, StrangeClassDirectoriesAreLeftAloneAndTheOldLayou
   // The same object in two classes (a crash mid-move): the longer class keeps it.
   fs::create_directories(dir_ / "class-agent" / h1.substr(0, 2));
   std::ofstream(dir_ / "class-agent" / h1.substr(0, 2) / (h1 + ".fkv")) << "older copy";
+  // An old-layout copy of an object the default class holds: the class's copy is kept.
+  fs::create_directories(dir_ / h1.substr(0, 2));
+  std::ofstream(dir_ / h1.substr(0, 2) / (h1 + ".fkv")) << "old layout copy";
   // The layout before retention classes: moved into the default class, its last use kept.
   fs::create_directories(dir_ / h4.substr(0, 2));
   const fs::path old = dir_ / h4.substr(0, 2) / (h4 + ".fkv");
@@ -280,6 +283,7 @@ TEST_F(DiskStoreRetentionTest, StrangeClassDirectoriesAreLeftAloneAndTheOldLayou
   EXPECT_EQ(s->class_of(key(1)), chat_);
   EXPECT_EQ(*s->get(key(1), chat_), std::string(100, 'b'));
   EXPECT_FALSE(fs::exists(dir_ / "class-agent" / h1.substr(0, 2) / (h1 + ".fkv")));
+  EXPECT_FALSE(fs::exists(dir_ / h1.substr(0, 2) / (h1 + ".fkv")));
   EXPECT_FALSE(s->contains(key(2)));
   EXPECT_FALSE(s->contains(key(3)));
   EXPECT_TRUE(fs::exists(dir_ / "class-gold" / h2.substr(0, 2) / (h2 + ".fkv")));

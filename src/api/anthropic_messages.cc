@@ -1,5 +1,7 @@
 #include "api/anthropic_messages.h"
 
+#include <algorithm>
+#include <functional>
 #include <set>
 
 #include "api/errors.h"
@@ -37,6 +39,51 @@ Result<std::string> block_text(const Value* c, const std::string& where) {
   return out;
 }
 
+// Anthropic's cache_control on `holder` ({"type": "ephemeral", "ttl": "5m" | "1h"}, ttl
+// 5 minutes when absent), at path `where`: checked, and the longest ttl kept in `ttl_ms`.
+Status read_cache_control(const Value& holder, const std::string& where, int64_t& ttl_ms) {
+  const Value* cc = holder.is_object() ? field(holder, "cache_control") : nullptr;
+  if (cc == nullptr) return Status::ok();
+  const std::string at = where.empty() ? "cache_control" : where + ".cache_control";
+  if (!cc->is_object()) return bad(at + ": must be an object");
+  const Value* type = field(*cc, "type");
+  if (type == nullptr || !type->is_string() || type->text != "ephemeral")
+    return bad(at + ".type: must be \"ephemeral\"");
+  int64_t ms = int64_t(5) * 60 * 1000;
+  if (const Value* t = field(*cc, "ttl")) {
+    if (!t->is_string() || (t->text != "5m" && t->text != "1h"))
+      return bad(at + ".ttl: must be \"5m\" or \"1h\"");
+    if (t->text == "1h") ms = int64_t(3600) * 1000;
+  }
+  ttl_ms = std::max(ttl_ms, ms);
+  return Status::ok();
+}
+
+// Every cache_control a request may carry: on the request, on system blocks, tools, messages,
+// their content blocks and the blocks inside a tool_result. It does not change the output;
+// the server maps the longest ttl onto a KV-store retention class.
+Status read_cache_controls(const Value& r, int64_t& ttl_ms) {
+  FATHOM_RETURN_IF_ERROR(read_cache_control(r, "", ttl_ms));
+  auto each = [&](const Value* list, const std::string& where,
+                  const std::function<Status(const Value&, const std::string&)>& inner) {
+    if (list == nullptr || !list->is_array()) return Status::ok();
+    for (size_t i = 0; i < list->items.size(); ++i) {
+      const std::string at = where + "." + std::to_string(i);
+      FATHOM_RETURN_IF_ERROR(read_cache_control(list->items[i], at, ttl_ms));
+      if (inner) FATHOM_RETURN_IF_ERROR(inner(list->items[i], at));
+    }
+    return Status::ok();
+  };
+  FATHOM_RETURN_IF_ERROR(each(field(r, "system"), "system", nullptr));
+  FATHOM_RETURN_IF_ERROR(each(field(r, "tools"), "tools", nullptr));
+  return each(field(r, "messages"), "messages", [&](const Value& m, const std::string& at) {
+    if (!m.is_object()) return Status::ok();
+    return each(field(m, "content"), at + ".content", [&](const Value& b, const std::string& bat) {
+      return b.is_object() ? each(field(b, "content"), bat + ".content", nullptr) : Status::ok();
+    });
+  });
+}
+
 Value msg(const char* role, Value content) {
   Value m = Value::object();
   m.set("role", Value::from_string(role));
@@ -57,8 +104,9 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   }
   FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,
                           apply_served_model(opt.models, opt.default_thinking, req.model));
-  // Fields this build does not implement; metadata, service_tier and cache_control (a caching
-  // hint; the prefix cache is automatic) do not change the output and are accepted.
+  // Fields this build does not implement; metadata and service_tier do not change the output
+  // and are accepted. cache_control (a caching hint: the prefix cache is automatic) is
+  // checked and chooses the KV store's retention class unless `retention` names one.
   FATHOM_RETURN_IF_ERROR(
       reject_fields(r, {"container", "mcp_servers", "context_management"}, true));
   if (const Value* m = field(r, "metadata"); m && !m->is_object())
@@ -80,6 +128,8 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   if (const Value* m = field(r, "metadata"); m && m->is_object())
     if (const Value* u = field(*m, "user_id"); u && u->is_string() && !u->text.empty())
       req.sampling.cache_salt = u->text;
+  FATHOM_RETURN_IF_ERROR(read_cache_controls(r, req.sampling.cache_control_ttl_ms));
+  FATHOM_RETURN_IF_ERROR(read_retention(r, req.sampling, true));
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
   if (const Value* v = field(r, "top_k")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "top_k"));

@@ -151,6 +151,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   }
   SamplingParams& sp = req.sampling;
   FATHOM_RETURN_IF_ERROR(read_cache_salt(r, req.sampling, {"safety_identifier", "user"}));
+  FATHOM_RETURN_IF_ERROR(read_retention(r, req.sampling));
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
   for (const char* k : {"max_tokens", "max_completion_tokens"}) {
     if (const Value* v = field(r, k)) {

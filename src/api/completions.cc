@@ -97,6 +97,7 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
   FATHOM_RETURN_IF_ERROR(optional_string(r, "user"));
   SamplingParams& sp = req.sampling;
   FATHOM_RETURN_IF_ERROR(read_cache_salt(r, sp, {"user"}));
+  FATHOM_RETURN_IF_ERROR(read_retention(r, sp));
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, sp));
   FATHOM_RETURN_IF_ERROR(read_min_p_repetition_penalty(r, sp));
   sp.max_tokens = 16;

@@ -35,6 +35,12 @@ struct SamplingParams {
   // safety_identifier or user, Anthropic's metadata.user_id); empty: shared. Prefix-cache and
   // KV-store hits only come from requests with the same salt.
   std::string cache_salt;
+  // The KV store's retention class the request names (Fathom's `retention` field; the server
+  // checks it against its configured classes); empty: not named.
+  std::string retention;
+  // The longest Anthropic cache_control ttl in the request (5 minutes or 1 hour), ms; 0: the
+  // request has no cache_control. The server maps it onto a retention class.
+  int64_t cache_control_ttl_ms = 0;
 };
 
 struct ConversationRequest {

@@ -128,6 +128,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
     req.sampling.max_tokens = t;
   }
   FATHOM_RETURN_IF_ERROR(read_cache_salt(r, req.sampling, {"safety_identifier", "user"}));
+  FATHOM_RETURN_IF_ERROR(read_retention(r, req.sampling));
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
   req.thinking = default_thinking;
   if (const Value* rs = field(r, "reasoning")) {

@@ -238,6 +238,18 @@ inline Status read_cache_salt(const Value& r, SamplingParams& sp,
   return Status::ok();
 }
 
+// Fathom's `retention`: the name of one of the server's KV-store retention classes (the
+// server checks the name; here it must be a non-empty string).
+inline Status read_retention(const Value& r, SamplingParams& sp, bool anthropic = false) {
+  const Value* v = field(r, "retention");
+  if (v == nullptr) return Status::ok();
+  if (!v->is_string() || v->text.empty())
+    return bad(anthropic ? "retention: must be a string naming a retention class"
+                         : "'retention' must be a string naming a retention class");
+  sp.retention = v->text;
+  return Status::ok();
+}
+
 // temperature in [0, 2] and top_p in (0, 1], the rules all three protocols share.
 inline Status read_temperature_top_p(const Value& r, SamplingParams& sp) {
   if (const Value* v = field(r, "temperature")) {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "kernels/cpu_features.h"
 #include "kv/disk_store.h"
 #include "kv/redis_store.h"
+#include "kv/retention.h"
 #include "kv/tiered_store.h"
 #include "model/mkmodel.h"
 #include "model/v41.h"
@@ -36,7 +38,10 @@ std::atomic<int> g_signal{0};
 void on_signal(int s) { g_signal.store(s); }
 
 struct ServeArgs {
-  std::string model, tokenizer, host = "127.0.0.1", api_key, numerics = "fast";
+  std::string model, tokenizer, host = "127.0.0.1", numerics = "fast";
+  std::vector<std::string> api_keys;           // --api-key, repeatable
+  std::vector<std::string> api_key_retention;  // --api-key-retention KEY=CLASS, repeatable
+  std::string retention = "agent=3d,chat=7d";
   std::vector<std::string> names;  // --served-model-name, repeatable
   int port = 8000, threads = 0, http_threads = 2, max_connections = 4096;
   int64_t kv_budget_mb = 4096, max_tokens = 0, prefix_cache_mb = 1024, decoder_keep = 0;
@@ -79,7 +84,29 @@ int fail(const Status& s) {
   return 1;
 }
 
+// Bad flag values that only run_serve can check: the message, exit 2.
+int bad_flag(const std::string& m) {
+  std::fprintf(stderr, "fathom serve: %s\n", m.c_str());
+  return 2;
+}
+
 int run_serve(const ServeArgs& a) {
+  // The retention classes and the API keys' defaults, before anything slow.
+  auto retention = kv::RetentionPolicy::parse(a.retention);
+  if (!retention.is_ok()) return bad_flag("--retention: " + retention.status().message());
+  std::vector<std::pair<std::string, std::string>> key_retention;
+  for (const std::string& kr : a.api_key_retention) {
+    const size_t eq = kr.rfind('=');  // a class name has no '=': the last one splits
+    if (eq == std::string::npos || eq == 0)
+      return bad_flag("--api-key-retention: '" + kr + "' is not KEY=CLASS");
+    const std::string key = kr.substr(0, eq), cls = kr.substr(eq + 1);
+    if (std::find(a.api_keys.begin(), a.api_keys.end(), key) == a.api_keys.end())
+      return bad_flag("--api-key-retention: the key is not one given with --api-key");
+    if (!retention->find(cls))
+      return bad_flag("--api-key-retention: '" + cls + "' is not a retention class (" +
+                      retention->names() + ")");
+    key_retention.emplace_back(key, cls);
+  }
   std::string model_dir = a.model, name = a.names.empty() ? std::string() : a.names.front();
   if (model_dir.empty()) {
     model_dir = cache_dir() + "/models/demo-seed0";
@@ -143,6 +170,7 @@ int run_serve(const ServeArgs& a) {
     dso.dir = a.kv_store_dir;
     dso.budget_bytes = int64_t(a.kv_store_disk_gb * double(int64_t(1) << 30));
     dso.queue_bytes = a.kv_store_queue_mb << 20;
+    dso.retention = *retention;
     auto ds = kv::DiskStore::open(dso);
     if (!ds.is_ok()) return fail(ds.status());
     const kv::StoreStats st = (*ds)->stats();
@@ -157,11 +185,16 @@ int run_serve(const ServeArgs& a) {
     if (!nodes.is_ok()) return fail(nodes.status());
     rso.nodes = *nodes;
     rso.queue_bytes = a.kv_store_queue_mb << 20;
+    rso.retention = *retention;
     auto rs = kv::RedisClusterStore::open(rso);
     if (!rs.is_ok()) return fail(rs.status());
     std::fprintf(stderr, "fathom: KV store on the Redis Cluster at %s\n", a.kv_store_redis.c_str());
     tiers.push_back(std::move(*rs));
   }
+  if (!tiers.empty())
+    std::fprintf(stderr, "fathom: KV store retention %s (default %s)\n",
+                 retention->to_string().c_str(),
+                 retention->name(retention->default_class()).c_str());
   std::unique_ptr<kv::Store> kv_store;
   if (tiers.size() == 1) kv_store = std::move(tiers.front());
   if (tiers.size() > 1) kv_store = std::make_unique<kv::TieredStore>(std::move(tiers));
@@ -190,7 +223,9 @@ int run_serve(const ServeArgs& a) {
   serve::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
-  so.api_key = a.api_key;
+  so.api_keys = a.api_keys;
+  so.retention = *retention;
+  so.api_key_retention = key_retention;
   so.model_names = a.names.empty() ? std::vector<std::string>{name} : a.names;
   so.default_max_tokens = a.max_tokens;
   so.allow_forced_output = a.forced;
@@ -254,7 +289,8 @@ int run_serve(const ServeArgs& a) {
             : "",
         a.numerics.c_str(), kernels::cpu_path_name(kernels::cpu_path()), secs, a.host.c_str(),
         server.port(), a.host.c_str(), server.port(),
-        a.api_key.empty() ? "" : (" -H 'Authorization: Bearer " + a.api_key + "'").c_str(),
+        a.api_keys.empty() ? ""
+                           : (" -H 'Authorization: Bearer " + a.api_keys.front() + "'").c_str(),
         name.c_str());
     std::fflush(stdout);
   });
@@ -276,7 +312,19 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: the fetched V4.1 fixture)");
   c->add_option("--host", a->host, "Address to bind");
   c->add_option("--port", a->port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
-  c->add_option("--api-key", a->api_key, "Require this key (Authorization: Bearer or x-api-key)");
+  c->add_option("--api-key", a->api_keys,
+                "Require an API key (Authorization: Bearer or x-api-key); repeatable: any of the "
+                "keys given is accepted")
+      ->allow_extra_args(false);
+  c->add_option("--api-key-retention", a->api_key_retention,
+                "KEY=CLASS: requests made with KEY (one given with --api-key) default to the KV "
+                "store's retention class CLASS (repeatable)")
+      ->allow_extra_args(false);
+  c->add_option("--retention", a->retention,
+                "The KV store's retention classes, CLASS=DURATION[,CLASS=DURATION...] with "
+                "DURATION = N followed by s, m, h or d; an object expires at its last use plus "
+                "its class's time (default agent=3d,chat=7d; a request's default class: chat if "
+                "configured, else the first)");
   c->add_option("--served-model-name", a->names,
                 "A name clients may give as `model` (repeatable; the first is the default and is "
                 "reported back). deepseek-chat (thinking off) and deepseek-reasoner (thinking on) "

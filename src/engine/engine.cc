@@ -404,9 +404,10 @@ void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block)
   const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
   const kv::StoreKey key = kv::store_key(h.model, h.key, h.kind);
   if (!opt_.store->contains(key))
-    opt_.store->put(
-        key, runner_.encode_block(block, h,
-                                  std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B))));
+    opt_.store->put(key,
+                    runner_.encode_block(
+                        block, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B))),
+                    s.req.retention);
   // Window side objects (about as large as a block) where a later hit resumes: at the hit
   // boundary of this prompt and at its last block (where a longer prompt that extends it
   // resumes).
@@ -415,7 +416,7 @@ void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block)
   const kv::StoreKey wkey = kv::store_key(w.model, w.key, w.kind);
   if (opt_.store->contains(wkey)) return;
   Result<std::string> bytes = runner_.encode_window(block, w);
-  if (bytes.is_ok()) opt_.store->put(wkey, std::move(*bytes));
+  if (bytes.is_ok()) opt_.store->put(wkey, std::move(*bytes), s.req.retention);
 }
 
 Result<std::unique_ptr<CachedBlock>> Engine::decode_block(const std::string& bytes,
@@ -454,7 +455,7 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
   int64_t loaded = 0;
   for (int64_t b = l1 + 1; b <= end; ++b) {
     const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
-    Result<std::string> bytes = opt_.store->get(key(b, kv::ObjectKind::kBlock));
+    Result<std::string> bytes = opt_.store->get(key(b, kv::ObjectKind::kBlock), s.req.retention);
     if (!bytes.is_ok()) break;
     auto block =
         decode_block(*bytes, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B)));
@@ -464,7 +465,8 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
     }
     if (side && b == end) {
       const kv::ObjectHeader w = store_header(s, b, kv::ObjectKind::kWindow);
-      Result<std::string> wbytes = opt_.store->get(key(b, kv::ObjectKind::kWindow));
+      Result<std::string> wbytes =
+          opt_.store->get(key(b, kv::ObjectKind::kWindow), s.req.retention);
       if (wbytes.is_ok()) {
         Status st = runner_.decode_window(*wbytes, w, pool_.get(), **block);
         while (st.code() == StatusCode::kResourceExhausted && cache_.evict_one(true))

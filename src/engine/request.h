@@ -27,6 +27,9 @@ struct GenerationRequest {
   int64_t max_tokens = 256;
   std::vector<int32_t> stop_ids;  // besides the model's EOS
   uint64_t cache_salt = 0;        // tenant/model salt of the prefix-cache hashes
+  // The KV store's retention class for the blocks this request writes and reads (an index
+  // into the store's kv::RetentionPolicy; kDefaultRetention: the policy's default).
+  uint8_t retention = 255;
   bool ignore_eos = false;
   // Testing aid (servers expose it only when asked to): the first generated tokens are these
   // instead of samples (teacher forcing; the model still runs on them).

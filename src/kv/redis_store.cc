@@ -24,6 +24,25 @@ using Reply = std::unique_ptr<redisReply, ReplyFree>;
 
 std::string object_key(const StoreKey& k) { return "fkv:" + k.hex(); }
 
+// SET KEYS[1] ARGV[1] PX ARGV[2], keeping a longer time to live the key has left (a re-put by
+// a shorter class never shortens it). Replies 1.
+constexpr const char* kPutScript =
+    "local ms = tonumber(ARGV[2]) "
+    "local left = redis.call('PTTL', KEYS[1]) "
+    "if left > ms then ms = left end "
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ms) "
+    "return 1";
+// GET KEYS[1]; on a hit the time to live becomes at least ARGV[1] ms (a key without one, from
+// before retention, gets it). Replies the value, or nil.
+constexpr const char* kGetScript =
+    "local v = redis.call('GET', KEYS[1]) "
+    "if v then "
+    "  local ms = tonumber(ARGV[1]) "
+    "  local left = redis.call('PTTL', KEYS[1]) "
+    "  if left < ms then redis.call('PEXPIRE', KEYS[1], ms) end "
+    "end "
+    "return v";
+
 bool split_host_port(std::string_view node, std::string* host, int* port) {
   const size_t colon = node.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == node.size()) return false;
@@ -216,7 +235,9 @@ struct RedisClusterStore::Client {
   std::atomic<int64_t> redirects{0};  // read by stats() from any thread
 };
 
-RedisClusterStore::RedisClusterStore(RedisStoreOptions options) : opt_(std::move(options)) {}
+RedisClusterStore::RedisClusterStore(RedisStoreOptions options) : opt_(std::move(options)) {
+  for (const auto& c : opt_.retention.classes()) stats_.classes.push_back({c.name});
+}
 
 Result<std::unique_ptr<RedisClusterStore>> RedisClusterStore::open(
     const RedisStoreOptions& options) {
@@ -228,8 +249,8 @@ Result<std::unique_ptr<RedisClusterStore>> RedisClusterStore::open(
     return io_error("no Redis Cluster node answers CLUSTER SLOTS among the nodes given");
   s->writer_client_->refresh();
   s->writes_ = std::make_unique<WriteQueue>(
-      options.queue_bytes,
-      [p = s.get()](const StoreKey& k, const std::string& v) { return p->write_object(k, v); });
+      options.queue_bytes, [p = s.get()](const StoreKey& k, const std::string& v,
+                                         RetentionClass c) { return p->write_object(k, v, c); });
   return s;
 }
 
@@ -243,12 +264,13 @@ bool RedisClusterStore::contains(const StoreKey& key) {
   return r.is_ok() && (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1;
 }
 
-Result<std::string> RedisClusterStore::get(const StoreKey& key) {
-  const std::string k = object_key(key);
+Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass cls) {
+  cls = opt_.retention.resolve(cls);
+  const std::string k = object_key(key), ttl = std::to_string(opt_.retention.ttl_ms(cls));
   Result<Reply> r = io_error("unset");
   {
     std::lock_guard<std::mutex> lock(read_mu_);
-    r = reader_->run(k, {"GET", k});
+    r = reader_->run(k, {"EVAL", kGetScript, "1", k, ttl});
     if (!r.is_ok() && !reads_failing_)
       log_warn("kv store: redis reads fail (misses until they work): " + r.status().message());
     if (r.is_ok() && reads_failing_) log_info("kv store: redis reads work again");
@@ -257,16 +279,18 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!r.is_ok() || (*r)->type != REDIS_REPLY_STRING) {
     ++stats_.misses;
+    ++stats_.classes[cls].misses;
     if (!r.is_ok()) return r.status();
     return not_found("no KV object " + key.hex());
   }
   ++stats_.hits;
+  ++stats_.classes[cls].hits;
   stats_.bytes_read += int64_t((*r)->len);
   return std::string((*r)->str, (*r)->len);
 }
 
-bool RedisClusterStore::put(const StoreKey& key, std::string value) {
-  return writes_->push(key, std::move(value));
+bool RedisClusterStore::put(const StoreKey& key, std::string value, RetentionClass cls) {
+  return writes_->push(key, std::move(value), opt_.retention.resolve(cls));
 }
 
 void RedisClusterStore::erase(const StoreKey& key) {
@@ -295,14 +319,20 @@ StoreStats RedisClusterStore::stats() const {
   return s;
 }
 
-Status RedisClusterStore::write_object(const StoreKey& key, const std::string& value) {
-  const std::string k = object_key(key);
-  auto r = writer_client_->run(k, {"SET", k, value});
+Status RedisClusterStore::write_object(const StoreKey& key, const std::string& value,
+                                       RetentionClass cls) {
+  cls = opt_.retention.resolve(cls);
+  const std::string k = object_key(key), ttl = std::to_string(opt_.retention.ttl_ms(cls));
+  auto r = writer_client_->run(k, {"EVAL", kPutScript, "1", k, value, ttl});
   Status st = Status::ok();
   if (!r.is_ok())
     st = r.status();
-  else if ((*r)->type != REDIS_REPLY_STATUS)
+  else if ((*r)->type != REDIS_REPLY_INTEGER)
     st = io_error("redis: unexpected reply to SET");
+  if (st.is_ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.classes[cls].bytes_written += int64_t(value.size());
+  }
   // One line when writes start failing and one when they work again, not one a block.
   if (!st.is_ok() && !writes_failing_)
     log_warn("kv store: redis writes fail (blocks stay uncached there until they work): " +

@@ -6,6 +6,12 @@
 // A node that fails is not tried again for a second (then retried); while it is down, its
 // slots are misses and dropped writes — requests recompute, they never fail for the store.
 //
+// Retention: Redis expires the objects. A write sets the object's time to live to its class's
+// (SET PX), a hit refreshes it to the reader's class's; neither ever shortens what the object
+// has left (one small Lua script each, so each stays one command on the key's node). Redis
+// does not know an object's class: a hit by a request of a shorter class than the writer's
+// keeps at least what the writer's time to live left.
+//
 // Thread-safe. Reads (contains, get, erase) run on the caller's thread over one set of
 // connections (serialised by a lock); put() queues the write (bounded by queue_bytes; a put
 // that does not fit is dropped and counted) for the store's writer thread, which has its own
@@ -18,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/retention.h"
 #include "kv/store.h"
 #include "kv/write_queue.h"
 
@@ -27,6 +34,7 @@ struct RedisStoreOptions {
   std::vector<std::string> nodes;            // "host:port" of any cluster nodes (seeds)
   int64_t queue_bytes = int64_t(256) << 20;  // writes waiting at most
   int timeout_ms = 250;                      // connect and command timeout
+  RetentionPolicy retention;                 // the classes and their times to live
 };
 
 // "h1:p1,h2:p2" -> {"h1:p1", "h2:p2"}; kInvalidArgument for anything else.
@@ -44,8 +52,8 @@ class RedisClusterStore final : public Store {
   RedisClusterStore& operator=(const RedisClusterStore&) = delete;
 
   bool contains(const StoreKey& key) override;
-  Result<std::string> get(const StoreKey& key) override;
-  bool put(const StoreKey& key, std::string value) override;
+  Result<std::string> get(const StoreKey& key, RetentionClass cls) override;
+  bool put(const StoreKey& key, std::string value, RetentionClass cls) override;
   void erase(const StoreKey& key) override;
   void flush() override;
   StoreStats stats() const override;
@@ -55,8 +63,8 @@ class RedisClusterStore final : public Store {
 
  private:
   explicit RedisClusterStore(RedisStoreOptions options);
-  // The writer thread's write: SET on the key's master.
-  Status write_object(const StoreKey& key, const std::string& value);
+  // The writer thread's write: SET PX on the key's master.
+  Status write_object(const StoreKey& key, const std::string& value, RetentionClass cls);
 
   const RedisStoreOptions opt_;
   std::mutex read_mu_;

@@ -6,6 +6,10 @@
 // Implementations are thread-safe: the engine's executor reads and queues writes while a
 // tier's own threads write. put() never blocks on I/O: a write is queued and, when the queue
 // is full, dropped (counted) — a store never slows a decoding step.
+//
+// Retention (kv/retention.h): put() and get() carry the retention class of the request that
+// writes or reads; an object expires at its last use plus its class's time to live (a hit
+// refreshes it), and an expired object is a miss.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,7 @@
 
 #include "core/status.h"
 #include "kv/block_format.h"
+#include "kv/retention.h"
 
 namespace fathom::kv {
 
@@ -37,17 +42,27 @@ struct StoreKeyHash {
 // The key of the object of `kind` at the block whose chained hash is `chain_hash`.
 StoreKey store_key(const Fingerprint& model, uint64_t chain_hash, ObjectKind kind);
 
+// One retention class's counters in one tier. Hits and misses count by the class of the
+// request that asked; expirations and evictions by the object's class; bytes written by the
+// class the object was written with.
+struct RetentionStats {
+  std::string name;  // the class
+  int64_t hits = 0, misses = 0, expirations = 0, evictions = 0, bytes_written = 0;
+};
+
 struct StoreStats {
   int64_t hits = 0, misses = 0;  // get() found / did not find the object
   int64_t bytes_read = 0, bytes_written = 0;
-  int64_t writes = 0;              // objects written
-  int64_t dropped_writes = 0;      // puts dropped: the write queue was full
-  int64_t write_errors = 0;        // writes that failed (full disk, permissions): dropped too
-  int64_t evictions = 0;           // objects removed for the byte budget
-  int64_t erased = 0;              // objects removed by erase() (corrupt ones)
-  int64_t objects = 0, bytes = 0;  // held now
-  int64_t queued_bytes = 0;        // waiting to be written
-  int64_t redirects = 0;           // commands sent again elsewhere (Redis MOVED/ASK)
+  int64_t writes = 0;                   // objects written
+  int64_t dropped_writes = 0;           // puts dropped: the write queue was full
+  int64_t write_errors = 0;             // writes that failed (full disk, permissions): dropped too
+  int64_t evictions = 0;                // objects removed for the byte budget
+  int64_t expirations = 0;              // objects removed because their retention ran out
+  int64_t erased = 0;                   // objects removed by erase() (corrupt ones)
+  int64_t objects = 0, bytes = 0;       // held now
+  int64_t queued_bytes = 0;             // waiting to be written
+  int64_t redirects = 0;                // commands sent again elsewhere (Redis MOVED/ASK)
+  std::vector<RetentionStats> classes;  // by retention class
 };
 
 class Store {
@@ -55,11 +70,13 @@ class Store {
   virtual ~Store() = default;
   // True when the object is held or queued to be written.
   virtual bool contains(const StoreKey& key) = 0;
-  // The object's bytes; kNotFound when the store does not hold it, kIoError when it can not
-  // be read.
-  virtual Result<std::string> get(const StoreKey& key) = 0;
-  // Queues the object to be written; false when the write was dropped (queue full).
-  virtual bool put(const StoreKey& key, std::string value) = 0;
+  // The object's bytes; kNotFound when the store does not hold it (or it expired), kIoError
+  // when it can not be read. A hit refreshes the object's expiry for a request of class
+  // `cls` (kDefaultRetention: the policy's default).
+  virtual Result<std::string> get(const StoreKey& key, RetentionClass cls) = 0;
+  // Queues the object to be written for a request of class `cls`; false when the write was
+  // dropped (queue full). An object already held keeps the longer of its class and `cls`.
+  virtual bool put(const StoreKey& key, std::string value, RetentionClass cls) = 0;
   // Forgets the object (e.g. it failed validation).
   virtual void erase(const StoreKey& key) = 0;
   // Waits until every queued write is done (tests; shutdown).

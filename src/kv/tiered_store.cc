@@ -10,25 +10,25 @@ bool TieredStore::contains(const StoreKey& key) {
   return false;
 }
 
-Result<std::string> TieredStore::get(const StoreKey& key) {
+Result<std::string> TieredStore::get(const StoreKey& key, RetentionClass cls) {
   Status last = not_found("no KV object " + key.hex());
   for (size_t i = 0; i < tiers_.size(); ++i) {
     if (!tiers_[i]->contains(key)) continue;
-    Result<std::string> r = tiers_[i]->get(key);
+    Result<std::string> r = tiers_[i]->get(key, cls);
     if (!r.is_ok()) {
       last = r.status();
       continue;
     }
-    for (size_t j = 0; j < i; ++j) tiers_[j]->put(key, *r);
+    for (size_t j = 0; j < i; ++j) tiers_[j]->put(key, *r, cls);
     return r;
   }
   return last;
 }
 
-bool TieredStore::put(const StoreKey& key, std::string value) {
+bool TieredStore::put(const StoreKey& key, std::string value, RetentionClass cls) {
   bool all = true;
-  for (size_t i = 0; i + 1 < tiers_.size(); ++i) all = tiers_[i]->put(key, value) && all;
-  if (!tiers_.empty()) all = tiers_.back()->put(key, std::move(value)) && all;
+  for (size_t i = 0; i + 1 < tiers_.size(); ++i) all = tiers_[i]->put(key, value, cls) && all;
+  if (!tiers_.empty()) all = tiers_.back()->put(key, std::move(value), cls) && all;
   return all;
 }
 
@@ -52,11 +52,23 @@ StoreStats TieredStore::stats() const {
     s.dropped_writes += x.dropped_writes;
     s.write_errors += x.write_errors;
     s.evictions += x.evictions;
+    s.expirations += x.expirations;
     s.erased += x.erased;
     s.objects += x.objects;
     s.bytes += x.bytes;
     s.queued_bytes += x.queued_bytes;
     s.redirects += x.redirects;
+    // The tiers share one policy: the same classes in the same order.
+    if (s.classes.size() < x.classes.size()) s.classes.resize(x.classes.size());
+    for (size_t c = 0; c < x.classes.size(); ++c) {
+      RetentionStats& d = s.classes[c];
+      d.name = x.classes[c].name;
+      d.hits += x.classes[c].hits;
+      d.misses += x.classes[c].misses;
+      d.expirations += x.classes[c].expirations;
+      d.evictions += x.classes[c].evictions;
+      d.bytes_written += x.classes[c].bytes_written;
+    }
   }
   return s;
 }

@@ -18,8 +18,8 @@ class TieredStore final : public Store {
   explicit TieredStore(std::vector<std::unique_ptr<Store>> tiers);
 
   bool contains(const StoreKey& key) override;
-  Result<std::string> get(const StoreKey& key) override;
-  bool put(const StoreKey& key, std::string value) override;
+  Result<std::string> get(const StoreKey& key, RetentionClass cls) override;
+  bool put(const StoreKey& key, std::string value, RetentionClass cls) override;
   void erase(const StoreKey& key) override;
   void flush() override;
   // The tiers' counters summed.

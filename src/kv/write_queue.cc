@@ -1,5 +1,7 @@
 #include "kv/write_queue.h"
 
+#include <algorithm>
+
 namespace fathom::kv {
 
 WriteQueue::WriteQueue(int64_t max_bytes, WriteFn write)
@@ -14,16 +16,21 @@ WriteQueue::~WriteQueue() {
   thread_.join();
 }
 
-bool WriteQueue::push(const StoreKey& key, std::string value) {
+bool WriteQueue::push(const StoreKey& key, std::string value, RetentionClass cls) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (pending_.count(key)) return true;
+    if (auto it = pending_.find(key); it != pending_.end()) {
+      // Classes are numbered by time to live: the larger keeps the object longer. (An object
+      // already being written keeps the class it is written with; the next put upgrades it.)
+      it->second = std::max(it->second, cls);
+      return true;
+    }
     if (stats_.queued_bytes + int64_t(value.size()) > max_bytes_) {
       ++stats_.dropped;
       return false;
     }
     stats_.queued_bytes += int64_t(value.size());
-    pending_.insert(key);
+    pending_.emplace(key, cls);
     queue_.emplace_back(key, std::move(value));
   }
   cv_.notify_all();
@@ -53,8 +60,9 @@ void WriteQueue::loop() {
     auto [key, value] = std::move(queue_.front());
     queue_.pop_front();
     writing_ = true;
+    const RetentionClass cls = pending_[key];
     lock.unlock();
-    const Status st = write_(key, value);
+    const Status st = write_(key, value, cls);
     lock.lock();
     stats_.queued_bytes -= int64_t(value.size());
     pending_.erase(key);

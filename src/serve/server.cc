@@ -162,8 +162,10 @@ struct Server::Impl {
   std::unique_ptr<grammar::GrammarCache> grammars;
   Status grammar_error;
   std::vector<api::ServedModel> served;  // the names `model` may take; the first is the default
-  int64_t started = 0;                   // /v1/models' `created`
-  http::HttpServer http;                 // last: its connections (and their producers) go first
+  // Each API key's default retention class (--api-key-retention).
+  std::vector<std::pair<std::string, kv::RetentionClass>> key_retention;
+  int64_t started = 0;    // /v1/models' `created`
+  http::HttpServer http;  // last: its connections (and their producers) go first
 
   static http::HttpServerOptions transport_options(const ServerOptions& o) {
     http::HttpServerOptions h;
@@ -208,6 +210,8 @@ struct Server::Impl {
       if (!dup) served.push_back(m);
     }
     started = int64_t(std::time(nullptr));
+    for (const auto& [key, cls] : opt.api_key_retention)
+      if (auto c = opt.retention.find(cls)) key_retention.emplace_back(key, *c);
   }
 
   std::string error_body(Protocol p, const Status& s) const {
@@ -229,12 +233,13 @@ struct Server::Impl {
 
   Reply send_error(Protocol p, const Status& s) { return Reply::of(error_response(p, s)); }
 
-  // Nothing when the request carries the API key (or none is configured); otherwise the
+  // Nothing when the request carries one of the API keys (or none is configured); otherwise the
   // protocol's 401 (OpenAI shape unless `p` is Messages).
   std::optional<Reply> unauthorized(Protocol p, const Request& req) const {
-    if (opt.api_key.empty() || req.header("Authorization") == "Bearer " + opt.api_key ||
-        req.header("x-api-key") == opt.api_key)
-      return std::nullopt;
+    if (opt.api_keys.empty()) return std::nullopt;
+    for (const std::string& k : opt.api_keys)
+      if (req.header("Authorization") == "Bearer " + k || req.header("x-api-key") == k)
+        return std::nullopt;
     return Reply::of(Response::json(
         401,
         p == Protocol::kMessages
@@ -356,6 +361,25 @@ struct Server::Impl {
                                               : "") +
                               compiled.status().message());
     return std::move(*compiled);
+  }
+
+  // The KV-store retention class of a request: the class its `retention` names (an unknown
+  // one is a 400), else the one its Anthropic cache_control ttl maps onto, else its API key's
+  // default, else the server's default.
+  Result<kv::RetentionClass> retention_of(Protocol p, const api::SamplingParams& s,
+                                          const Request& req) const {
+    const kv::RetentionPolicy& policy = opt.retention;
+    if (!s.retention.empty()) {
+      if (auto c = policy.find(s.retention)) return *c;
+      return invalid_argument(
+          std::string(p == Protocol::kMessages ? "retention: " : "'retention': ") +
+          "unknown retention class '" + s.retention + "' (this server has " + policy.names() + ")");
+    }
+    if (s.cache_control_ttl_ms > 0) return policy.for_ttl(s.cache_control_ttl_ms);
+    for (const auto& [key, cls] : key_retention)
+      if (req.header("Authorization") == "Bearer " + key || req.header("x-api-key") == key)
+        return cls;
+    return policy.default_class();
   }
 
   Reply route(Protocol p, const Request& req);
@@ -750,6 +774,9 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   if (Status st = check_prompt(ids->size()); !st.is_ok()) return send_error(p, st);
   auto g = generation(conv->sampling, std::move(*ids), opt);
   if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
+  auto retention = retention_of(p, conv->sampling, req);
+  if (!retention.is_ok()) return send_error(p, retention.status());
+  g.retention = *retention;
   g.top_logprobs = conv->logprobs ? conv->top_logprobs : -1;
   if (conv->thinking && conv->reasoning_budget >= 0 && think_end >= 0) {
     g.reasoning_budget = conv->reasoning_budget;
@@ -830,6 +857,9 @@ Reply Server::Impl::completions(const Request& req) {
   if (Status st = check_prompt(ids.size()); !st.is_ok()) return send_error(p, st);
   auto g = generation(cr->sampling, std::move(ids), opt);
   if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
+  auto retention = retention_of(p, cr->sampling, req);
+  if (!retention.is_ok()) return send_error(p, retention.status());
+  g.retention = *retention;
   g.top_logprobs = cr->logprobs ? *cr->logprobs : -1;
   auto constraint = compile(cr->structured);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
@@ -984,6 +1014,29 @@ std::string Server::Impl::metrics_text() {
           &S::redirects);
     tiers("fathom_kv_store_queued_bytes", "Bytes waiting to be written to a KV store tier", "gauge",
           &S::queued_bytes);
+    tiers("fathom_kv_store_expirations_total",
+          "KV store objects removed because their retention time ran out (disk; Redis expires "
+          "keys itself)",
+          "counter", &S::expirations);
+    // Each tier's counters by retention class (label `class`).
+    auto classes = [&](const char* name, const char* help, int64_t kv::RetentionStats::*field) {
+      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n";
+      for (const auto& [tier, st] : e.store_tiers)
+        for (const kv::RetentionStats& c : st.classes)
+          o << name << "{tier=\"" << tier << "\",class=\"" << c.name << "\"} " << c.*field << "\n";
+    };
+    using R = kv::RetentionStats;
+    classes("fathom_kv_store_class_hits_total",
+            "Objects a tier had, by the retention class of the request that asked", &R::hits);
+    classes("fathom_kv_store_class_misses_total",
+            "Objects a tier did not have, by the retention class of the request that asked",
+            &R::misses);
+    classes("fathom_kv_store_class_expirations_total",
+            "KV store objects whose retention ran out, by their class (disk)", &R::expirations);
+    classes("fathom_kv_store_class_evictions_total",
+            "KV store objects evicted for the byte budget, by their class (disk)", &R::evictions);
+    classes("fathom_kv_store_class_written_bytes_total",
+            "Bytes written to a KV store tier, by the objects' retention class", &R::bytes_written);
   }
   const http::HttpServer::Stats h = http.stats();
   gauge("fathom_http_connections", "Open HTTP connections", double(h.connections));

@@ -14,9 +14,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
+#include "kv/retention.h"
 
 namespace fathom {
 class Tokenizer;
@@ -33,7 +35,12 @@ namespace fathom::serve {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::string api_key;  // empty = no authentication
+  // The accepted API keys (Authorization: Bearer or x-api-key); none = no authentication.
+  std::vector<std::string> api_keys;
+  // The KV store's retention classes (--retention) and the default class of requests made
+  // with a key (--api-key-retention KEY=CLASS; REQUIRES: KEY in api_keys, CLASS a class).
+  kv::RetentionPolicy retention;
+  std::vector<std::pair<std::string, std::string>> api_key_retention;
   // The names `model` may take (the first is the default); DeepSeek's deepseek-chat (thinking
   // off) and deepseek-reasoner (thinking on) are served beside them for the same weights.
   std::vector<std::string> model_names = {"deepseek-v4.1-flash"};

@@ -66,6 +66,13 @@ TEST(ChatRequest, SamplingRules) {
                   "only allowed with stream=true");
   expect_rejected(with(R"("reasoning_effort": "extreme")"), "'reasoning_effort'");
   expect_rejected(with(R"("thinking": {"type": "maybe"})"), "'thinking.type'");
+  // Fathom's `retention` (the KV store's class; the server checks the name).
+  expect_rejected(with(R"("retention": 3)"), "'retention' must be a string");
+  expect_rejected(with(R"("retention": ["chat"])"), "'retention'");
+  expect_rejected(with(R"("retention": "")"), "'retention'");
+  auto r = parse_chat_request(with(R"("retention": "agent")"), ChatOptions{});
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->sampling.retention, "agent");
 }
 
 TEST(ChatRequest, ToolRules) {

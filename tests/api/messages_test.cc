@@ -92,6 +92,51 @@ TEST(MessagesRequest, ValidationRules) {
                   "unsupported block type");
 }
 
+// cache_control ({"type": "ephemeral", "ttl": "5m" | "1h"}) wherever Anthropic allows it: the
+// longest ttl is kept for the server's retention class; anything else is a 400 naming it.
+TEST(MessagesRequest, CacheControlAndRetention) {
+  auto ttl = [](const std::string& b) -> int64_t {
+    auto r = parse_messages_request(b, MessagesOptions{});
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string() << "\n" << b;
+    return r.is_ok() ? r->sampling.cache_control_ttl_ms : -1;
+  };
+  const std::string eph = R"("cache_control":{"type":"ephemeral"})";
+  const std::string hour = R"("cache_control":{"type":"ephemeral","ttl":"1h"})";
+  EXPECT_EQ(ttl(body("")), 0);
+  EXPECT_EQ(ttl(body(eph)), 5 * 60 * 1000);
+  EXPECT_EQ(ttl(body(R"("system":[{"type":"text","text":"s",)" + hour + "}]")), 3600 * 1000);
+  EXPECT_EQ(ttl(body(R"("tools":[{"name":"t","input_schema":{"type":"object"},)" + eph + "}]")),
+            5 * 60 * 1000);
+  EXPECT_EQ(
+      ttl(body(eph, R"([{"role":"user","content":[{"type":"text","text":"a",)" + hour + "}]}]")),
+      3600 * 1000);
+  EXPECT_EQ(ttl(body("", R"([{"role":"user","content":"a",)" + hour + "}]")), 3600 * 1000);
+  EXPECT_EQ(
+      ttl(body(
+          "",
+          R"([{"role":"assistant","content":[{"type":"tool_use","id":"c","name":"t","input":{}}]},
+      {"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":[{"type":"text","text":"r",)" +
+              hour + "}]}]}]")),
+      3600 * 1000);
+  expect_rejected(body(R"("cache_control":"ephemeral")"), "cache_control: must be an object");
+  expect_rejected(body(R"("cache_control":{"type":"persistent"})"), "cache_control.type");
+  expect_rejected(body(R"("cache_control":{"type":"ephemeral","ttl":"10m"})"), "cache_control.ttl");
+  expect_rejected(body(R"("system":[{"type":"text","text":"s","cache_control":{"ttl":"1h"}}])"),
+                  "system.0.cache_control.type");
+  expect_rejected(body("", R"([{"role":"user","content":[{"type":"text","text":"a",
+      "cache_control":{"type":"ephemeral","ttl":3600}}]}])"),
+                  "messages.0.content.0.cache_control.ttl");
+  expect_rejected(
+      body(R"("tools":[{"name":"t","input_schema":{"type":"object"},"cache_control":1}])"),
+      "tools.0.cache_control");
+  // `retention`: a non-empty string (the server checks the name).
+  auto r = parse_messages_request(body(R"("retention":"agent")"), MessagesOptions{});
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->sampling.retention, "agent");
+  expect_rejected(body(R"("retention":3)"), "retention: must be a string");
+  expect_rejected(body(R"("retention":"")"), "retention: must be a string");
+}
+
 TEST(MessagesRequest, ConvertsToTheConversation) {
   auto r = parse_messages_request(
       body(

@@ -193,8 +193,8 @@ TEST_F(EngineKvStore, AnotherModelsBlocksAreNeverUsed) {
     for (auto kind : {kv::ObjectKind::kBlock, kv::ObjectKind::kWindow}) {
       const kv::StoreKey theirs = kv::store_key(strict->fingerprint(), hashes[b], kind);
       const kv::StoreKey ours = kv::store_key(runner().fingerprint(), hashes[b], kind);
-      auto bytes = store->get(theirs);
-      if (bytes.is_ok()) store->put(ours, *bytes);
+      auto bytes = store->get(theirs, kv::kDefaultRetention);
+      if (bytes.is_ok()) store->put(ours, *bytes, kv::kDefaultRetention);
     }
   }
   store->flush();

@@ -41,12 +41,12 @@ TEST_F(DiskStoreTest, PutGetAndReopen) {
   {
     auto s = open(1 << 20);
     EXPECT_FALSE(s->contains(key(1)));
-    EXPECT_EQ(s->get(key(1)).status().code(), StatusCode::kNotFound);
-    EXPECT_TRUE(s->put(key(1), "first"));
+    EXPECT_EQ(s->get(key(1), kDefaultRetention).status().code(), StatusCode::kNotFound);
+    EXPECT_TRUE(s->put(key(1), "first", kDefaultRetention));
     EXPECT_TRUE(s->contains(key(1)));  // queued counts
-    EXPECT_TRUE(s->put(key(2), std::string(1000, 'x')));
+    EXPECT_TRUE(s->put(key(2), std::string(1000, 'x'), kDefaultRetention));
     s->flush();
-    auto g = s->get(key(1));
+    auto g = s->get(key(1), kDefaultRetention);
     ASSERT_TRUE(g.is_ok());
     EXPECT_EQ(*g, "first");
     const StoreStats st = s->stats();
@@ -60,7 +60,7 @@ TEST_F(DiskStoreTest, PutGetAndReopen) {
   }
   auto s = open(1 << 20);
   EXPECT_EQ(s->stats().objects, 2);
-  auto g = s->get(key(2));
+  auto g = s->get(key(2), kDefaultRetention);
   ASSERT_TRUE(g.is_ok());
   EXPECT_EQ(*g, std::string(1000, 'x'));
 }
@@ -68,21 +68,22 @@ TEST_F(DiskStoreTest, PutGetAndReopen) {
 TEST_F(DiskStoreTest, DestructorFinishesQueuedWrites) {
   {
     auto s = open(1 << 24);
-    for (uint64_t i = 0; i < 50; ++i) s->put(key(i), std::string(10000, char('a' + i % 26)));
+    for (uint64_t i = 0; i < 50; ++i)
+      s->put(key(i), std::string(10000, char('a' + i % 26)), kDefaultRetention);
   }
   auto s = open(1 << 24);
   EXPECT_EQ(s->stats().objects, 50);
-  EXPECT_EQ(*s->get(key(49)), std::string(10000, char('a' + 49 % 26)));
+  EXPECT_EQ(*s->get(key(49), kDefaultRetention), std::string(10000, char('a' + 49 % 26)));
 }
 
 TEST_F(DiskStoreTest, BudgetEvictsLeastRecentlyUsed) {
   auto s = open(3000);
-  s->put(key(1), std::string(1000, '1'));
-  s->put(key(2), std::string(1000, '2'));
-  s->put(key(3), std::string(1000, '3'));
+  s->put(key(1), std::string(1000, '1'), kDefaultRetention);
+  s->put(key(2), std::string(1000, '2'), kDefaultRetention);
+  s->put(key(3), std::string(1000, '3'), kDefaultRetention);
   s->flush();
-  ASSERT_TRUE(s->get(key(1)).is_ok());  // 2 is now the least recently used
-  s->put(key(4), std::string(1000, '4'));
+  ASSERT_TRUE(s->get(key(1), kDefaultRetention).is_ok());  // 2 is now the least recently used
+  s->put(key(4), std::string(1000, '4'), kDefaultRetention);
   s->flush();
   EXPECT_TRUE(s->contains(key(1)));
   EXPECT_FALSE(s->contains(key(2)));
@@ -96,7 +97,7 @@ TEST_F(DiskStoreTest, BudgetEvictsLeastRecentlyUsed) {
 TEST_F(DiskStoreTest, ReopenWithASmallerBudgetEvicts) {
   {
     auto s = open(1 << 20);
-    for (uint64_t i = 0; i < 10; ++i) s->put(key(i), std::string(1000, 'x'));
+    for (uint64_t i = 0; i < 10; ++i) s->put(key(i), std::string(1000, 'x'), kDefaultRetention);
   }
   auto s = open(4500);
   EXPECT_EQ(s->stats().objects, 4);
@@ -105,7 +106,7 @@ TEST_F(DiskStoreTest, ReopenWithASmallerBudgetEvicts) {
 
 TEST_F(DiskStoreTest, FullQueueDropsTheWrite) {
   auto s = open(1 << 24, 1500);
-  EXPECT_FALSE(s->put(key(1), std::string(2000, 'x')));  // never fits the queue
+  EXPECT_FALSE(s->put(key(1), std::string(2000, 'x'), kDefaultRetention));  // never fits the queue
   EXPECT_EQ(s->stats().dropped_writes, 1);
   EXPECT_FALSE(s->contains(key(1)));
 }
@@ -113,7 +114,7 @@ TEST_F(DiskStoreTest, FullQueueDropsTheWrite) {
 TEST_F(DiskStoreTest, LeftoversAndStrangersAreIgnored) {
   {
     auto s = open(1 << 20);
-    s->put(key(1), "one");
+    s->put(key(1), "one", kDefaultRetention);
   }
   std::ofstream(dir_ / "tmp" / "half-written.tmp") << "partial";
   std::ofstream(dir_ / "README") << "not an object";
@@ -126,10 +127,10 @@ TEST_F(DiskStoreTest, LeftoversAndStrangersAreIgnored) {
 
 TEST_F(DiskStoreTest, DamagedFilesAreReturnedAsTheyAreAndCanBeErased) {
   auto s = open(1 << 20);
-  s->put(key(1), "0123456789");
+  s->put(key(1), "0123456789", kDefaultRetention);
   s->flush();
   fs::resize_file(s->path_of(key(1)), 4);
-  auto g = s->get(key(1));
+  auto g = s->get(key(1), kDefaultRetention);
   ASSERT_TRUE(g.is_ok());
   EXPECT_EQ(*g, "0123");  // the reader's checks reject it
   s->erase(key(1));
@@ -137,10 +138,10 @@ TEST_F(DiskStoreTest, DamagedFilesAreReturnedAsTheyAreAndCanBeErased) {
   EXPECT_FALSE(fs::exists(s->path_of(key(1))));
   EXPECT_EQ(s->stats().erased, 1);
   // A file deleted behind the store's back is a miss, and leaves the index.
-  s->put(key(2), "two");
+  s->put(key(2), "two", kDefaultRetention);
   s->flush();
   fs::remove(s->path_of(key(2)));
-  EXPECT_EQ(s->get(key(2)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s->get(key(2), kDefaultRetention).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(s->contains(key(2)));
 }
 

@@ -7,6 +7,10 @@
 //     with the same --kv-store-redis, has a stale slot map: it follows MOVED and gets a hit
 //     (cached tokens >= the prompt rounded down to 128 less a block) with the identical
 //     answer;
+//   - retention: the objects A wrote for a request of the default class (chat) have a PTTL of
+//     about 7 days; those of a prompt sent with retention "agent" about 3 days; after their
+//     PTTLs are cut to 10 minutes, B's hit (a chat request) refreshes the objects it read to
+//     about 7 days again;
 //   - the objects in Redis are damaged (bytes overwritten, truncated, replaced): a fresh
 //     server still gives the identical answer and counts the corrupt objects;
 //   - one master is killed: every request to both servers still completes, identically.
@@ -27,7 +31,7 @@ const check = t.check;
 const light = process.env.FATHOM_TEST_LIGHT === '1';
 const N = light ? 640 : 1024;
 const makePrompt = (seed) => randomPrompt(seed, N);
-const prompts = { one: makePrompt(31337), two: makePrompt(2718) };
+const prompts = { one: makePrompt(31337), two: makePrompt(2718), agent: makePrompt(1618) };
 const body = (p) => ({ prompt: p, max_tokens: 12, temperature: 0, ignore_eos: true, return_token_ids: true });
 const minCached = Math.floor(N / 128) * 128 - 128;
 
@@ -79,6 +83,7 @@ async function server(args) {
   const url = `http://127.0.0.1:${port}`;
   const s = {
     proc,
+    port,
     run: async (b) => {
       const r = await fetch(url + '/v1/completions', { method: 'POST',
         headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(b) });
@@ -99,6 +104,23 @@ async function server(args) {
   };
   return s;
 }
+
+// Every object key in the cluster with its PTTL (ms), from each master that answers.
+function ttls() {
+  const out = new Map();
+  for (const p of ports) {
+    let keys;
+    try { keys = redisCli(['-p', String(p), '--scan', '--pattern', 'fkv:*']).split('\n').filter((k) => k); } catch (e) { continue; }
+    for (const k of keys) out.set(k, Number(redisCli(['-p', String(p), 'PTTL', k]).trim()));
+  }
+  return out;
+}
+function portOf(key) {
+  for (const p of ports) if (redisCli(['-p', String(p), 'EXISTS', key]).trim() === '1') return p;
+  return null;
+}
+const DAY = 86400e3;
+const about = (ms, days) => ms > days * DAY - 600e3 && ms <= days * DAY;
 
 // Waits until the server's Redis writes are done.
 async function drained(s) {
@@ -132,6 +154,23 @@ async function drained(s) {
       assert.equal(r.cached, 0);
       await drained(a);
     });
+    let chatKeys = [];
+    await check('retention in Redis: chat objects live ~7 d, agent objects ~3 d (PX on write)', async () => {
+      const before = ttls();
+      chatKeys = [...before.keys()];
+      assert.ok(before.size >= Math.floor(N / 128), `${before.size} objects`);
+      for (const [k, ms] of before) assert.ok(about(ms, 7), `${k}: PTTL ${ms}`);
+      const r = await a.run({ ...body(prompts.agent), retention: 'agent' });
+      assert.equal(r.cached, 0);
+      for (let i = 0; i < 100 && ttls().size < before.size + Math.floor(N / 128); i++)
+        await new Promise((res) => setTimeout(res, 50));
+      const added = [...ttls()].filter(([k]) => !before.has(k));
+      assert.ok(added.length >= Math.floor(N / 128), `${added.length} agent objects`);
+      for (const [k, ms] of added) assert.ok(about(ms, 3), `${k}: PTTL ${ms}`);
+      const text = await (await fetch(`http://127.0.0.1:${a.port}/metrics`)).text();
+      assert.match(text, /^fathom_kv_store_class_written_bytes_total\{tier="redis",class="agent"\} [1-9]/m);
+      assert.match(text, /^fathom_kv_store_class_written_bytes_total\{tier="redis",class="chat"\} [1-9]/m);
+    });
     await check('slots moved between masters (keys migrated): B follows MOVED', async () => {
       const id = (p) => redisCli(['-p', String(p), 'CLUSTER', 'MYID']).trim();
       // Most of the first master's slots, with their keys, to the second; B's slot map is stale.
@@ -144,8 +183,14 @@ async function drained(s) {
         await new Promise((r) => setTimeout(r, 50));
       }
     });
-    await check('server B: a hit from Redis, identical', async () => {
+    await check('server B: a hit from Redis, identical; the hit refreshes the PTTLs', async () => {
+      // The chat prompt's objects get 10 minutes left; the ones B reads get ~7 days again.
+      for (const k of chatKeys) redisCli(['-p', String(portOf(k)), 'PEXPIRE', k, '600000']);
       const r = await b.run(body(prompts.one));
+      const now = ttls();
+      const refreshed = chatKeys.filter((k) => about(now.get(k), 7)).length;
+      assert.ok(refreshed >= minCached / 128, `${refreshed} objects refreshed`);
+      assert.ok(chatKeys.every((k) => about(now.get(k), 7) || now.get(k) <= 600000), 'a PTTL neither cut nor refreshed');
       assert.ok(r.cached >= minCached, `cached ${r.cached} < ${minCached}`);
       assert.equal(r.ids, want.one);
       assert.ok(await b.metric('fathom_kv_store_hits_total') >= minCached / 128);

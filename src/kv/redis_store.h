@@ -45,6 +45,9 @@ class RedisClusterStore final : public Store {
 
   bool contains(const StoreKey& key) override;
   Result<std::string> get(const StoreKey& key) override;
+  // GETs pipelined: one round trip to each master that owns some of the keys (then one to
+  // each node a MOVED or ASK named), not one per key.
+  std::vector<Result<std::string>> get_many(std::span<const StoreKey> keys) override;
   bool put(const StoreKey& key, std::string value) override;
   void erase(const StoreKey& key) override;
   void flush() override;

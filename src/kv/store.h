@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,7 @@ struct StoreStats {
   int64_t objects = 0, bytes = 0;  // held now
   int64_t queued_bytes = 0;        // waiting to be written
   int64_t redirects = 0;           // commands sent again elsewhere (Redis MOVED/ASK)
+  int64_t round_trips = 0;         // requests reads sent and waited for (Redis; 0 for disk)
 };
 
 class Store {
@@ -58,6 +60,9 @@ class Store {
   // The object's bytes; kNotFound when the store does not hold it, kIoError when it can not
   // be read.
   virtual Result<std::string> get(const StoreKey& key) = 0;
+  // get() of each key, in order: a tier that can batch reads overrides it (Redis: one
+  // pipelined round trip per node); this default asks get() for each.
+  virtual std::vector<Result<std::string>> get_many(std::span<const StoreKey> keys);
   // Queues the object to be written; false when the write was dropped (queue full).
   virtual bool put(const StoreKey& key, std::string value) = 0;
   // Forgets the object (e.g. it failed validation).

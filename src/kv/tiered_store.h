@@ -19,6 +19,9 @@ class TieredStore final : public Store {
 
   bool contains(const StoreKey& key) override;
   Result<std::string> get(const StoreKey& key) override;
+  // Each tier's get_many() for the keys the faster tiers did not have (one pipelined batch to
+  // Redis after the disk); what a slower tier has is copied into the faster ones, as get().
+  std::vector<Result<std::string>> get_many(std::span<const StoreKey> keys) override;
   bool put(const StoreKey& key, std::string value) override;
   void erase(const StoreKey& key) override;
   void flush() override;

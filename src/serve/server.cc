@@ -949,6 +949,12 @@ std::string Server::Impl::metrics_text() {
           &S::redirects);
     tiers("fathom_kv_store_queued_bytes", "Bytes waiting to be written to a KV store tier", "gauge",
           &S::queued_bytes);
+    for (const auto& [tier, st] : e.store_tiers)
+      if (tier == "redis")
+        gauge("fathom_kv_store_redis_round_trips_total",
+              "Requests the Redis tier's reads sent to a node and waited for (a pipelined "
+              "multi-block read is one per node)",
+              double(st.round_trips), "counter");
   }
   const http::HttpServer::Stats h = http.stats();
   gauge("fathom_http_connections", "Open HTTP connections", double(h.connections));

@@ -381,6 +381,8 @@ void add_bench_commands(CLI::App& app, Runner* run) {
   d->add_option("--numerics", dargs->numerics, "fast or strict")
       ->check(CLI::IsMember({"fast", "strict"}));
   d->callback([dargs, run] { *run = [dargs] { return run_bench_decode(*dargs); }; });
+
+  add_kv_bench_commands(bench, run);
 }
 
 }  // namespace fathom::cli

@@ -62,7 +62,7 @@ std::string sh(const std::string& cmd) {
 }
 
 // Two redis-server masters on loopback in cluster mode: A owns slots 0-8191, B the rest.
-class RedisClusterLive : public ::testing::Test {
+class RedisClusterStoreLive : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("fathom_redis_" + std::to_string(::getpid()));
@@ -123,7 +123,7 @@ class RedisClusterLive : public ::testing::Test {
   std::vector<std::string> ids_;
 };
 
-TEST_F(RedisClusterLive, GetManyPipelinesPerMasterAndFollowsAskAndMoved) {
+TEST_F(RedisClusterStoreLive, GetManyPipelinesPerMasterAndFollowsAskAndMoved) {
   RedisStoreOptions o;
   o.nodes = {"127.0.0.1:" + std::to_string(ports_[0])};
   o.timeout_ms = 2000;

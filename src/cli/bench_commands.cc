@@ -447,6 +447,8 @@ void add_bench_commands(CLI::App& app, Runner* run) {
                 "Drafts verified per step (default: the model's draft block)")
       ->check(CLI::PositiveNumber);
   d->callback([dargs, run] { *run = [dargs] { return run_bench_decode(*dargs); }; });
+
+  add_kv_bench_commands(bench, run);
 }
 
 }  // namespace fathom::cli

@@ -21,5 +21,7 @@ void add_run_commands(CLI::App& app, Runner* run);
 void add_serve_command(CLI::App& app, Runner* run);
 // Registers `bench` and its subcommands.
 void add_bench_commands(CLI::App& app, Runner* run);
+// Registers `bench kvhash` and `bench kvstore` on the `bench` subcommand.
+void add_kv_bench_commands(CLI::App* bench, Runner* run);
 
 }  // namespace fathom::cli

@@ -1,17 +1,45 @@
 // `fathom inspect`: what a V4.1 checkpoint or config holds — parameters and bytes per part,
-// KV bytes per token and SWA state per sequence — and, with --model, a full check of the
-// checkpoint's tensors against the layout its config implies.
+// KV bytes per token and SWA state per sequence, the KV store's object sizes (Fathom's and
+// DeepSeek's packed layout) — and, with --model, a full check of the checkpoint's tensors
+// against the layout its config implies.
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "model/config.h"
+#include "model/kv_object_sizes.h"
 #include "model/layout.h"
 #include "model/safetensors.h"
 
 namespace fathom::cli {
 namespace {
+
+// The "kv_store" object of inspect's JSON: one 128-token block object and one window side
+// object, as Fathom stores them and in DeepSeek's packed layout, and the hit cap.
+std::string kv_store_json(const model::ModelConfig& c) {
+  const model::KvStoreSizes z = model::kv_store_sizes(c);
+  auto per_source = [](const std::vector<std::pair<int64_t, int64_t>>& v) {
+    std::string o = "{";
+    for (size_t i = 0; i < v.size(); ++i)
+      o += (i ? ",\"" : "\"") + std::to_string(v[i].first) + "\":" + std::to_string(v[i].second);
+    return o + "}";
+  };
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "\"block_tokens\":%lld,\"block_object_bytes\":%lld,"
+                "\"packed_block_bytes\":%lld,\"window_object_bytes\":%lld,"
+                "\"packed_window_bytes\":%lld,\"packed_window_layers\":%lld,"
+                "\"packed_window_entries\":%lld,\"hit_cap\":\"L - %lld\","
+                "\"hit_reserve_tokens\":%lld",
+                (long long)z.block_tokens, (long long)z.block_bytes,
+                (long long)z.packed_block_bytes, (long long)z.window_bytes,
+                (long long)z.packed_window_bytes, (long long)z.encoder_layers,
+                (long long)z.window_entries, (long long)z.hit_reserve_tokens,
+                (long long)z.hit_reserve_tokens);
+  return "{" + std::string(buf) + ",\"block_source_bytes\":" + per_source(z.block_source_bytes) +
+         ",\"packed_block_source_bytes\":" + per_source(z.packed_block_source_bytes) + "}";
+}
 
 struct InspectArgs {
   std::string model, config;
@@ -57,14 +85,15 @@ int run_inspect(const InspectArgs& a) {
       "\"engram_table_parameters\":%lld,\"engram_billions\":%.1f,\"dspark_parameters\":%lld,"
       "\"total_bytes\":%lld,\"global_kv_bytes_per_token\":%.1f,\"swa_entry_bytes\":%lld,"
       "\"compressed_kv_entry_bytes\":%lld,\"indexer_k_entry_bytes\":%lld,"
-      "\"swa_bytes_per_sequence\":%lld,\"swa_window\":%lld,\"swa_rings\":%lld}\n",
+      "\"swa_bytes_per_sequence\":%lld,\"swa_window\":%lld,\"swa_rings\":%lld,"
+      "\"kv_store\":%s}\n",
       layout.size(), checked.c_str(), parts.c_str(), (long long)m.backbone_params,
       m.backbone_params / 1e9, (long long)m.engram_params, (long long)m.engram_table_params,
       m.engram_table_params / 1e9, (long long)m.dspark_params, (long long)m.total_bytes,
       m.global_kv_bytes_per_token, (long long)m.swa_entry_bytes,
       (long long)m.compressed_entry_bytes, (long long)m.indexer_entry_bytes,
       (long long)m.swa_bytes_per_sequence, (long long)cfg->window_size,
-      (long long)(cfg->n_layers + cfg->n_mtp_layers));
+      (long long)(cfg->n_layers + cfg->n_mtp_layers), kv_store_json(*cfg).c_str());
   return 0;
 }
 

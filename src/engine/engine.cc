@@ -448,34 +448,54 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
   auto key = [&](int64_t b, kv::ObjectKind kind) {
     return kv::store_key(fingerprint_, s.block_hashes[size_t(b - 1)], kind);
   };
-  int64_t n = l1;
-  while (n < max_blocks && opt_.store->contains(key(n + 1, kv::ObjectKind::kBlock))) ++n;
+  // The blocks after L1's chain, read kStoreBatch at a time (one get_many: a pipelined round
+  // trip per Redis node, not one per block) and checked as they come, up to the first one the
+  // store does not hold or that fails its checks. Held here, not cached, until the deepest
+  // boundary with a window side object is known.
+  constexpr int64_t kStoreBatch = 16;
+  std::vector<std::unique_ptr<CachedBlock>> got;  // blocks l1 + 1, l1 + 2, ...
+  for (bool more = true; more && l1 + int64_t(got.size()) < max_blocks;) {
+    const int64_t first = l1 + int64_t(got.size()) + 1;
+    const int64_t last = std::min(max_blocks, first + kStoreBatch - 1);
+    std::vector<kv::StoreKey> keys;
+    for (int64_t b = first; b <= last; ++b) keys.push_back(key(b, kv::ObjectKind::kBlock));
+    std::vector<Result<std::string>> bytes = opt_.store->get_many(keys, s.req.retention);
+    for (int64_t b = first; b <= last && more; ++b) {
+      Result<std::string>& r = bytes[size_t(b - first)];
+      more = r.is_ok();
+      if (!more) break;
+      const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
+      auto block =
+          decode_block(*r, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B)));
+      more = block.is_ok();
+      if (!more) {
+        if (block.status().code() == StatusCode::kCorrupt) store_corrupt(h, block.status());
+        break;
+      }
+      got.push_back(std::move(*block));
+      r = not_found("decoded");  // frees the bytes
+    }
+  }
+  const int64_t n = l1 + int64_t(got.size());
   int64_t end = n;  // the deepest block a resume can start from
   while (side && end > l1 && !opt_.store->contains(key(end, kv::ObjectKind::kWindow))) --end;
+  if (side && end > l1) {
+    const kv::ObjectHeader w = store_header(s, end, kv::ObjectKind::kWindow);
+    Result<std::string> wbytes =
+        opt_.store->get(key(end, kv::ObjectKind::kWindow), s.req.retention);
+    if (wbytes.is_ok()) {
+      CachedBlock& block = *got[size_t(end - l1 - 1)];
+      Status st = runner_.decode_window(*wbytes, w, pool_.get(), block);
+      while (st.code() == StatusCode::kResourceExhausted && cache_.evict_one(true))
+        st = runner_.decode_window(*wbytes, w, pool_.get(), block);
+      if (st.code() == StatusCode::kCorrupt) store_corrupt(w, st);
+    }
+  }
   int64_t loaded = 0;
   for (int64_t b = l1 + 1; b <= end; ++b) {
     const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
-    Result<std::string> bytes = opt_.store->get(key(b, kv::ObjectKind::kBlock), s.req.retention);
-    if (!bytes.is_ok()) break;
-    auto block =
-        decode_block(*bytes, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B)));
-    if (!block.is_ok()) {
-      if (block.status().code() == StatusCode::kCorrupt) store_corrupt(h, block.status());
-      break;
-    }
-    if (side && b == end) {
-      const kv::ObjectHeader w = store_header(s, b, kv::ObjectKind::kWindow);
-      Result<std::string> wbytes =
-          opt_.store->get(key(b, kv::ObjectKind::kWindow), s.req.retention);
-      if (wbytes.is_ok()) {
-        Status st = runner_.decode_window(*wbytes, w, pool_.get(), **block);
-        while (st.code() == StatusCode::kResourceExhausted && cache_.evict_one(true))
-          st = runner_.decode_window(*wbytes, w, pool_.get(), **block);
-        if (st.code() == StatusCode::kCorrupt) store_corrupt(w, st);
-      }
-    }
     if (b > 1 && !cache_.contains(h.parent)) break;  // evicted to make room
-    cache_.insert(h.key, h.parent, b, std::move(*block));
+    cache_.insert(h.key, h.parent, b, std::move(got[size_t(b - l1 - 1)]));
     ++loaded;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -123,6 +123,12 @@ void ObjectWriter::add(uint32_t tag, uint32_t rows, const void* data, size_t byt
   ++sections_;
 }
 
+int64_t encoded_object_bytes(std::span<const int64_t> section_bytes) {
+  int64_t n = int64_t(kObjectHeaderBytes);
+  for (int64_t b : section_bytes) n += int64_t(kSectionHeaderBytes) + b;
+  return n;
+}
+
 std::string ObjectWriter::finish(const ObjectHeader& h) const {
   std::string o;
   o.reserve(kObjectHeaderBytes + payload_.size());

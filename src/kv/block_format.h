@@ -39,6 +39,7 @@ namespace fathom::kv {
 inline constexpr std::string_view kBlockMagic = "FATHOMKV";
 inline constexpr uint16_t kBlockFormatVersion = 1;
 inline constexpr size_t kObjectHeaderBytes = 72;
+inline constexpr size_t kSectionHeaderBytes = 16;  // u32 tag, u32 rows, u64 bytes
 
 // What a block was computed by: config and weights identity (and the numerics that shape KV).
 struct Fingerprint {
@@ -114,6 +115,10 @@ class ObjectWriter {
   std::string payload_;
   uint32_t sections_ = 0;
 };
+
+// The length of the object ObjectWriter::finish() encodes from sections of these byte sizes
+// (for sizing a store without encoding one).
+int64_t encoded_object_bytes(std::span<const int64_t> section_bytes);
 
 // Validates `bytes` as the object `expect` describes (kind, block_tokens, model, key, parent,
 // index must all match) and returns its sections, which view `bytes` (it must outlive them).

@@ -147,6 +147,7 @@ struct RedisClusterStore::Client {
     for (const std::string& node : candidates) {
       redisContext* c = conn(node);
       if (c == nullptr) continue;
+      round_trips.fetch_add(1, std::memory_order_relaxed);
       Reply r(static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS")));
       if (!r) {
         drop(node);
@@ -200,6 +201,7 @@ struct RedisClusterStore::Client {
         node = next;
         continue;
       }
+      round_trips.fetch_add(asking ? 2 : 1, std::memory_order_relaxed);
       if (asking) {
         Reply a(static_cast<redisReply*>(redisCommand(c, "ASKING")));
         if (!a) {
@@ -227,12 +229,98 @@ struct RedisClusterStore::Client {
     return io_error("redis: too many redirections for slot " + std::to_string(slot));
   }
 
+  // The read script (kGetScript: GET, and a hit's expiry raised to `ttl_ms`) of every key,
+  // pipelined: one round trip to each node that owns some of them, then one more to each node
+  // a MOVED or ASK reply named (ASKING sent before the key's command there). Per key: the
+  // reply (a string, or nil for a missing key), or the Status of a failure.
+  std::vector<Result<Reply>> get_many(const std::vector<std::string>& keys,
+                                      const std::string& ttl_ms) {
+    std::vector<Result<Reply>> out;
+    out.reserve(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) out.emplace_back(io_error("unset"));
+    std::vector<std::string> target(keys.size());  // the node an ASK sent the key to
+    std::vector<bool> asking(keys.size(), false);
+    std::vector<size_t> left(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) left[i] = i;
+    bool refreshed = false;
+    for (int attempt = 0; attempt < 5 && !left.empty(); ++attempt) {
+      std::map<std::string, std::vector<size_t>> by_node;
+      for (size_t i : left)
+        by_node[asking[i] ? target[i] : owner_of(redis_cluster_slot(keys[i]))].push_back(i);
+      std::vector<size_t> again;
+      bool unreachable = false;
+      for (auto& [node, idx] : by_node) {
+        redisContext* c = conn(node);
+        if (c == nullptr) {
+          // Down (or backing off): after one refresh of the map, in case the slots moved.
+          for (size_t i : idx) {
+            out[i] = io_error("redis node " + node + " is unreachable");
+            asking[i] = false;
+            if (!refreshed) again.push_back(i);
+          }
+          unreachable = true;
+          continue;
+        }
+        for (size_t i : idx) {
+          if (asking[i]) redisAppendCommand(c, "ASKING");
+          const std::string_view script = kGetScript;
+          const char* argv[5] = {"EVAL", script.data(), "1", keys[i].data(), ttl_ms.data()};
+          const size_t lens[5] = {4, script.size(), 1, keys[i].size(), ttl_ms.size()};
+          redisAppendCommandArgv(c, 5, argv, lens);
+        }
+        round_trips.fetch_add(1, std::memory_order_relaxed);
+        bool broken = false;
+        for (size_t i : idx) {
+          void* raw = nullptr;
+          if (!broken && asking[i]) {
+            broken = redisGetReply(c, &raw) != REDIS_OK;
+            freeReplyObject(raw);
+            raw = nullptr;
+          }
+          if (!broken) broken = redisGetReply(c, &raw) != REDIS_OK;
+          asking[i] = false;
+          if (broken) {
+            out[i] = io_error("redis node " + node + " stopped answering");
+            again.push_back(i);
+            continue;
+          }
+          Reply r(static_cast<redisReply*>(raw));
+          if (r->type != REDIS_REPLY_ERROR) {
+            out[i] = std::move(r);
+            continue;
+          }
+          const std::string err(r->str, r->len);
+          const bool moved = err.rfind("MOVED ", 0) == 0, ask = err.rfind("ASK ", 0) == 0;
+          if (!moved && !ask) {
+            out[i] = io_error("redis: " + err);
+            continue;
+          }
+          const std::string next = err.substr(err.rfind(' ') + 1);
+          if (moved) owner[size_t(redis_cluster_slot(keys[i]))] = node_index(next);
+          asking[i] = ask;
+          target[i] = next;
+          out[i] = io_error("redis: too many redirections for " + keys[i]);
+          redirects.fetch_add(1, std::memory_order_relaxed);
+          again.push_back(i);
+        }
+        if (broken) drop(node);  // the connection's replies are out of step: start afresh
+      }
+      if (unreachable && !refreshed) {
+        refresh();
+        refreshed = true;
+      }
+      left = std::move(again);
+    }
+    return out;
+  }
+
   const RedisStoreOptions opt;
   std::vector<std::string> known;
   std::array<int, kSlots> owner;
   std::map<std::string, redisContext*> conns;
   std::map<std::string, Clock::time_point> down_until;
-  std::atomic<int64_t> redirects{0};  // read by stats() from any thread
+  std::atomic<int64_t> redirects{0};    // read by stats() from any thread
+  std::atomic<int64_t> round_trips{0};  // requests sent and waited for; read by stats()
 };
 
 RedisClusterStore::RedisClusterStore(RedisStoreOptions options) : opt_(std::move(options)) {
@@ -289,6 +377,45 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass c
   return std::string((*r)->str, (*r)->len);
 }
 
+std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const StoreKey> keys,
+                                                             RetentionClass cls) {
+  cls = opt_.retention.resolve(cls);
+  const std::string ttl = std::to_string(opt_.retention.ttl_ms(cls));
+  std::vector<std::string> ks;
+  ks.reserve(keys.size());
+  for (const StoreKey& k : keys) ks.push_back(object_key(k));
+  std::vector<Result<Reply>> replies;
+  {
+    std::lock_guard<std::mutex> lock(read_mu_);
+    replies = reader_->get_many(ks, ttl);
+    const Result<Reply>* failed = nullptr;
+    for (const auto& r : replies)
+      if (!r.is_ok() && failed == nullptr) failed = &r;
+    if (failed && !reads_failing_)
+      log_warn("kv store: redis reads fail (misses until they work): " +
+               failed->status().message());
+    if (!failed && reads_failing_ && !replies.empty()) log_info("kv store: redis reads work again");
+    if (!replies.empty()) reads_failing_ = failed != nullptr;
+  }
+  std::vector<Result<std::string>> out;
+  out.reserve(keys.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Result<Reply>& r = replies[i];
+    if (!r.is_ok() || (*r)->type != REDIS_REPLY_STRING) {
+      ++stats_.misses;
+      ++stats_.classes[cls].misses;
+      out.push_back(r.is_ok() ? Status(not_found("no KV object " + keys[i].hex())) : r.status());
+      continue;
+    }
+    ++stats_.hits;
+    ++stats_.classes[cls].hits;
+    stats_.bytes_read += int64_t((*r)->len);
+    out.push_back(std::string((*r)->str, (*r)->len));
+  }
+  return out;
+}
+
 bool RedisClusterStore::put(const StoreKey& key, std::string value, RetentionClass cls) {
   return writes_->push(key, std::move(value), opt_.retention.resolve(cls));
 }
@@ -316,6 +443,7 @@ StoreStats RedisClusterStore::stats() const {
   s.bytes_written = w.bytes_written;
   s.redirects = reader_->redirects.load(std::memory_order_relaxed) +
                 writer_client_->redirects.load(std::memory_order_relaxed);
+  s.round_trips = reader_->round_trips.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -53,6 +53,11 @@ class RedisClusterStore final : public Store {
 
   bool contains(const StoreKey& key) override;
   Result<std::string> get(const StoreKey& key, RetentionClass cls) override;
+  // The reads pipelined: one round trip to each master that owns some of the keys (then one
+  // to each node a MOVED or ASK named), not one per key; each hit refreshes its expiry as
+  // get() does.
+  std::vector<Result<std::string>> get_many(std::span<const StoreKey> keys,
+                                            RetentionClass cls) override;
   bool put(const StoreKey& key, std::string value, RetentionClass cls) override;
   void erase(const StoreKey& key) override;
   void flush() override;

@@ -28,6 +28,14 @@ bool StoreKey::from_hex(std::string_view s, StoreKey* out) {
   return true;
 }
 
+std::vector<Result<std::string>> Store::get_many(std::span<const StoreKey> keys,
+                                                 RetentionClass cls) {
+  std::vector<Result<std::string>> out;
+  out.reserve(keys.size());
+  for (const StoreKey& k : keys) out.push_back(get(k, cls));
+  return out;
+}
+
 StoreKey store_key(const Fingerprint& model, uint64_t chain_hash, ObjectKind kind) {
   unsigned char b[25];
   const uint64_t words[3] = {model.lo, model.hi, chain_hash};

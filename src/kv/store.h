@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,7 @@ struct StoreStats {
   int64_t objects = 0, bytes = 0;       // held now
   int64_t queued_bytes = 0;             // waiting to be written
   int64_t redirects = 0;                // commands sent again elsewhere (Redis MOVED/ASK)
+  int64_t round_trips = 0;              // requests reads sent and waited for (Redis; 0 for disk)
   std::vector<RetentionStats> classes;  // by retention class
 };
 
@@ -74,6 +76,10 @@ class Store {
   // when it can not be read. A hit refreshes the object's expiry for a request of class
   // `cls` (kDefaultRetention: the policy's default).
   virtual Result<std::string> get(const StoreKey& key, RetentionClass cls) = 0;
+  // get() of each key, in order: a tier that can batch reads overrides it (Redis: one
+  // pipelined round trip per node); this default asks get() for each.
+  virtual std::vector<Result<std::string>> get_many(std::span<const StoreKey> keys,
+                                                    RetentionClass cls);
   // Queues the object to be written for a request of class `cls`; false when the write was
   // dropped (queue full). An object already held keeps the longer of its class and `cls`.
   virtual bool put(const StoreKey& key, std::string value, RetentionClass cls) = 0;

@@ -25,6 +25,35 @@ Result<std::string> TieredStore::get(const StoreKey& key, RetentionClass cls) {
   return last;
 }
 
+std::vector<Result<std::string>> TieredStore::get_many(std::span<const StoreKey> keys,
+                                                       RetentionClass cls) {
+  std::vector<Result<std::string>> out;
+  for (const StoreKey& k : keys) out.push_back(not_found("no KV object " + k.hex()));
+  std::vector<size_t> left(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) left[i] = i;
+  for (size_t t = 0; t < tiers_.size() && !left.empty(); ++t) {
+    std::vector<StoreKey> ask;
+    for (size_t i : left) ask.push_back(keys[i]);
+    std::vector<Result<std::string>> got = tiers_[t]->get_many(ask, cls);
+    std::vector<size_t> still;
+    for (size_t j = 0; j < left.size(); ++j) {
+      const size_t i = left[j];
+      if (!got[j].is_ok()) {
+        // A tier's failure outranks another's plain miss in what the caller hears.
+        if (got[j].status().code() != StatusCode::kNotFound ||
+            out[i].status().code() == StatusCode::kNotFound)
+          out[i] = got[j].status();
+        still.push_back(i);
+        continue;
+      }
+      for (size_t f = 0; f < t; ++f) tiers_[f]->put(keys[i], *got[j], cls);
+      out[i] = std::move(got[j]);
+    }
+    left = std::move(still);
+  }
+  return out;
+}
+
 bool TieredStore::put(const StoreKey& key, std::string value, RetentionClass cls) {
   bool all = true;
   for (size_t i = 0; i + 1 < tiers_.size(); ++i) all = tiers_[i]->put(key, value, cls) && all;
@@ -58,6 +87,7 @@ StoreStats TieredStore::stats() const {
     s.bytes += x.bytes;
     s.queued_bytes += x.queued_bytes;
     s.redirects += x.redirects;
+    s.round_trips += x.round_trips;
     // The tiers share one policy: the same classes in the same order.
     if (s.classes.size() < x.classes.size()) s.classes.resize(x.classes.size());
     for (size_t c = 0; c < x.classes.size(); ++c) {

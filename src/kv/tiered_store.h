@@ -19,6 +19,10 @@ class TieredStore final : public Store {
 
   bool contains(const StoreKey& key) override;
   Result<std::string> get(const StoreKey& key, RetentionClass cls) override;
+  // Each tier's get_many() for the keys the faster tiers did not have (one pipelined batch to
+  // Redis after the disk); what a slower tier has is copied into the faster ones, as get().
+  std::vector<Result<std::string>> get_many(std::span<const StoreKey> keys,
+                                            RetentionClass cls) override;
   bool put(const StoreKey& key, std::string value, RetentionClass cls) override;
   void erase(const StoreKey& key) override;
   void flush() override;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/kv_object_sizes.h"
+#include "model/layout.h"
 #include "model/v41_internal.h"
 
 namespace fathom::model {
@@ -58,6 +60,55 @@ static_assert(std::endian::native == std::endian::little,
 
 }  // namespace
 
+std::vector<KvSectionShape> kv_block_sections(const ModelConfig& c, int64_t block_tokens) {
+  std::vector<KvSectionShape> out = {{kTokens, block_tokens, int64_t(sizeof(int32_t))},
+                                     {kPublished, 1, int64_t(sizeof(int32_t))}};
+  const int64_t width = c.head_dim + c.index_head_dim;
+  for (int64_t l : c.kv_source_layers)
+    out.push_back({kEntries + uint32_t(l), block_tokens / c.compress_ratios[size_t(l)],
+                   width * int64_t(sizeof(float))});
+  return out;
+}
+
+std::vector<KvSectionShape> kv_window_sections(const ModelConfig& c, int64_t position) {
+  const int64_t in = c.dim * int64_t(c.dspark_target_layer_ids.size());
+  std::vector<KvSectionShape> out = {
+      {kWindowState, 2, int64_t(sizeof(int64_t))},
+      {kWindowFloor, c.n_layers + c.n_mtp_layers, int64_t(sizeof(int64_t))},
+      {kMainHidden, in > 0 ? std::min(position, c.window_size) : 0, in * int64_t(sizeof(float))}};
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    out.push_back({kRing + uint32_t(l), c.window_size, c.head_dim * int64_t(sizeof(float))});
+  return out;
+}
+
+int64_t kv_object_bytes(const std::vector<KvSectionShape>& sections) {
+  std::vector<int64_t> bytes;
+  for (const KvSectionShape& s : sections) bytes.push_back(s.bytes());
+  return kv::encoded_object_bytes(bytes);
+}
+
+KvStoreSizes kv_store_sizes(const ModelConfig& c, int64_t block_tokens) {
+  KvStoreSizes z;
+  z.block_tokens = block_tokens;
+  const std::vector<KvSectionShape> block = kv_block_sections(c, block_tokens);
+  z.block_bytes = kv_object_bytes(block);
+  for (const KvSectionShape& s : block)
+    if (s.tag >= kEntries) z.block_source_bytes.push_back({int64_t(s.tag - kEntries), s.bytes()});
+  z.window_bytes = kv_object_bytes(kv_window_sections(c, std::max(c.window_size, block_tokens)));
+  const ModelSizes m = model_sizes(c);
+  for (int64_t l : c.kv_source_layers) {
+    const int64_t b = block_tokens / c.compress_ratios[size_t(l)] *
+                      (m.compressed_entry_bytes + m.indexer_entry_bytes);
+    z.packed_block_source_bytes.push_back({l, b});
+    z.packed_block_bytes += b;
+  }
+  z.encoder_layers = c.kv_source_layers.empty() ? c.n_layers : c.kv_source_layers.back();
+  z.window_entries = c.window_size + c.dspark_block_size + 1;
+  z.packed_window_bytes = z.encoder_layers * z.window_entries * m.swa_entry_bytes;
+  z.hit_reserve_tokens = c.window_size + c.dspark_block_size + 1;
+  return z;
+}
+
 kv::Fingerprint model_fingerprint(const std::string& dir, const ModelWeights& w,
                                   const ModelOptions& options, const std::string& engram_source) {
   kv::FingerprintBuilder fb;
@@ -84,22 +135,20 @@ kv::Fingerprint model_fingerprint(const std::string& dir, const ModelWeights& w,
 
 std::string V41Model::encode_block(const KvBlock& b, const kv::ObjectHeader& h,
                                    std::span<const int32_t> ids) const {
-  const ModelConfig& c = w_->cfg;
-  const int64_t width = c.head_dim + c.index_head_dim, B = h.block_tokens;
   kv::ObjectWriter w;
   w.add(kTokens, uint32_t(ids.size()), ids.data(), ids.size() * sizeof(int32_t));
   const int32_t published = b.published_keys;
   w.add(kPublished, 1, &published, sizeof published);
-  for (int64_t l : c.kv_source_layers) {
-    const std::vector<kv::PageRef>& pages = b.pages[size_t(l)];
-    const int64_t rows = B / c.compress_ratios[size_t(l)];
-    const int64_t per_page = pages.empty() ? 0 : rows / int64_t(pages.size());
+  // The entry sections' shapes are the ones kv_store_sizes() reports.
+  for (const KvSectionShape& s : kv_block_sections(w_->cfg, h.block_tokens)) {
+    if (s.tag < kEntries) continue;
+    const std::vector<kv::PageRef>& pages = b.pages[size_t(s.tag - kEntries)];
+    const int64_t per_page = pages.empty() ? 0 : s.rows / int64_t(pages.size());
     std::string data;
-    data.reserve(size_t(rows * width) * sizeof(float));
+    data.reserve(size_t(s.bytes()));
     for (const kv::PageRef& p : pages)
-      data.append(reinterpret_cast<const char*>(p.data()),
-                  size_t(per_page * width) * sizeof(float));
-    w.add(kEntries + uint32_t(l), uint32_t(rows), data.data(), data.size());
+      data.append(reinterpret_cast<const char*>(p.data()), size_t(per_page * s.row_bytes));
+    w.add(s.tag, uint32_t(s.rows), data.data(), data.size());
   }
   return w.finish(h);
 }
@@ -144,10 +193,10 @@ Result<KvBlock> V41Model::decode_block(std::string_view bytes, const kv::ObjectH
   if (out.published_keys < -1 || out.published_keys >= int64_t(w_->blocks.size()))
     return bad_section("published key slot " + std::to_string(out.published_keys));
   const int64_t per_page = pool->page_bytes() / int64_t(sizeof(float)) / width;
-  for (int64_t l : c.kv_source_layers) {
-    const int64_t rows = B / c.compress_ratios[size_t(l)];
-    FATHOM_ASSIGN_OR_RETURN(const kv::Section* e,
-                            section(d, kEntries + uint32_t(l), rows, width * 4));
+  for (const KvSectionShape& shape : kv_block_sections(c, B)) {
+    if (shape.tag < kEntries) continue;
+    const int64_t l = shape.tag - kEntries, rows = shape.rows;
+    FATHOM_ASSIGN_OR_RETURN(const kv::Section* e, section(d, shape.tag, rows, shape.row_bytes));
     if (per_page < 1 || rows % per_page != 0)
       return invalid_argument("the pool's pages do not hold whole blocks");
     for (int64_t first = 0; first < rows; first += per_page) {

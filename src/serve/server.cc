@@ -1037,6 +1037,12 @@ std::string Server::Impl::metrics_text() {
             "KV store objects evicted for the byte budget, by their class (disk)", &R::evictions);
     classes("fathom_kv_store_class_written_bytes_total",
             "Bytes written to a KV store tier, by the objects' retention class", &R::bytes_written);
+    for (const auto& [tier, st] : e.store_tiers)
+      if (tier == "redis")
+        gauge("fathom_kv_store_redis_round_trips_total",
+              "Requests the Redis tier's reads sent to a node and waited for (a pipelined "
+              "multi-block read is one per node)",
+              double(st.round_trips), "counter");
   }
   const http::HttpServer::Stats h = http.stats();
   gauge("fathom_http_connections", "Open HTTP connections", double(h.connections));

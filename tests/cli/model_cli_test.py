@@ -5,6 +5,11 @@ forward on the golden tiny checkpoint (tests/data/model/v41-tiny, DeepSeek's ref
 must write the golden logits bit for bit: one prefill, and --prefill K with the rest decoded
 one token at a time (decode_9_33). mkmodel must write checkpoints that `inspect` validates
 against the layout and that `forward` runs on (finite logits, same bytes for the same seed).
+inspect's KV store sizes: on the published V4.1-Flash config, DeepSeek's packed figures from
+shared/spec/serving.md §1 (113,920 B a 128-token block, 20 x 134 x 528 = 1,415,040 B of window
+state, hits <= L - 134); on the tiny config, Fathom's objects as the model encodes them (the
+lengths engine_tests KvStoreObjects.InspectSizesAreTheLengthsOfEncodedObjects measures on
+real encoded objects, and README states).
 Exit code 0 = pass. Usage: model_cli_test.py FATHOM DATA_DIR
 """
 import json
@@ -97,6 +102,20 @@ def main():
             vals = struct.unpack("<%df" % (6 * 1024), open(out, "rb").read())
             if not all(abs(v) < 100 for v in vals):
                 failures.append("forward on mkmodel output: logits not finite or out of range")
+    # KV store sizes (inspect --config).
+    r = run([fathom, "inspect", "--config", os.path.join(data, "model", "v41_flash_config.json")])
+    kv = json.loads(r.stdout)["kv_store"] if r.returncode == 0 else {}
+    want = {"packed_block_bytes": 113920, "packed_window_bytes": 1415040, "packed_window_layers": 20,
+            "packed_window_entries": 134, "hit_cap": "L - 134", "block_tokens": 128}
+    for k, v in want.items():
+        if kv.get(k) != v:
+            failures.append("inspect V4.1-Flash kv_store.%s = %r, want %r (%s)" % (k, kv.get(k), v, r.stderr))
+    if sum(kv.get("packed_block_source_bytes", {}).values()) != 113920:
+        failures.append("inspect V4.1-Flash: per-source packed bytes do not add up: %r" % kv)
+    r = run([fathom, "inspect", "--config", os.path.join(tiny, "config.json")])
+    kv = json.loads(r.stdout)["kv_store"] if r.returncode == 0 else {}
+    if kv.get("block_object_bytes") != 197276 or kv.get("window_object_bytes") != 131472:
+        failures.append("inspect tiny: Fathom object sizes %r" % kv)
     for f in failures:
         print("FAIL:", f)
     print("model_cli: %d failures" % len(failures))

@@ -2,7 +2,8 @@
 // give a second engine on the same directory (a restart) an exact hit; damaged, truncated and
 // foreign objects are detected, counted, removed and recomputed, and the answer stays the one
 // an engine without a store gives; the model-level checks of a decoded block (token ids, the
-// fingerprint, section shapes) each reject what they should.
+// fingerprint, section shapes) each reject what they should; the sizes `fathom inspect` reports
+// are the lengths of objects the model actually encodes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "kv/disk_store.h"
+#include "model/kv_object_sizes.h"
 #include "model/v41.h"
 #include "runner/v41_runner.h"
 
@@ -282,6 +284,45 @@ TEST(KvStoreObjects, TheModelRejectsWrongTokensShapesAndWindows) {
   EXPECT_EQ(kv::fault_of(r.decode_window(*moved, wh2, &pool, **fresh)),
             kv::BlockFault::kBadSection);
   EXPECT_FALSE((*fresh)->has_side_object());
+}
+
+// model::kv_store_sizes() (what `fathom inspect` prints) against real objects: a 128-token
+// block and its window side object encoded from a prefilled sequence of the tiny checkpoint,
+// with the config read from the checkpoint's own file.
+TEST(KvStoreObjects, InspectSizesAreTheLengthsOfEncodedObjects) {
+  auto cfg = model::load_model_config_dir(std::string(FATHOM_TEST_DATA) + "/model/v41-tiny");
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+  const model::KvStoreSizes z = model::kv_store_sizes(*cfg, 128);
+  const ModelRunner& r = runner();
+  kv::PagePool pool(r.page_bytes(16 / r.block_alignment()), 0);
+  auto seq = r.new_sequence(&pool);
+  const std::vector<int32_t> p = prompt(256);
+  kv::ObjectHeader h;
+  h.block_tokens = 128;
+  h.model = r.fingerprint();
+  h.key = 5;
+  h.index = 1;
+  kv::ObjectHeader wh = h;
+  wh.kind = kv::ObjectKind::kWindow;
+  for (int b = 1; b <= 2; ++b) {  // block 1 and a block with a parent
+    ASSERT_TRUE(r.forward(*seq, std::span(p).subspan(size_t(b - 1) * 128, 128), nullptr).is_ok());
+    auto block = r.export_block(*seq, 128, true);
+    ASSERT_TRUE(block.is_ok()) << block.status().to_string();
+    h.index = wh.index = uint32_t(b);
+    const std::string bytes =
+        r.encode_block(**block, h, std::span(p).subspan(size_t(b - 1) * 128, 128));
+    EXPECT_EQ(int64_t(bytes.size()), z.block_bytes);
+    auto window = r.encode_window(**block, wh);
+    ASSERT_TRUE(window.is_ok());
+    EXPECT_EQ(int64_t(window->size()), z.window_bytes);
+  }
+  int64_t sources = 0;
+  for (const auto& [layer, bytes] : z.block_source_bytes) sources += bytes;
+  // Every byte of a block object is the header, a section header or a section's rows.
+  EXPECT_EQ(z.block_bytes,
+            int64_t(kv::kObjectHeaderBytes) +
+                int64_t(kv::kSectionHeaderBytes) * (2 + int64_t(z.block_source_bytes.size())) +
+                128 * 4 + 4 + sources);
 }
 
 }  // namespace

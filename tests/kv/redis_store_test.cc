@@ -1,7 +1,17 @@
 // The Redis Cluster tier's pure parts: hash slots as Redis computes them (CRC16/XMODEM mod
-// 16384, hash tags) and the node list flag. The tier against a real cluster is
-// tests/serve/kv_store_redis_test.js.
+// 16384, hash tags) and the node list flag; and get_many() against a real two-master cluster
+// started here on loopback (redis-server, redis-cli): answers in order, one pipelined round trip
+// per master, ASK during a slot migration and MOVED after it followed per key. The tier under
+// the server is tests/serve/kv_store_redis_test.js.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
 
 #include "kv/redis_store.h"
 
@@ -37,6 +47,142 @@ TEST(RedisClusterStore, NoReachableNodeFailsToOpen) {
   o.nodes = {"127.0.0.1:1"};
   o.timeout_ms = 200;
   EXPECT_EQ(RedisClusterStore::open(o).status().code(), StatusCode::kIoError);
+}
+
+// The output of a shell command (a redis-cli call), trimmed.
+std::string sh(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  ::pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+// Two redis-server masters on loopback in cluster mode: A owns slots 0-8191, B the rest.
+class RedisClusterStoreLive : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("fathom_redis_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    const int base = 30000 + int(::getpid() % 2000) * 2;
+    ports_ = {base, base + 1};
+    for (int port : ports_) {
+      const std::string d = (dir_ / std::to_string(port)).string();
+      std::filesystem::create_directories(d);
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        const std::string p = std::to_string(port);
+        ::execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1",
+                 "--dir", d.c_str(), "--save", "", "--appendonly", "no", "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--cluster-announce-ip", "127.0.0.1",
+                 "--logfile", "log", static_cast<char*>(nullptr));
+        ::_exit(127);
+      }
+      pids_.push_back(pid);
+    }
+    for (int port : ports_) ASSERT_TRUE(wait_for(cli(port, "PING"), "PONG")) << port;
+    sh(cli(ports_[0], "CLUSTER ADDSLOTSRANGE 0 8191"));
+    sh(cli(ports_[1], "CLUSTER ADDSLOTSRANGE 8192 16383"));
+    sh(cli(ports_[0], "CLUSTER MEET 127.0.0.1 " + std::to_string(ports_[1])));
+    for (int port : ports_)
+      ASSERT_TRUE(wait_for(cli(port, "CLUSTER INFO"), "cluster_state:ok")) << port;
+    // Both must see both masters' slots before a client reads the map from A.
+    ASSERT_TRUE(wait_for(cli(ports_[0], "CLUSTER SLOTS"), std::to_string(ports_[1])));
+    ids_ = {sh(cli(ports_[0], "CLUSTER MYID")), sh(cli(ports_[1], "CLUSTER MYID"))};
+  }
+  void TearDown() override {
+    for (pid_t pid : pids_) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  static std::string cli(int port, const std::string& args) {
+    return "redis-cli -p " + std::to_string(port) + " " + args;
+  }
+  static bool wait_for(const std::string& cmd, const std::string& want) {
+    for (int i = 0; i < 200; ++i) {
+      if (sh(cmd).find(want) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  // A key whose object lands in A's slots (`on_a`) or B's.
+  static StoreKey key_on(bool on_a, uint64_t from) {
+    for (uint64_t i = from;; ++i) {
+      const StoreKey k{i, 0x5eed};
+      if ((redis_cluster_slot("fkv:" + k.hex()) < 8192) == on_a) return k;
+    }
+  }
+  std::filesystem::path dir_;
+  std::vector<int> ports_;
+  std::vector<pid_t> pids_;
+  std::vector<std::string> ids_;
+};
+
+TEST_F(RedisClusterStoreLive, GetManyPipelinesPerMasterAndFollowsAskAndMoved) {
+  RedisStoreOptions o;
+  o.nodes = {"127.0.0.1:" + std::to_string(ports_[0])};
+  o.timeout_ms = 2000;
+  auto opened = RedisClusterStore::open(o);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  RedisClusterStore& s = **opened;
+  std::vector<StoreKey> keys;
+  for (int i = 0; i < 24; ++i)
+    keys.push_back(key_on(i % 2 == 0, keys.empty() ? 1 : keys.back().lo + 1));
+  for (size_t i = 0; i < keys.size(); ++i)
+    ASSERT_TRUE(s.put(keys[i], "value " + std::to_string(i), kDefaultRetention));
+  s.flush();
+  ASSERT_EQ(s.stats().writes, 24);
+  std::vector<StoreKey> ask = keys;
+  ask.insert(ask.begin() + 5, key_on(true, 100000));  // never written: a miss in its place
+  const int64_t trips0 = s.stats().round_trips;
+  std::vector<Result<std::string>> got = s.get_many(ask, kDefaultRetention);
+  ASSERT_EQ(got.size(), ask.size());
+  for (size_t i = 0, v = 0; i < ask.size(); ++i) {
+    if (i == 5) {
+      EXPECT_EQ(got[i].status().code(), StatusCode::kNotFound);
+      continue;
+    }
+    ASSERT_TRUE(got[i].is_ok()) << i << ": " << got[i].status().to_string();
+    EXPECT_EQ(*got[i], "value " + std::to_string(v++));
+  }
+  EXPECT_EQ(s.stats().round_trips - trips0, 2);  // one pipeline to each master
+  EXPECT_EQ(s.stats().hits, 24);
+  EXPECT_EQ(s.stats().misses, 1);
+
+  // Migrating keys[0]'s slot from A to B, with the key already moved: A answers ASK for it.
+  const std::string k0 = "fkv:" + keys[0].hex();
+  const std::string slot = std::to_string(redis_cluster_slot(k0));
+  sh(cli(ports_[1], "CLUSTER SETSLOT " + slot + " IMPORTING " + ids_[0]));
+  sh(cli(ports_[0], "CLUSTER SETSLOT " + slot + " MIGRATING " + ids_[1]));
+  ASSERT_EQ(
+      sh(cli(ports_[0], "MIGRATE 127.0.0.1 " + std::to_string(ports_[1]) + " " + k0 + " 0 5000")),
+      "OK");
+  const int64_t redirects0 = s.stats().redirects;
+  got = s.get_many(std::vector<StoreKey>{keys[0], keys[1], keys[2]}, kDefaultRetention);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(got[i].is_ok()) << i << ": " << got[i].status().to_string();
+    EXPECT_EQ(*got[i], "value " + std::to_string(i));
+  }
+  EXPECT_EQ(s.stats().redirects - redirects0, 1);
+  // The migration ends: B owns the slot; the client's map still says A, which answers MOVED.
+  for (int port : ports_) sh(cli(port, "CLUSTER SETSLOT " + slot + " NODE " + ids_[1]));
+  got = s.get_many(std::vector<StoreKey>{keys[0]}, kDefaultRetention);
+  ASSERT_TRUE(got[0].is_ok()) << got[0].status().to_string();
+  EXPECT_EQ(*got[0], "value 0");
+  EXPECT_EQ(s.stats().redirects - redirects0, 2);
+  // The map learnt it: no redirect the next time, one round trip.
+  const int64_t trips1 = s.stats().round_trips;
+  got = s.get_many(std::vector<StoreKey>{keys[0]}, kDefaultRetention);
+  ASSERT_TRUE(got[0].is_ok());
+  EXPECT_EQ(s.stats().redirects - redirects0, 2);
+  EXPECT_EQ(s.stats().round_trips - trips1, 1);
+  EXPECT_TRUE(s.get_many({}, kDefaultRetention).empty());
 }
 
 }  // namespace

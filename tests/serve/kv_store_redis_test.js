@@ -11,6 +11,9 @@
 //     about 7 days; those of a prompt sent with retention "agent" about 3 days; after their
 //     PTTLs are cut to 10 minutes, B's hit (a chat request) refreshes the objects it read to
 //     about 7 days again;
+//   - pipelined gets: on a longer prompt (A cold, then B), B's hit of every block reads them
+//     with fewer Redis round trips (fathom_kv_store_redis_round_trips_total, counted by the
+//     client for every request it sends and waits for) than blocks, identically;
 //   - the objects in Redis are damaged (bytes overwritten, truncated, replaced): a fresh
 //     server still gives the identical answer and counts the corrupt objects;
 //   - one master is killed: every request to both servers still completes, identically.
@@ -31,7 +34,10 @@ const check = t.check;
 const light = process.env.FATHOM_TEST_LIGHT === '1';
 const N = light ? 640 : 1024;
 const makePrompt = (seed) => randomPrompt(seed, N);
-const prompts = { one: makePrompt(31337), two: makePrompt(2718), agent: makePrompt(1618) };
+// The pipelining check's prompt: enough blocks that one round trip a block would show.
+const NLONG = light ? 1536 : 2048;
+const prompts = { one: makePrompt(31337), two: makePrompt(2718), long: randomPrompt(4242, NLONG),
+                  agent: makePrompt(1618) };
 const body = (p) => ({ prompt: p, max_tokens: 12, temperature: 0, ignore_eos: true, return_token_ids: true });
 const minCached = Math.floor(N / 128) * 128 - 128;
 
@@ -136,7 +142,8 @@ async function drained(s) {
   const servers = [];
   try {
     const ref = await server(['--no-prefix-cache']);
-    const want = { one: (await ref.run(body(prompts.one))).ids, two: (await ref.run(body(prompts.two))).ids };
+    const want = { one: (await ref.run(body(prompts.one))).ids, two: (await ref.run(body(prompts.two))).ids,
+      long: (await ref.run(body(prompts.long))).ids };
     await ref.stop();
     console.log(`truth: ${N}-token prompts, no prefix cache, no store`);
 
@@ -196,6 +203,22 @@ async function drained(s) {
       assert.ok(await b.metric('fathom_kv_store_hits_total') >= minCached / 128);
       assert.equal(await b.metric('fathom_kv_store_corrupt_total'), 0);
       assert.ok(await b.metric('fathom_kv_store_redirects_total', 'redis') > 0, 'no MOVED followed');
+    });
+    await check('pipelined gets: a multi-block hit takes fewer Redis round trips than blocks', async () => {
+      const r0 = await a.run(body(prompts.long));
+      assert.equal(r0.ids, want.long);
+      await drained(a);
+      const trips0 = await b.metric('fathom_kv_store_redis_round_trips_total');
+      const hits0 = await b.metric('fathom_kv_store_hits_total');
+      const r = await b.run(body(prompts.long));
+      const trips = await b.metric('fathom_kv_store_redis_round_trips_total') - trips0;
+      const blocks = await b.metric('fathom_kv_store_hits_total') - hits0;
+      assert.equal(r.ids, want.long);
+      const wantBlocks = Math.floor((NLONG - 1) / 128);
+      assert.equal(blocks, wantBlocks, `${blocks} blocks read from Redis`);
+      assert.equal(r.cached, wantBlocks * 128);
+      assert.ok(trips < blocks, `${trips} round trips for ${blocks} blocks`);
+      console.log(`  ${blocks} blocks from Redis in ${trips} round trips (the request's reads and writes' checks)`);
     });
     await check('damaged objects in Redis: detected, counted, recomputed, identical', async () => {
       let i = 0;

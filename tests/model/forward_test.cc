@@ -143,17 +143,38 @@ struct DecodeParam {
   bool own_keys;
 };
 
-class DecodeCase : public ::testing::TestWithParam<DecodeParam> {};
+// A golden decode case: its first P tokens are the prompt, the `steps` after it were decoded
+// one at a time by the reference (step logits `want`, files under `want_dir`); `model_` reads the
+// index keys as the case asks.
+class DecodeCase : public ::testing::TestWithParam<DecodeParam> {
+ protected:
+  void SetUp() override {
+    const auto& [dir, own_keys] = GetParam();
+    model_ = &model(own_keys);
+    want_dir = own_keys ? dir + "/ownkeys" : dir;
+    tokens = tokens_of(dir);
+    P = load(dir + "/prefill_logits.npy").shape[0];
+    want = load(want_dir + "/step_logits.npy");
+    steps = want.shape[0];
+    ASSERT_EQ(P + steps, int64_t(tokens.size()));
+  }
+  const V41Model* model_ = nullptr;
+  std::string want_dir;
+  std::vector<int32_t> tokens;
+  int64_t P = 0, steps = 0;
+  NpyArray want;
+};
+
+// The id of a row's largest logit (the first on ties), over the tiny vocabulary.
+int32_t argmax_1024(const float* v) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < 1024; ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
 
 TEST_P(DecodeCase, StepLogitsAndSelectionsAreBitExact) {
-  const auto& [dir, own_keys] = GetParam();
-  const V41Model& m = model(own_keys);
-  const std::string want_dir = own_keys ? dir + "/ownkeys" : dir;
-  std::vector<int32_t> tokens = tokens_of(dir);
-  const int64_t P = load(dir + "/prefill_logits.npy").shape[0];
-  NpyArray want = load(want_dir + "/step_logits.npy");
-  const int64_t steps = want.shape[0];
-  ASSERT_EQ(P + steps, int64_t(tokens.size()));
+  const V41Model& m = *model_;
   auto st = m.new_sequence();
   std::vector<float> logits(size_t(P * 1024));
   ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), logits.data()).is_ok());
@@ -174,24 +195,14 @@ TEST_P(DecodeCase, StepLogitsAndSelectionsAreBitExact) {
 // far as the files can tell): the argmax token, the 5 greedy drafts, the draft logits with
 // the Markov bias and the confidence logits.
 TEST_P(DecodeCase, DsparkDraftsAreBitExact) {
-  const auto& [dir, own_keys] = GetParam();
-  const V41Model& m = model(own_keys);
-  const std::string want_dir = own_keys ? dir + "/ownkeys" : dir;
-  std::vector<int32_t> tokens = tokens_of(dir);
-  const int64_t P = load(dir + "/prefill_logits.npy").shape[0];
+  const V41Model& m = *model_;
   NpyArray want_main = load(want_dir + "/dspark_main_argmax.npy");
   NpyArray want_ids = load(want_dir + "/dspark_draft_ids.npy");
   NpyArray want_logits = load(want_dir + "/dspark_draft_logits.npy");
   NpyArray want_conf = load(want_dir + "/dspark_confidence.npy");
-  const int64_t steps = want_main.shape[0];
-  ASSERT_EQ(P + steps, int64_t(tokens.size()));
+  ASSERT_EQ(want_main.shape[0], steps);
   const int64_t V = 1024, B = 5;
-  auto argmax = [&](const float* v) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < V; ++i)
-      if (v[i] > v[best]) best = i;
-    return best;
-  };
+  const auto argmax = argmax_1024;
   auto st = m.new_sequence();
   std::vector<float> logits(size_t(P * V));
   ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), logits.data()).is_ok());
@@ -231,18 +242,11 @@ TEST_P(DecodeCase, DsparkDraftsAreBitExact) {
 // last published slot, which a multi-row call would otherwise share across its rows). The
 // prompt is prefilled in chunks too.
 TEST_P(DecodeCase, DecodeRowsInOneCallAreTheReferencesDecodeSteps) {
-  const auto& [dir, own_keys] = GetParam();
 #ifdef FATHOM_TEST_LIGHT
   // The sanitizer build runs the decode-rule cases only (own keys read no published slot).
-  if (own_keys) GTEST_SKIP() << "own keys: the optimised build runs it";
+  if (GetParam().own_keys) GTEST_SKIP() << "own keys: the optimised build runs it";
 #endif
-  const V41Model& m = model(own_keys);
-  const std::string want_dir = own_keys ? dir + "/ownkeys" : dir;
-  std::vector<int32_t> tokens = tokens_of(dir);
-  const int64_t P = load(dir + "/prefill_logits.npy").shape[0];
-  NpyArray want = load(want_dir + "/step_logits.npy");
-  const int64_t steps = want.shape[0];
-  ASSERT_EQ(P + steps, int64_t(tokens.size()));
+  const V41Model& m = *model_;
   // The tiny model's ratio-2 indexers at an even position score layer 6's keys (ratio 1) of
   // the rows before: a call starting at s may reach position 2s + 1 (P + at rows reach 2s - 1).
   for (const std::vector<int64_t>& pattern :
@@ -281,24 +285,13 @@ TEST_P(DecodeCase, DecodeRowsInOneCallAreTheReferencesDecodeSteps) {
 // selections, and the DSpark drafts made after each keep, are the reference's decode steps
 // bit for bit, so dropping rows restores the windows, partial groups and entries exactly.
 TEST_P(DecodeCase, KeptRowsOfAMarkedCallAreTheReferencesDecodeSteps) {
-  const auto& [dir, own_keys] = GetParam();
 #ifdef FATHOM_TEST_LIGHT
-  // The sanitizer build runs the decode-rule cases only (own keys read no published slot).
-  if (own_keys) GTEST_SKIP() << "own keys: the optimised build runs it";
+  if (GetParam().own_keys) GTEST_SKIP() << "own keys: the optimised build runs it";
 #endif
-  const V41Model& m = model(own_keys);
-  const std::string want_dir = own_keys ? dir + "/ownkeys" : dir;
-  std::vector<int32_t> tokens = tokens_of(dir);
-  const int64_t P = load(dir + "/prefill_logits.npy").shape[0], V = 1024;
-  NpyArray want = load(want_dir + "/step_logits.npy");
+  const V41Model& m = *model_;
+  const int64_t V = 1024;
   NpyArray want_ids = load(want_dir + "/dspark_draft_ids.npy");
-  const int64_t steps = want.shape[0];
-  auto argmax = [&](const float* v) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < V; ++i)
-      if (v[i] > v[best]) best = i;
-    return best;
-  };
+  const auto argmax = argmax_1024;
   auto st = m.new_sequence();
   set_prompt_end(*st, P);
   std::vector<float> prefill(size_t(P * V));

@@ -1104,18 +1104,20 @@ Status V41Model::mark_rows(SequenceState& s, int64_t rows) const {
   u.rows = rows;
   u.published_keys = s.published_keys;
   const int64_t hd = c.head_dim, win = c.window_size;
-  u.ring_rows.assign(size_t(c.n_layers), {});
+  // The buffers are kept from mark to mark (a speculative step marks every time).
+  u.ring_rows.resize(size_t(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const kv::PagedRows& ring = s.ring[size_t(l)];
-    if (!ring.initialised()) continue;
     std::vector<float>& saved = u.ring_rows[size_t(l)];
+    saved.clear();
+    if (!ring.initialised()) continue;
     saved.resize(size_t(rows * hd));
     for (int64_t i = 0; i < rows; ++i)
       std::copy_n(ring.row((s.pos + i) % win), hd, &saved[size_t(i * hd)]);
   }
   u.entries.assign(size_t(c.n_layers), 0);
-  u.kv_part.assign(size_t(c.n_layers), {});
-  u.score_part.assign(size_t(c.n_layers), {});
+  u.kv_part.resize(size_t(c.n_layers));
+  u.score_part.resize(size_t(c.n_layers));
   for (int64_t l : c.kv_source_layers) {
     SequenceState::Source& src = s.src[size_t(l)];
     u.entries[size_t(l)] = src.entries.size();
@@ -1226,7 +1228,8 @@ Status V41Model::keep_rows(SequenceState& s, int64_t keep) const {
   }
   s.tokens.resize(size_t(end));
   s.pos = end;
-  u = SequenceState::Undo{};
+  u.pos = -1;  // closed; the buffers stay for the next mark
+  u.rows = 0;
   return Status::ok();
 }
 

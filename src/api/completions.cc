@@ -22,12 +22,12 @@ Value ids_json(const std::vector<int32_t>& ids) {
 }
 
 // A list of token ids, each in [0, 2^31).
-Result<std::vector<int32_t>> token_ids(const Value& list) {
+Result<std::vector<int32_t>> token_ids(const Value& list, const char* name = "prompt") {
   std::vector<int32_t> ids;
   for (const Value& v : list.items) {
     int64_t x = 0;
     if (v.kind != Value::Kind::kInt || !v.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
-      return bad("'prompt' token ids must be integers in [0, 2147483647]");
+      return bad(std::string("'") + name + "' token ids must be integers in [0, 2147483647]");
     ids.push_back(int32_t(x));
   }
   return ids;
@@ -142,6 +142,11 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
     FATHOM_ASSIGN_OR_RETURN(int64_t b, integer(*v, "best_of"));
     if (b != req.n)
       return bad("'best_of' other than n is not supported by this server (choices are not ranked)");
+  }
+  if (const Value* v = field(r, "resume_output_ids")) {
+    if (!v->is_array()) return bad("'resume_output_ids' must be a list of token ids");
+    FATHOM_ASSIGN_OR_RETURN(req.resume_output_ids, token_ids(*v, "resume_output_ids"));
+    if (!req.resume_output_ids.empty() && req.n != 1) return bad("'resume_output_ids' needs n = 1");
   }
   if (const Value* v = field(r, "logprobs")) {
     if (v->kind == Value::Kind::kBool) return bad("'logprobs' must be an integer in [0, 20]");

@@ -42,6 +42,10 @@ struct CompletionsRequest {
   bool return_token_ids = false;  // vLLM's: each choice also carries its generated `token_ids`
   // vLLM's structured_outputs / guided_* or llama-server's grammar / json_schema.
   StructuredOutput structured;
+  // Fathom's: output this request already generated (on another replica, which failed); the
+  // server recomputes it as the decode steps that made it and streams only what follows. It
+  // counts toward max_tokens. `fathom router` sends it when it moves a request mid-stream.
+  std::vector<int32_t> resume_output_ids;
 };
 
 // Rejected with a 400 naming the field: batched prompts (more than one prompt in a list),

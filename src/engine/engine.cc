@@ -147,6 +147,10 @@ Result<std::shared_ptr<Sequence>> Engine::make_sequence(GenerationRequest reques
   if (request.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
   for (int32_t t : request.forced_output)
     if (t < 0 || t >= vocab_) return invalid_argument("forced output id outside the vocabulary");
+  for (int32_t t : request.resume_output)
+    if (t < 0 || t >= vocab_) return invalid_argument("resumed output id outside the vocabulary");
+  if (!request.resume_output.empty() && int64_t(request.resume_output.size()) >= request.max_tokens)
+    return invalid_argument("the resumed output leaves no room under max_tokens");
   if (request.top_logprobs < -1 || request.top_logprobs > kMaxTopLogprobs)
     return invalid_argument("top_logprobs must be between 0 and 20");
   if (request.think_end_id < -1 || request.think_end_id >= vocab_)
@@ -164,7 +168,15 @@ Result<std::shared_ptr<Sequence>> Engine::make_sequence(GenerationRequest reques
   s->all.reserve(request.prompt.size() + reserve);
   s->all = request.prompt;
   s->generated.reserve(reserve);
-  s->resume_hint = int64_t(request.prompt.size());
+  if (!request.resume_output.empty()) {
+    // As a preempted sequence: `generated` so far, recomputed one decode step per token.
+    s->all.insert(s->all.end(), request.resume_output.begin(), request.resume_output.end());
+    s->generated = request.resume_output;
+    s->think_ended = request.think_end_id >= 0 &&
+                     std::find(s->generated.begin(), s->generated.end(), request.think_end_id) !=
+                         s->generated.end();
+  }
+  s->resume_hint = int64_t(s->all.size());
   s->req = std::move(request);
   return s;
 }
@@ -178,6 +190,8 @@ Result<std::shared_ptr<RequestStream>> Engine::submit(GenerationRequest request)
 Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(GenerationRequest request,
                                                                      int n) {
   if (n < 1 || n > 128) return invalid_argument("n must be between 1 and 128");
+  if (n > 1 && !request.resume_output.empty())
+    return invalid_argument("a resumed output needs n = 1");
   std::vector<std::shared_ptr<Sequence>> seqs;
   for (int i = 0; i < n; ++i) {
     GenerationRequest r = i + 1 < n ? request : std::move(request);

@@ -41,6 +41,7 @@
 
 #include "core/status.h"
 #include "engine/draft_scheduler.h"
+#include "engine/generator.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
@@ -117,7 +118,7 @@ struct EngineStats {
   std::vector<std::pair<std::string, kv::StoreStats>> store_tiers;  // by tier: "disk", "redis"
 };
 
-class Engine {
+class Engine : public Generator {
  public:
   // `runner` (the model) must outlive the engine. `eos_id` < 0: no EOS.
   Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id);
@@ -135,18 +136,18 @@ class Engine {
   // (seed, i, position), so the n choices differ from each other but repeat exactly run to
   // run, alone or under load: choice i equals submit() of the same request with
   // sample_index = i. A sibling the pool has no pages for at the fork runs on its own later.
-  Result<std::vector<std::shared_ptr<RequestStream>>> submit_n(GenerationRequest request, int n);
+  Result<std::vector<std::shared_ptr<RequestStream>>> submit_n(GenerationRequest request,
+                                                               int n) override;
   // The model's maximum positions (for a max_tokens default and cap).
-  int64_t context_length() const;
+  int64_t context_length() const override;
   // The size of the model's logits row (a structured-output token table's vocabulary).
-  int64_t vocab_size() const { return vocab_; }
-  struct Health {
-    bool alive = false;          // the engine threads run (not shut down)
-    double stalled_seconds = 0;  // work pending and no step finished for this long (else 0)
-  };
-  // May be called from any thread (one lock).
-  Health health() const;
+  int64_t vocab_size() const override { return vocab_; }
+  // alive: the engine threads run (not shut down); stalled: work pending and no step finished
+  // for that long. May be called from any thread (one lock).
+  Health health() const override;
   EngineStats stats() const;
+  // stats() as Prometheus text (engine_metrics.cc).
+  std::string metrics_text() const override;
   // Stops the engine thread; in-flight requests finish with kCancelled.
   void shutdown();
 

@@ -44,6 +44,12 @@ struct GenerationRequest {
   // Testing hook: the request fails with an internal error (a kError final event) after
   // emitting this many tokens (0 = before the first). -1 = off.
   int64_t inject_error_after = -1;
+  // Output this request already generated elsewhere (a router moving it off a failed replica):
+  // the engine runs these tokens as the decode steps that produced them (as it recomputes a
+  // preempted sequence) and continues after them, so the continuation is what the request
+  // would have generated there — greedy, seeded (keyed by absolute position), penalties and
+  // the reasoning budget alike. They count toward max_tokens and are not sent again.
+  std::vector<int32_t> resume_output;
   // Which of n samples of one prompt this is (submit_n sets it): a seeded request draws its
   // random numbers keyed by (seed, sample_index, position).
   int32_t sample_index = 0;
@@ -85,10 +91,11 @@ class RequestStream {
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
 
- private:
-  friend class Engine;
-  // Copies `ev` into a recycled slot (no allocation once the slots' buffers have grown).
+  // The producer side (the engine, or the router's upstream reader): copies `ev` into a
+  // recycled slot (no allocation once the slots' buffers have grown) and wakes the consumer.
   void push(const StreamEvent& ev);
+
+ private:
   bool pop(StreamEvent* ev);  // REQUIRES: mu_ held
   std::mutex mu_;
   std::condition_variable cv_;

@@ -20,10 +20,11 @@
 #include "core/json_write.h"
 #include "core/py_json.h"
 #include "core/utf8.h"
-#include "engine/engine.h"
+#include "engine/generator.h"
 #include "grammar/dsml.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/token_table.h"
+#include "kv/block_format.h"
 #include "prompt/encoder.h"
 #include "prompt/output_parser.h"
 #include "serve/http_server.h"
@@ -151,7 +152,7 @@ std::string transport_error_json(std::string_view path, int status, const std::s
 }  // namespace
 
 struct Server::Impl {
-  engine::Engine& engine;
+  engine::Generator& engine;
   const Tokenizer& tok;
   const prompt::PromptEncoder& encoder;
   ServerOptions opt;
@@ -182,7 +183,7 @@ struct Server::Impl {
     return h;
   }
 
-  Impl(engine::Engine& e, const Tokenizer& t, const prompt::PromptEncoder& enc, ServerOptions o)
+  Impl(engine::Generator& e, const Tokenizer& t, const prompt::PromptEncoder& enc, ServerOptions o)
       : engine(e), tok(t), encoder(enc), opt(std::move(o)), http(transport_options(opt)) {
     eos = tok.id_of("<｜end▁of▁sentence｜>");
     think_end = tok.id_of("</think>");
@@ -854,8 +855,15 @@ Reply Server::Impl::completions(const Request& req) {
     ids = std::move(*e);
   }
   if (ids.empty()) return send_error(p, invalid_argument("'prompt' is empty"));
-  if (Status st = check_prompt(ids.size()); !st.is_ok()) return send_error(p, st);
+  const size_t resumed = cr->resume_output_ids.size();
+  if (Status st = check_prompt(ids.size() + resumed); !st.is_ok()) return send_error(p, st);
   auto g = generation(cr->sampling, std::move(ids), opt);
+  if (resumed > 0) {
+    // max_tokens covers the resumed output too; the context caps the whole.
+    if (int64_t(resumed) >= g.max_tokens)
+      return send_error(p, invalid_argument("'resume_output_ids' leaves no room under max_tokens"));
+    g.resume_output = std::move(cr->resume_output_ids);
+  }
   if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
   auto retention = retention_of(p, cr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
@@ -883,7 +891,7 @@ Reply Server::Impl::completions(const Request& req) {
 }
 
 Response Server::Impl::health() {
-  const engine::Engine::Health h = engine.health();
+  const engine::Generator::Health h = engine.health();
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f", h.stalled_seconds);
   if (!h.alive || h.stalled_seconds > opt.health_stall_s) {
@@ -896,7 +904,6 @@ Response Server::Impl::health() {
 }
 
 std::string Server::Impl::metrics_text() {
-  engine::EngineStats e = engine.stats();
   std::ostringstream o;
   auto gauge = [&](const char* name, const char* help, double v, const char* type = "gauge") {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
@@ -922,128 +929,7 @@ std::string Server::Impl::metrics_text() {
       << "fathom_request_seconds_sum " << metrics.latency_sum << "\n"
       << "fathom_request_seconds_count " << metrics.latency_count << "\n";
   }
-  gauge("fathom_prompt_tokens_total", "Prompt tokens of finished requests", double(e.prompt_tokens),
-        "counter");
-  gauge("fathom_generation_tokens_total", "Generated tokens", double(e.generated_tokens),
-        "counter");
-  gauge("fathom_prefix_cache_hit_tokens_total", "Prompt tokens served by the prefix cache",
-        double(e.cached_tokens), "counter");
-  gauge("fathom_preemptions_total", "Sequences preempted for recompute", double(e.preemptions),
-        "counter");
-  gauge("fathom_spec_steps_total", "Sequence steps that verified DSpark drafts",
-        double(e.spec_steps), "counter");
-  gauge("fathom_spec_verified_tokens_total", "Draft tokens verified",
-        double(e.spec_verified_tokens), "counter");
-  gauge("fathom_spec_accepted_tokens_total", "Draft tokens accepted",
-        double(e.spec_accepted_tokens), "counter");
-  o << "# HELP fathom_spec_accepted_per_step Sequence steps by draft tokens accepted\n# TYPE "
-       "fathom_spec_accepted_per_step histogram\n";
-  {
-    int64_t cumulative = 0, sum = 0;
-    for (size_t i = 0; i < e.spec_accepted_hist.size(); ++i) {
-      cumulative += e.spec_accepted_hist[i];
-      sum += int64_t(i) * e.spec_accepted_hist[i];
-      o << "fathom_spec_accepted_per_step_bucket{le=\"" << i << "\"} " << cumulative << "\n";
-    }
-    o << "fathom_spec_accepted_per_step_bucket{le=\"+Inf\"} " << cumulative << "\n"
-      << "fathom_spec_accepted_per_step_sum " << sum << "\n"
-      << "fathom_spec_accepted_per_step_count " << cumulative << "\n";
-  }
-  gauge("fathom_queue_depth", "Requests waiting for admission", double(e.waiting));
-  gauge("fathom_running_sequences", "Sequences admitted", double(e.running));
-  gauge("fathom_batch_size", "Sequences in the last step", double(e.batch_size_last));
-  gauge("fathom_step_tokens", "Tokens in the last step", double(e.step_tokens_last));
-  gauge("fathom_kv_bytes", "KV pages in use, bytes", double(e.kv_bytes));
-  gauge("fathom_kv_budget_bytes", "KV page pool, bytes", double(e.kv_budget_bytes));
-  gauge("fathom_kv_pages_used", "KV pages in use", double(e.kv_pages_used));
-  gauge("fathom_kv_pages_total", "KV pages in the pool", double(e.kv_pages_total));
-  gauge("fathom_kv_page_bytes", "Bytes per KV page", double(e.kv_page_bytes));
-  gauge("fathom_prefix_cache_bytes", "KV pages held by cached prefix blocks, bytes",
-        double(e.prefix_cache_bytes));
-  o << "# HELP fathom_engine_seconds_total Engine thread time by phase\n# TYPE "
-       "fathom_engine_seconds_total counter\n";
-  for (auto [phase, v] : {std::pair<const char*, double>{"plan", e.plan_seconds},
-                          {"body", e.body_seconds},
-                          {"head", e.head_seconds},
-                          {"sample", e.sample_seconds},
-                          {"post", e.post_seconds}})
-    o << "fathom_engine_seconds_total{phase=\"" << phase << "\"} " << v << "\n";
-  gauge("fathom_swa_replay_tokens_total", "Prompt tokens recomputed by SWA bounded replay",
-        double(e.replayed_tokens), "counter");
-  gauge("fathom_prefix_cache_blocks", "Prefix-cache blocks held", double(e.prefix_blocks));
-  if (e.store_on) {
-    // The KV store below the prefix cache: what the engine made of it, then each tier's own
-    // counters.
-    gauge("fathom_kv_store_hits_total", "Blocks read back from the KV store into the prefix cache",
-          double(e.store_hit_blocks), "counter");
-    gauge("fathom_kv_store_misses_total",
-          "Admissions that looked in the KV store past the prefix cache and found no block",
-          double(e.store_misses), "counter");
-    gauge("fathom_kv_store_corrupt_total",
-          "KV store objects that failed their checks (recomputed and removed)",
-          double(e.store_corrupt), "counter");
-    auto tiers = [&](const char* name, const char* help, const char* type,
-                     int64_t kv::StoreStats::*field) {
-      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
-      for (const auto& [tier, st] : e.store_tiers)
-        o << name << "{tier=\"" << tier << "\"} " << st.*field << "\n";
-    };
-    using S = kv::StoreStats;
-    tiers("fathom_kv_store_tier_hits_total", "Objects a tier was asked for and had", "counter",
-          &S::hits);
-    tiers("fathom_kv_store_tier_misses_total", "Objects a tier was asked for and did not have",
-          "counter", &S::misses);
-    tiers("fathom_kv_store_read_bytes_total", "Bytes read from a KV store tier", "counter",
-          &S::bytes_read);
-    tiers("fathom_kv_store_written_bytes_total", "Bytes written to a KV store tier", "counter",
-          &S::bytes_written);
-    tiers("fathom_kv_store_writes_total", "Objects written to a KV store tier", "counter",
-          &S::writes);
-    tiers("fathom_kv_store_dropped_writes_total",
-          "KV store writes dropped because the tier's write queue was full", "counter",
-          &S::dropped_writes);
-    tiers("fathom_kv_store_write_errors_total",
-          "KV store writes that failed (full disk, node down)", "counter", &S::write_errors);
-    tiers("fathom_kv_store_evictions_total", "KV store objects evicted for the byte budget",
-          "counter", &S::evictions);
-    tiers("fathom_kv_store_objects", "Objects held by a KV store tier (disk)", "gauge",
-          &S::objects);
-    tiers("fathom_kv_store_bytes", "Bytes held by a KV store tier (disk)", "gauge", &S::bytes);
-    tiers("fathom_kv_store_redirects_total",
-          "KV store commands sent again to another node (Redis Cluster MOVED and ASK)", "counter",
-          &S::redirects);
-    tiers("fathom_kv_store_queued_bytes", "Bytes waiting to be written to a KV store tier", "gauge",
-          &S::queued_bytes);
-    tiers("fathom_kv_store_expirations_total",
-          "KV store objects removed because their retention time ran out (disk; Redis expires "
-          "keys itself)",
-          "counter", &S::expirations);
-    // Each tier's counters by retention class (label `class`).
-    auto classes = [&](const char* name, const char* help, int64_t kv::RetentionStats::*field) {
-      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n";
-      for (const auto& [tier, st] : e.store_tiers)
-        for (const kv::RetentionStats& c : st.classes)
-          o << name << "{tier=\"" << tier << "\",class=\"" << c.name << "\"} " << c.*field << "\n";
-    };
-    using R = kv::RetentionStats;
-    classes("fathom_kv_store_class_hits_total",
-            "Objects a tier had, by the retention class of the request that asked", &R::hits);
-    classes("fathom_kv_store_class_misses_total",
-            "Objects a tier did not have, by the retention class of the request that asked",
-            &R::misses);
-    classes("fathom_kv_store_class_expirations_total",
-            "KV store objects whose retention ran out, by their class (disk)", &R::expirations);
-    classes("fathom_kv_store_class_evictions_total",
-            "KV store objects evicted for the byte budget, by their class (disk)", &R::evictions);
-    classes("fathom_kv_store_class_written_bytes_total",
-            "Bytes written to a KV store tier, by the objects' retention class", &R::bytes_written);
-    for (const auto& [tier, st] : e.store_tiers)
-      if (tier == "redis")
-        gauge("fathom_kv_store_redis_round_trips_total",
-              "Requests the Redis tier's reads sent to a node and waited for (a pipelined "
-              "multi-block read is one per node)",
-              double(st.round_trips), "counter");
-  }
+  o << engine.metrics_text();
   const http::HttpServer::Stats h = http.stats();
   gauge("fathom_http_connections", "Open HTTP connections", double(h.connections));
   gauge("fathom_http_connections_total", "Accepted HTTP connections", double(h.accepted),
@@ -1059,7 +945,7 @@ std::string Server::Impl::metrics_text() {
   return o.str();
 }
 
-Server::Server(engine::Engine& engine, const Tokenizer& tokenizer,
+Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
                const prompt::PromptEncoder& encoder, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, tokenizer, encoder, std::move(options))) {
   Impl* im = impl_.get();

@@ -23,7 +23,7 @@
 namespace fathom {
 class Tokenizer;
 namespace engine {
-class Engine;
+class Generator;
 }
 namespace prompt {
 class PromptEncoder;
@@ -66,8 +66,8 @@ struct ServerOptions {
 
 class Server {
  public:
-  Server(engine::Engine& engine, const Tokenizer& tokenizer, const prompt::PromptEncoder& encoder,
-         ServerOptions options);
+  Server(engine::Generator& engine, const Tokenizer& tokenizer,
+         const prompt::PromptEncoder& encoder, ServerOptions options);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

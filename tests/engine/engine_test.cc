@@ -604,6 +604,45 @@ TEST(EngineExact, PreemptedSequencesRecomputeTheirGeneratedTokensAsDecodeSteps) 
   }
 }
 
+// A request moved mid-stream (the router's continuation): resume_output carries the tokens
+// generated before; the engine runs them as the decode steps that made them and continues. Its
+// tokens must be the rest of the uninterrupted answer — greedy and seeded (temperature 1,
+// presence penalty: counted over the generated tokens, resumed ones included), from a cut
+// before and after position 114 (where the tiny model's ratio-2 indexers start selecting and a
+// prefill row would score differently from a decode step).
+TEST(EngineExact, ResumedOutputContinuesTheUninterruptedAnswer) {
+  for (bool seeded : {false, true}) {
+    SamplingParams sp = seeded ? seeded_t1() : SamplingParams{};
+    if (seeded) sp.presence_penalty = 0.5f;
+    GenerationRequest r = request(prompt(100, 71), 40, sp, seeded);
+    if (!seeded) r.sampling.temperature = 0;
+    r.top_logprobs = 3;
+    const Answer whole = one_chunk_alone(r);
+    ASSERT_EQ(whole.cause, FinishCause::kLength) << whole.error;
+    ASSERT_EQ(whole.tokens.size(), 40u);
+    for (size_t cut : {size_t(5), size_t(25)}) {
+      GenerationRequest rest = r;
+      rest.resume_output.assign(whole.tokens.begin(), whole.tokens.begin() + long(cut));
+      Engine e(runner(), EngineOptions{}, -1);
+      const Answer got = answer(**e.submit(rest));
+      EXPECT_EQ(got.cause, FinishCause::kLength) << got.error;
+      EXPECT_EQ(got.tokens,
+                std::vector<int32_t>(whole.tokens.begin() + long(cut), whole.tokens.end()))
+          << (seeded ? "seeded" : "greedy") << ", cut at " << cut;
+      EXPECT_EQ(got.logprobs,
+                std::vector<float>(whole.logprobs.begin() + long(cut) * 3, whole.logprobs.end()));
+    }
+  }
+  Engine e(runner(), EngineOptions{}, -1);
+  GenerationRequest bad = greedy(prompt(20, 72), 4);
+  bad.resume_output = {1, 2, 3, 4};
+  EXPECT_EQ(e.submit(bad).status().code(), StatusCode::kInvalidArgument);  // no room left
+  bad.resume_output = {1, -2};
+  EXPECT_EQ(e.submit(bad).status().code(), StatusCode::kInvalidArgument);
+  bad.resume_output = {1};
+  EXPECT_EQ(e.submit_n(bad, 2).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(EngineExact, SubmitNForksSamplesThatEqualEachSampleAloneAndSharePages) {
   GenerationRequest r = request(prompt(kLongPrompt, 26), 8, seeded_t1(), true);
   EngineOptions o;

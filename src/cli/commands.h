@@ -19,6 +19,8 @@ void add_model_commands(CLI::App& app, Runner* run);
 void add_run_commands(CLI::App& app, Runner* run);
 // Registers `serve`.
 void add_serve_command(CLI::App& app, Runner* run);
+// router_command.cc: `fathom router`.
+void add_router_command(CLI::App& app, Runner* run);
 // Registers `bench` and its subcommands.
 void add_bench_commands(CLI::App& app, Runner* run);
 // Registers `bench kvhash` and `bench kvstore` on the `bench` subcommand.

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   fathom::cli::add_model_commands(app, &run);
   fathom::cli::add_run_commands(app, &run);
   fathom::cli::add_serve_command(app, &run);
+  fathom::cli::add_router_command(app, &run);
   fathom::cli::add_bench_commands(app, &run);
   fathom::cli::add_grammar_bench_command(app, &run);
   try {

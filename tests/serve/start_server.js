@@ -1,4 +1,4 @@
-// Starts `fathom serve --port 0 ARGS...` and resolves to { proc, port } once it prints the
+// Starts `fathom serve --port 0 ARGS...` (ARGS may name the port instead) and resolves to { proc, port } once it prints the
 // address it listens on (rejects if it exits first or takes over two minutes). Shared by the
 // server tests and bench/serve_load.js, with `checker()`: named checks that print
 // "ok   NAME" or "FAIL NAME: error" and count the failures.
@@ -7,7 +7,8 @@ const { spawn } = require('child_process');
 
 function startServer(fathom, args) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(fathom, ['serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const port = args.includes('--port') ? [] : ['--port', '0'];  // a restart keeps its port
+    const proc = spawn(fathom, ['serve', ...port, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     proc.stdout.on('data', (d) => {
       out += d.toString();

@@ -1,0 +1,173 @@
+// `fathom router --replica URL [--replica URL ...]`: one process in front of several
+// `fathom serve` replicas. It serves the same protocols and endpoints as `fathom serve`
+// (serve::Server over a router::RemoteGenerator): renders and tokenizes each request once,
+// sends token ids to the replica the routing policy picks, streams the replica's token ids
+// back through the same output parser, and moves a request to another replica when its
+// replica fails (before or during the stream).
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "kv/retention.h"
+#include "prompt/encoder.h"
+#include "router/remote_generator.h"
+#include "serve/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fathom::cli {
+namespace {
+
+std::atomic<int> g_router_signal{0};
+void on_router_signal(int s) { g_router_signal.store(s); }
+
+struct RouterArgs {
+  std::vector<std::string> replicas, api_keys, names;
+  std::string tokenizer, host = "127.0.0.1", policy = "cache_aware", replica_api_key;
+  std::string retention = "agent=3d,chat=7d";
+  int port = 8000, http_threads = 2, max_attempts = 3, max_connections = 4096;
+  int64_t context_length = int64_t(1) << 20, max_tokens = 0;
+  double probe_interval = 0.5, shutdown_timeout = 30, heartbeat = 15, idle_timeout = 120;
+};
+
+int router_fail(const std::string& m, int code = 2) {
+  std::fprintf(stderr, "fathom router: %s\n", m.c_str());
+  return code;
+}
+
+std::string default_tokenizer() {
+  if (const char* c = std::getenv("FATHOM_CACHE"))
+    return std::string(c) + "/tokenizers/deepseek_v41_fixture/tokenizer.json";
+  const char* h = std::getenv("HOME");
+  return std::string(h ? h : ".") + "/.cache/fathom/tokenizers/deepseek_v41_fixture/tokenizer.json";
+}
+
+int run_router(const RouterArgs& a) {
+  auto policy = router::parse_policy(a.policy);
+  if (!policy.is_ok()) return router_fail(policy.status().message());
+  auto retention = kv::RetentionPolicy::parse(a.retention);
+  if (!retention.is_ok()) return router_fail("--retention: " + retention.status().message());
+  const std::string tok_path = a.tokenizer.empty() ? default_tokenizer() : a.tokenizer;
+  auto tok = Tokenizer::load_file(tok_path);
+  if (!tok.is_ok()) return router_fail(tok.status().to_string(), 1);
+  auto enc = prompt::PromptEncoder::create(**tok);
+  if (!enc.is_ok()) return router_fail(enc.status().to_string(), 1);
+
+  router::RemoteGeneratorOptions ro;
+  ro.routing.policy = *policy;
+  ro.probes.probe_interval_s = a.probe_interval;
+  ro.api_key = a.replica_api_key;
+  ro.max_attempts = a.max_attempts;
+  ro.idle_timeout_ms = int(a.idle_timeout * 1000);
+  ro.context_length = a.context_length;
+  ro.vocab_size = int64_t((*tok)->vocab_size());
+  ro.eos_id = (*tok)->id_of("<｜end▁of▁sentence｜>");
+  ro.retention = *retention;
+  auto gen = router::RemoteGenerator::create(a.replicas, ro);
+  if (!gen.is_ok()) return router_fail(gen.status().message());
+
+  serve::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.api_keys = a.api_keys;
+  so.retention = *retention;
+  so.model_names = a.names.empty() ? std::vector<std::string>{"deepseek-v4.1-flash"} : a.names;
+  so.context_length = a.context_length;
+  so.default_max_tokens = a.max_tokens;
+  so.shutdown_timeout_s = a.shutdown_timeout;
+  so.stream_heartbeat_s = a.heartbeat;
+  so.max_connections = a.max_connections;
+  so.io_threads = a.http_threads;
+  so.worker_threads = a.http_threads;
+  // A stalled replica is the replica set's business (probes, circuit); the router stays healthy
+  // while any replica is up.
+  so.health_stall_s = 1e18;
+  serve::Server server(**gen, **tok, *enc, so);
+  if (Status ls = server.listen(); !ls.is_ok()) return router_fail(ls.message());
+  if (struct rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  ::signal(SIGTERM, on_router_signal);
+  ::signal(SIGINT, on_router_signal);
+  ::signal(SIGPIPE, SIG_IGN);
+  std::thread watcher([&] {
+    while (g_router_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    server.stop();
+  });
+  std::string urls;
+  for (const std::string& u : a.replicas) urls += (urls.empty() ? "" : ", ") + u;
+  std::printf(
+      "fathom router: %zu replicas (%s), policy %s, tokenizer %s\n"
+      "  listening on http://%s:%d\n",
+      a.replicas.size(), urls.c_str(), a.policy.c_str(), tok_path.c_str(), a.host.c_str(),
+      server.port());
+  std::fflush(stdout);
+  server.run();
+  g_router_signal.store(g_router_signal.load() ? g_router_signal.load() : -1);
+  watcher.join();
+  gen->reset();  // stops the requests still in flight and waits for their threads
+  std::fprintf(stderr, "fathom router: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_router_command(CLI::App& app, Runner* run) {
+  auto a = std::make_shared<RouterArgs>();
+  auto* c = app.add_subcommand(
+      "router",
+      "Route OpenAI / Anthropic requests across `fathom serve` replicas (token ids on "
+      "the link, cache- and load-aware, failover)");
+  c->add_option("--replica", a->replicas, "A replica's http://HOST:PORT (repeatable)")
+      ->required()
+      ->allow_extra_args(false);
+  c->add_option("--policy", a->policy,
+                "cache_aware (default: the replica whose cached prefix the prompt extends "
+                "furthest, weighed against its load), round_robin, least_load or power_of_two");
+  c->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: the fetched V4.1 fixture)");
+  c->add_option("--host", a->host, "Address to bind");
+  c->add_option("--port", a->port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
+  c->add_option("--api-key", a->api_keys, "Require an API key from clients (repeatable)")
+      ->allow_extra_args(false);
+  c->add_option("--replica-api-key", a->replica_api_key,
+                "The API key sent to the replicas (Authorization: Bearer)");
+  c->add_option("--served-model-name", a->names,
+                "A name clients may give as `model` (repeatable; the first is the default)");
+  c->add_option("--retention", a->retention,
+                "The retention classes requests may name (as `fathom serve --retention`); the "
+                "class travels to the replica by name");
+  c->add_option("--context-length", a->context_length,
+                "The most prompt + generated tokens of one request (as the replicas' model)")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 40));
+  c->add_option("--default-max-tokens", a->max_tokens,
+                "max_tokens when a request sets none (0 = what the context leaves)");
+  c->add_option("--max-attempts", a->max_attempts,
+                "Replicas one request may try (the first and its retries)")
+      ->check(CLI::Range(1, 64));
+  c->add_option("--probe-interval", a->probe_interval, "Seconds between /health probes")
+      ->check(CLI::Range(0.01, 3600.0));
+  c->add_option("--replica-idle-timeout", a->idle_timeout,
+                "Seconds a replica may stay silent mid-stream before the request moves on")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--shutdown-timeout", a->shutdown_timeout,
+                "On SIGTERM/SIGINT, seconds in-flight requests get to finish")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--sse-keepalive", a->heartbeat, "Seconds of silence before an SSE comment")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--max-connections", a->max_connections, "Open client connections at most")
+      ->check(CLI::Range(1, 1 << 20));
+  c->add_option("--http-threads", a->http_threads, "HTTP io threads (and as many workers)")
+      ->check(CLI::Range(1, 64));
+  c->callback([a, run] { *run = [a] { return run_router(*a); }; });
+}
+
+}  // namespace fathom::cli

@@ -1,0 +1,411 @@
+#include "router/remote_generator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include "core/py_json.h"
+
+namespace fathom::router {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using pyjson::Value;
+
+Status resource_exhausted(std::string m) {
+  return Status(StatusCode::kResourceExhausted, std::move(m));
+}
+
+bool is_int(const Value& v, int64_t* out) {
+  return v.kind == Value::Kind::kInt && v.int_fits_int64(out);
+}
+
+// The message of an OpenAI-shaped error body, else the body itself (shortened).
+std::string error_message(const std::string& body) {
+  auto v = pyjson::parse(body);
+  if (v.is_ok() && v->is_object())
+    if (const Value* e = v->find("error"); e && e->is_object())
+      if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
+  return body.substr(0, 200);
+}
+
+}  // namespace
+
+struct RemoteGenerator::Job {
+  engine::GenerationRequest req;
+  int n = 1;
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  std::vector<std::vector<int32_t>> generated;  // per choice, every token received
+  std::vector<engine::FinishCause> cause;       // per choice; kNone until it finished
+  std::vector<char> closed;                     // per choice: its final event was pushed
+  Clock::time_point t0;
+  bool first_token = false;
+  int64_t cached = 0;
+  std::string last_error;
+  std::vector<size_t> tried;  // replicas that failed this request
+
+  bool all_cancelled() const {
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (!closed[i] && !streams[i]->cancelled()) return false;
+    return true;
+  }
+  bool all_finished() const {
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (!closed[i] && cause[i] == engine::FinishCause::kNone) return false;
+    return true;
+  }
+  bool any_tokens() const {
+    for (const auto& g : generated)
+      if (!g.empty()) return true;
+    return false;
+  }
+  engine::StreamEvent event(size_t i) const {
+    engine::StreamEvent ev;
+    ev.prompt_tokens = int64_t(req.prompt.size());
+    ev.cached_tokens = std::min<int64_t>(cached, ev.prompt_tokens);
+    ev.completion_tokens = int64_t(generated[i].size());
+    return ev;
+  }
+  // The final event of every choice not closed yet: its finish, or `cause` with `error`.
+  void close_all(engine::FinishCause fallback, const Status& error) {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (closed[i]) continue;
+      engine::StreamEvent ev = event(i);
+      ev.finished = true;
+      if (streams[i]->cancelled()) {
+        ev.cause = engine::FinishCause::kCancelled;
+      } else if (cause[i] != engine::FinishCause::kNone) {
+        ev.cause = cause[i];
+      } else {
+        ev.cause = fallback;
+        ev.error = error;
+      }
+      streams[i]->push(ev);
+      closed[i] = 1;
+    }
+  }
+};
+
+Result<std::unique_ptr<RemoteGenerator>> RemoteGenerator::create(
+    const std::vector<std::string>& replicas, RemoteGeneratorOptions options) {
+  if (replicas.empty()) return invalid_argument("the router needs at least one --replica");
+  std::vector<Endpoint> eps;
+  for (const std::string& u : replicas) {
+    FATHOM_ASSIGN_OR_RETURN(Endpoint e, parse_endpoint(u));
+    for (const Endpoint& have : eps)
+      if (have.url == e.url) return invalid_argument("replica " + e.url + " is given twice");
+    eps.push_back(std::move(e));
+  }
+  return std::unique_ptr<RemoteGenerator>(new RemoteGenerator(std::move(eps), std::move(options)));
+}
+
+RemoteGenerator::RemoteGenerator(std::vector<Endpoint> endpoints, RemoteGeneratorOptions options)
+    : opt_(std::move(options)), policy_(endpoints.size(), opt_.routing) {
+  if (!opt_.api_key.empty() && opt_.probes.auth_header.empty())
+    opt_.probes.auth_header = "Authorization: Bearer " + opt_.api_key + "\r\n";
+  replicas_ = std::make_unique<ReplicaSet>(std::move(endpoints), opt_.probes);
+}
+
+RemoteGenerator::~RemoteGenerator() {
+  stopping_.store(true);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [this] { return active_ == 0; });
+}
+
+engine::Generator::Health RemoteGenerator::health() const {
+  Health h;
+  h.alive = replicas_->any_up();
+  return h;
+}
+
+RouterStats RemoteGenerator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+Result<std::vector<std::shared_ptr<engine::RequestStream>>> RemoteGenerator::submit_n(
+    engine::GenerationRequest request, int n) {
+  if (n < 1 || n > 128) return invalid_argument("'n' must be in [1, 128]");
+  if (request.prompt.empty()) return invalid_argument("'prompt' is empty");
+  if (request.grammar)
+    return unsupported(
+        "structured outputs (response_format, text.format, structured_outputs, guided_*, "
+        "grammar, json_schema, strict tools) are not supported through fathom router yet");
+  if (request.top_logprobs >= 0)
+    return unsupported("'logprobs': not supported through fathom router yet");
+  if (request.reasoning_budget >= 0)
+    return unsupported("a reasoning budget is not supported through fathom router yet");
+  if (!request.stop_ids.empty() || !request.forced_output.empty() ||
+      request.inject_error_after >= 0)
+    return unsupported("stop token ids and test hooks are not supported through fathom router");
+  if (stopping_.load()) return resource_exhausted("the router is shutting down");
+  if (!replicas_->any_up()) return resource_exhausted("no replica is up");
+  auto job = std::make_shared<Job>();
+  job->req = std::move(request);
+  job->n = n;
+  job->t0 = Clock::now();
+  job->generated.resize(size_t(n));
+  job->cause.assign(size_t(n), engine::FinishCause::kNone);
+  job->closed.assign(size_t(n), 0);
+  for (int i = 0; i < n; ++i) job->streams.push_back(std::make_shared<engine::RequestStream>());
+  std::vector<std::shared_ptr<engine::RequestStream>> out = job->streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++active_;
+    ++stats_.requests;
+  }
+  std::thread([this, job] {
+    run(*job);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--active_ == 0) done_cv_.notify_all();
+  }).detach();
+  return out;
+}
+
+void RemoteGenerator::run(Job& job) {
+  for (int a = 0; a < opt_.max_attempts; ++a) {
+    if (stopping_.load() || job.all_cancelled()) break;
+    const std::vector<ReplicaState> states = replicas_->snapshot();
+    std::vector<Candidate> cands;
+    for (size_t i = 0; i < states.size(); ++i)
+      if (states[i].up && std::find(job.tried.begin(), job.tried.end(), i) == job.tried.end())
+        cands.push_back({i, states[i].in_flight});
+    if (cands.empty()) {
+      if (job.last_error.empty()) job.last_error = "no replica is up";
+      break;
+    }
+    const std::span<const int32_t> prompt(job.req.prompt);
+    Choice c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      c = policy_.pick(prompt, job.req.cache_salt, cands);
+      policy_.routed(c.replica, prompt, job.req.cache_salt);
+      ++stats_.attempts;
+      if (a > 0) ++stats_.retries;
+      if (a > 0 && job.any_tokens()) ++stats_.continuations;
+      if (a == 0) {
+        stats_.prompt_blocks += c.prompt_blocks;
+        stats_.predicted_hit_blocks += c.predicted_hit_blocks;
+      }
+    }
+    replicas_->begin(c.replica);
+    const bool done = attempt(job, c.replica);
+    replicas_->end(c.replica, !done);
+    if (done) break;
+    job.tried.push_back(c.replica);
+    if (job.n > 1 && job.any_tokens()) {
+      job.last_error += "; a request of n > 1 samples is not continued on another replica";
+      break;
+    }
+  }
+  if (stopping_.load() || job.all_cancelled()) {
+    job.close_all(engine::FinishCause::kCancelled, Status::ok());
+    return;
+  }
+  const bool failed = !job.all_finished();
+  job.close_all(engine::FinishCause::kError,
+                resource_exhausted("no replica could complete the request: " + job.last_error));
+  if (failed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.failed;
+  }
+}
+
+std::string RemoteGenerator::upstream_body(const Job& job) const {
+  const engine::GenerationRequest& g = job.req;
+  const std::vector<int32_t>& sofar = job.generated.front();
+  const bool cont = job.n == 1 && !sofar.empty();
+  Value b = Value::object();
+  auto id_list = [](const std::vector<int32_t>& v) {
+    Value a = Value::array();
+    a.items.reserve(v.size());
+    for (int32_t t : v) a.items.push_back(Value::from_int(t));
+    return a;
+  };
+  b.set("prompt", id_list(g.prompt));
+  // A continuation: the replica recomputes the output so far as its own decode steps.
+  if (cont) b.set("resume_output_ids", id_list(sofar));
+  b.set("max_tokens", Value::from_int(g.max_tokens));
+  const engine::SamplingParams& s = g.sampling;
+  b.set("temperature", Value::from_float(double(s.temperature)));
+  b.set("top_p", Value::from_float(double(s.top_p)));
+  if (s.top_k > 0) b.set("top_k", Value::from_int(s.top_k));
+  if (s.min_p > 0) b.set("min_p", Value::from_float(double(s.min_p)));
+  if (s.repetition_penalty != 1.0f)
+    b.set("repetition_penalty", Value::from_float(double(s.repetition_penalty)));
+  if (s.presence_penalty != 0.0f)
+    b.set("presence_penalty", Value::from_float(double(s.presence_penalty)));
+  if (s.frequency_penalty != 0.0f)
+    b.set("frequency_penalty", Value::from_float(double(s.frequency_penalty)));
+  if (g.seeded) b.set("seed", Value::from_int(int64_t(s.seed)));
+  if (g.ignore_eos) b.set("ignore_eos", Value::from_bool(true));
+  if (job.n > 1) b.set("n", Value::from_int(job.n));
+  if (g.cache_salt != 0) {
+    char salt[40];
+    std::snprintf(salt, sizeof salt, "fathom-router-%016llx", (unsigned long long)g.cache_salt);
+    b.set("cache_salt", Value::from_string(salt));
+  }
+  b.set("retention", Value::from_string(opt_.retention.name(g.retention)));
+  b.set("stream", Value::from_bool(true));
+  Value so = Value::object();
+  so.set("include_usage", Value::from_bool(true));
+  b.set("stream_options", std::move(so));
+  b.set("return_token_ids", Value::from_bool(true));
+  return pyjson::dumps(b, true, true);
+}
+
+bool RemoteGenerator::attempt(Job& job, size_t replica) {
+  const Endpoint& ep = replicas_->endpoint(replica);
+  if (job.n == 1 && !job.generated.front().empty() &&
+      int64_t(job.generated.front().size()) >= job.req.max_tokens) {
+    job.cause.front() = engine::FinishCause::kLength;
+    return true;
+  }
+  const std::string auth =
+      opt_.api_key.empty() ? "" : "Authorization: Bearer " + opt_.api_key + "\r\n";
+  auto x = HttpExchange::start(ep, "POST", "/v1/completions", upstream_body(job), auth,
+                               opt_.connect_timeout_ms, opt_.head_timeout_ms);
+  if (!x.is_ok()) {
+    job.last_error = x.status().message();
+    return false;
+  }
+  HttpExchange& ex = **x;
+  if (ex.status() != 200) {
+    auto body = ex.read_all(opt_.connect_timeout_ms);
+    const std::string msg = body.is_ok() ? error_message(*body) : body.status().message();
+    const int st = ex.status();
+    if (st >= 400 && st < 500 && st != 408 && st != 429) {
+      // The request's own fault (the replica validated it): no other replica would take it.
+      job.close_all(engine::FinishCause::kError, invalid_argument(msg));
+      return true;
+    }
+    job.last_error = ep.url + " answered " + std::to_string(st) + ": " + msg;
+    return false;
+  }
+  auto stop = [this, &job] { return stopping_.load() || job.all_cancelled(); };
+  std::string line;
+  engine::StreamEvent ev;
+  for (;;) {
+    auto more = ex.read_line(&line, opt_.idle_timeout_ms, stop);
+    if (!more.is_ok() || !*more) {
+      if (stop()) return true;
+      if (job.all_finished()) {
+        job.close_all(engine::FinishCause::kEos, Status::ok());
+        return true;
+      }
+      job.last_error =
+          ep.url + ": " +
+          (more.is_ok() ? std::string("the stream ended before [DONE]") : more.status().message());
+      return false;
+    }
+    if (line.rfind("data: ", 0) != 0) continue;  // blank lines, keep-alive comments
+    const std::string_view payload = std::string_view(line).substr(6);
+    if (payload == "[DONE]") {
+      if (!job.all_finished()) {
+        job.last_error = ep.url + ": [DONE] before every choice finished";
+        return false;
+      }
+      job.close_all(engine::FinishCause::kEos, Status::ok());
+      return true;
+    }
+    auto v = pyjson::parse(payload);
+    if (!v.is_ok() || !v->is_object()) {
+      job.last_error = ep.url + ": a stream event that is not a JSON object";
+      return false;
+    }
+    if (const Value* e = v->find("error")) {
+      const Value* m = e->is_object() ? e->find("message") : nullptr;
+      job.last_error = ep.url + ": " + (m && m->is_string() ? m->text : "error event");
+      return false;
+    }
+    if (const Value* u = v->find("usage"); u && u->is_object())
+      if (const Value* d = u->find("prompt_tokens_details"); d && d->is_object())
+        if (const Value* c = d->find("cached_tokens")) {
+          int64_t cached = 0;
+          if (is_int(*c, &cached)) {
+            job.cached = cached;
+            std::lock_guard<std::mutex> lock(mu_);
+            stats_.reported_cached_tokens += cached;
+          }
+        }
+    const Value* choices = v->find("choices");
+    if (choices == nullptr || !choices->is_array()) continue;
+    for (const Value& ch : choices->items) {
+      if (!ch.is_object()) continue;
+      int64_t idx = 0;
+      const Value* iv = ch.find("index");
+      if (iv == nullptr || !is_int(*iv, &idx) || idx < 0 || idx >= job.n) {
+        job.last_error = ep.url + ": a choice index out of range";
+        return false;
+      }
+      const size_t i = size_t(idx);
+      ev = job.event(i);
+      if (const Value* t = ch.find("token_ids"); t && t->is_array()) {
+        for (const Value& id : t->items) {
+          int64_t tok = 0;
+          if (!is_int(id, &tok) || tok < 0 || tok >= opt_.vocab_size) {
+            job.last_error = ep.url + ": a token id outside the vocabulary";
+            return false;
+          }
+          ev.tokens.push_back(int32_t(tok));
+        }
+      }
+      if (const Value* f = ch.find("finish_reason"); f && f->is_string())
+        job.cause[i] =
+            f->text == "length" ? engine::FinishCause::kLength : engine::FinishCause::kEos;
+      if (ev.tokens.empty() || job.closed[i] || job.streams[i]->cancelled()) continue;
+      job.generated[i].insert(job.generated[i].end(), ev.tokens.begin(), ev.tokens.end());
+      ev.completion_tokens = int64_t(job.generated[i].size());
+      if (!job.first_token) {
+        job.first_token = true;
+        ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - job.t0).count();
+      }
+      job.streams[i]->push(ev);
+    }
+  }
+}
+
+std::string RemoteGenerator::metrics_text() const {
+  const RouterStats s = stats();
+  const std::vector<ReplicaState> reps = replicas_->snapshot();
+  std::ostringstream o;
+  auto counter = [&](const char* name, const char* help, int64_t v) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
+      << name << " " << v << "\n";
+  };
+  o << "# HELP fathom_router_decisions_total Requests routed, by policy\n# TYPE "
+       "fathom_router_decisions_total counter\nfathom_router_decisions_total{policy=\""
+    << policy_name(opt_.routing.policy) << "\"} " << s.requests << "\n";
+  counter("fathom_router_attempts_total", "Requests sent to a replica (first tries and retries)",
+          s.attempts);
+  counter("fathom_router_retries_total", "Requests sent again after a replica failed", s.retries);
+  counter("fathom_router_continuations_total",
+          "Retries that continued a request from the tokens already streamed", s.continuations);
+  counter("fathom_router_failed_requests_total", "Requests no replica could complete", s.failed);
+  counter("fathom_router_prompt_blocks_total", "Full 128-token prompt blocks routed",
+          s.prompt_blocks);
+  counter("fathom_router_predicted_hit_blocks_total",
+          "Prompt blocks the cache-aware index expected the chosen replica to hold",
+          s.predicted_hit_blocks);
+  counter("fathom_router_reported_cached_tokens_total",
+          "Prompt tokens the replicas reported as served from their cache",
+          s.reported_cached_tokens);
+  auto per = [&](const char* name, const char* help, const char* type, auto field) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+    for (const ReplicaState& r : reps)
+      o << name << "{replica=\"" << r.url << "\"} " << field(r) << "\n";
+  };
+  per("fathom_router_replica_up", "1 when the replica is up (healthy and not failing)", "gauge",
+      [](const ReplicaState& r) { return r.up ? 1 : 0; });
+  per("fathom_router_replica_in_flight", "Requests streaming from the replica", "gauge",
+      [](const ReplicaState& r) { return r.in_flight; });
+  per("fathom_router_replica_routed_total", "Attempts sent to the replica", "counter",
+      [](const ReplicaState& r) { return r.routed; });
+  per("fathom_router_replica_failures_total", "Attempts that failed on the replica", "counter",
+      [](const ReplicaState& r) { return r.failures; });
+  return o.str();
+}
+
+}  // namespace fathom::router

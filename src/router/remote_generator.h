@@ -1,0 +1,94 @@
+// RemoteGenerator: the engine::Generator of `fathom router`. A request's token ids go to one
+// replica's /v1/completions (a token-id prompt, streamed, returning token ids; no text crosses
+// the link), chosen by the routing policy among the replicas that are up; the replica's token
+// ids come back as the request's events, so the router's server renders, parses and streams
+// every protocol as `fathom serve` does.
+//
+// Failures: a replica that cannot be reached, answers 5xx or breaks its stream is marked down
+// (ReplicaSet) and the request moves to another replica, at most max_attempts in all. Before
+// the first token it simply starts again; after tokens, a single-choice request continues on
+// the next replica with the tokens already produced as `resume_output_ids`: that replica's
+// engine recomputes them as the decode steps that made them and streams what follows, so the
+// client sees one uninterrupted stream and the output — greedy or seeded (random numbers keyed
+// by (seed, sample, absolute position)), with penalties — is that of a run without the
+// failure. A request of n > 1 samples is retried only before its first token.
+//
+// Not supported through the router yet (kUnsupported, a 400 naming it): structured outputs
+// and strict tools, logprobs, the reasoning budget, stop token ids.
+//
+// Each request runs on a thread of its own for as long as it streams; every method may be
+// called from any thread. The destructor stops the requests in flight and waits for them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/generator.h"
+#include "kv/retention.h"
+#include "router/replica_set.h"
+#include "router/routing_policy.h"
+
+namespace fathom::router {
+
+struct RemoteGeneratorOptions {
+  RoutingOptions routing;
+  ReplicaSetOptions probes;
+  std::string api_key;  // sent to the replicas as Authorization: Bearer (empty: none)
+  int max_attempts = 3;
+  int connect_timeout_ms = 2000;
+  int head_timeout_ms = 30000;   // for the replica's response head
+  int idle_timeout_ms = 120000;  // a replica silent this long mid-stream has failed
+  int64_t context_length = int64_t(1) << 20;
+  int64_t vocab_size = 0;
+  int32_t eos_id = -1;
+  kv::RetentionPolicy retention;  // the class names requests carry to the replicas
+};
+
+struct RouterStats {
+  int64_t requests = 0, attempts = 0, retries = 0, continuations = 0, failed = 0;
+  int64_t prompt_blocks = 0, predicted_hit_blocks = 0, reported_cached_tokens = 0;
+};
+
+class RemoteGenerator : public engine::Generator {
+ public:
+  // kInvalidArgument for a bad replica URL; REQUIRES: replicas is not empty.
+  static Result<std::unique_ptr<RemoteGenerator>> create(const std::vector<std::string>& replicas,
+                                                         RemoteGeneratorOptions options);
+  ~RemoteGenerator() override;
+
+  Result<std::vector<std::shared_ptr<engine::RequestStream>>> submit_n(
+      engine::GenerationRequest request, int n) override;
+  int64_t context_length() const override { return opt_.context_length; }
+  int64_t vocab_size() const override { return opt_.vocab_size; }
+  Health health() const override;
+  std::string metrics_text() const override;
+
+  const ReplicaSet& replicas() const { return *replicas_; }
+  RouterStats stats() const;
+
+  struct Job;
+
+ private:
+  RemoteGenerator(std::vector<Endpoint> endpoints, RemoteGeneratorOptions options);
+  void run(Job& job);
+  // One attempt on `replica`: true when the request ended there (finished or failed for good);
+  // false when the replica failed and the request should go elsewhere.
+  bool attempt(Job& job, size_t replica);
+  std::string upstream_body(const Job& job) const;
+
+  RemoteGeneratorOptions opt_;
+  std::unique_ptr<ReplicaSet> replicas_;
+  mutable std::mutex mu_;
+  RoutingPolicy policy_;  // guarded by mu_
+  RouterStats stats_;     // guarded by mu_
+  std::condition_variable done_cv_;
+  int64_t active_ = 0;  // guarded by mu_: request threads running
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace fathom::router

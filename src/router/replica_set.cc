@@ -1,0 +1,88 @@
+#include "router/replica_set.h"
+
+#include <chrono>
+#include <cstdio>
+
+namespace fathom::router {
+
+ReplicaSet::ReplicaSet(std::vector<Endpoint> replicas, ReplicaSetOptions options)
+    : endpoints_(std::move(replicas)), opt_(std::move(options)), state_(endpoints_.size()) {
+  for (size_t i = 0; i < endpoints_.size(); ++i) state_[i].url = endpoints_[i].url;
+  thread_ = std::thread([this] { prober(); });
+}
+
+ReplicaSet::~ReplicaSet() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::vector<ReplicaState> ReplicaSet::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+bool ReplicaSet::any_up() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const ReplicaState& s : state_)
+    if (s.up) return true;
+  return false;
+}
+
+void ReplicaSet::begin(size_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++state_[i].in_flight;
+  ++state_[i].routed;
+}
+
+void ReplicaSet::end(size_t i, bool failed) {
+  bool was_up = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --state_[i].in_flight;
+    if (!failed) return;
+    ++state_[i].failures;
+    was_up = state_[i].up;
+  }
+  if (was_up) set_up(i, false, "a request failed on it");
+}
+
+void ReplicaSet::set_up(size_t i, bool up, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_[i].up == up) return;
+    state_[i].up = up;
+  }
+  if (opt_.log)
+    std::fprintf(stderr, "fathom router: replica %s is %s%s%s\n", endpoints_[i].url.c_str(),
+                 up ? "up" : "down", why.empty() ? "" : ": ", why.c_str());
+}
+
+void ReplicaSet::probe_all() {
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    auto x = HttpExchange::start(endpoints_[i], "GET", "/health", "", opt_.auth_header,
+                                 opt_.probe_timeout_ms, opt_.probe_timeout_ms);
+    if (!x.is_ok()) {
+      set_up(i, false, x.status().message());
+      continue;
+    }
+    // The body is small; a replica that sends none in time is as good as down.
+    auto body = (*x)->read_all(opt_.probe_timeout_ms, 64 * 1024);
+    const bool ok = (*x)->status() == 200 && body.is_ok();
+    set_up(i, ok, ok ? "" : "/health answered " + std::to_string((*x)->status()));
+  }
+}
+
+void ReplicaSet::prober() {
+  const auto interval = std::chrono::duration<double>(opt_.probe_interval_s);
+  for (;;) {
+    probe_all();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, interval, [this] { return stop_; })) return;
+  }
+}
+
+}  // namespace fathom::router

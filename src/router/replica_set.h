@@ -1,0 +1,65 @@
+// The router's replicas: their addresses, whether each is up (a prober thread asks each one's
+// /health every probe_interval; a request that fails on a replica marks it down at once — the
+// circuit opens — until a probe sees it healthy again), and the requests each has in flight.
+//
+// Thread-safe: every method may be called from any thread (one short lock). The prober thread
+// is owned: it starts in the constructor and stops in the destructor.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "router/http_client.h"
+
+namespace fathom::router {
+
+struct ReplicaSetOptions {
+  double probe_interval_s = 0.5;
+  int probe_timeout_ms = 1000;
+  std::string auth_header;  // e.g. "Authorization: Bearer K\r\n", sent with every probe
+  bool log = true;          // a line on stderr when a replica goes up or down
+};
+
+struct ReplicaState {
+  std::string url;
+  bool up = false;
+  int64_t in_flight = 0;
+  int64_t routed = 0;    // attempts sent to it
+  int64_t failures = 0;  // attempts that failed on it (connection, 5xx, stream cut)
+};
+
+class ReplicaSet {
+ public:
+  ReplicaSet(std::vector<Endpoint> replicas, ReplicaSetOptions options);
+  ~ReplicaSet();
+  ReplicaSet(const ReplicaSet&) = delete;
+  ReplicaSet& operator=(const ReplicaSet&) = delete;
+
+  size_t size() const { return endpoints_.size(); }
+  const Endpoint& endpoint(size_t i) const { return endpoints_[i]; }
+  std::vector<ReplicaState> snapshot() const;
+  bool any_up() const;
+  // An attempt starts on replica i (in flight, routed) and ends (failed: marked down).
+  void begin(size_t i);
+  void end(size_t i, bool failed);
+  // Probes every replica once now (the prober does so every interval).
+  void probe_all();
+
+ private:
+  void prober();
+  void set_up(size_t i, bool up, const std::string& why);
+
+  std::vector<Endpoint> endpoints_;
+  ReplicaSetOptions opt_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<ReplicaState> state_;  // guarded by mu_
+  bool stop_ = false;                // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace fathom::router

@@ -116,15 +116,23 @@ int run_serve(const ServeArgs& a) {
                    model_dir.c_str());
       ::mkdir((cache_dir() + "/models").c_str(), 0755);
       auto c = model::preset_config("demo");
-      const std::string tmp = model_dir + ".tmp";
+      // A directory of this process's own, renamed into place: servers started together each
+      // generate one, the first rename wins and the others use its model.
+      const std::string tmp = model_dir + ".tmp." + std::to_string(::getpid());
       Status s = model::write_random_checkpoint(*c, 0, tmp, [](int64_t done, int64_t total) {
         if (isatty(2))
           std::fprintf(stderr, "\r  %3d%%", int(100 * done / std::max<int64_t>(total, 1)));
       });
       if (isatty(2)) std::fprintf(stderr, "\n");
       if (!s.is_ok()) return fail(s);
-      std::string cmd = "rm -rf '" + model_dir + "' && mv '" + tmp + "' '" + model_dir + "'";
-      if (std::system(cmd.c_str()) != 0) return fail(io_error("cannot move " + tmp));
+      if (!exists(model_dir + "/model.safetensors")) {
+        // A directory left without a model by an interrupted run goes first.
+        (void)std::system(("rm -rf '" + model_dir + "'").c_str());
+      }
+      if (::rename(tmp.c_str(), model_dir.c_str()) != 0 &&
+          !exists(model_dir + "/model.safetensors"))
+        return fail(io_error("cannot move " + tmp + " to " + model_dir));
+      (void)std::system(("rm -rf '" + tmp + "'").c_str());  // when another server won
     }
   }
   if (name.empty()) name = "deepseek-v4.1-flash";

@@ -89,11 +89,9 @@ async function chat(client, i, stream) {
   let a, b, router;
   const procs = [];
   try {
-    // One replica first: it generates the demo model the second one then loads.
-    a = await startServer(fathom, []);
-    procs.push(a.proc);
-    b = await startServer(fathom, []);
-    procs.push(b.proc);
+    // Started together: with no demo model yet, each generates one and the first rename wins.
+    [a, b] = await Promise.all([startServer(fathom, []), startServer(fathom, [])]);
+    procs.push(a.proc, b.proc);
     const direct = new OpenAI({ baseURL: `http://127.0.0.1:${a.port}/v1`, apiKey: 'none', maxRetries: 0 });
 
     // The reference: every request, directly on replica A.

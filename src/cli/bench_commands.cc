@@ -449,6 +449,7 @@ void add_bench_commands(CLI::App& app, Runner* run) {
   d->callback([dargs, run] { *run = [dargs] { return run_bench_decode(*dargs); }; });
 
   add_kv_bench_commands(bench, run);
+  add_router_bench_command(bench, run);
 }
 
 }  // namespace fathom::cli

@@ -23,6 +23,8 @@ void add_serve_command(CLI::App& app, Runner* run);
 void add_router_command(CLI::App& app, Runner* run);
 // Registers `bench` and its subcommands.
 void add_bench_commands(CLI::App& app, Runner* run);
+// router_bench_command.cc: `bench router` on the `bench` subcommand.
+void add_router_bench_command(CLI::App* bench, Runner* run);
 // Registers `bench kvhash` and `bench kvstore` on the `bench` subcommand.
 void add_kv_bench_commands(CLI::App* bench, Runner* run);
 

@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 // clang-format on
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -239,14 +240,16 @@ awaitable<bool> HttpServer::Impl::write_response(Conn& c, const Response& r, boo
 
 // After an error answered with Connection: close while the client may still be sending
 // (a 413 before the body was read): stop sending, then read and drop what comes for a
-// moment, so the close does not turn into a reset that loses the response.
+// while, so the close does not turn into a reset that loses the response (as nginx's
+// lingering close: while bytes keep coming, at most 2 s apart, for up to 20 s in all — a
+// client uploading a large body on a loaded machine needs more than a moment).
 awaitable<void> HttpServer::Impl::close_after_error(Conn& c) {
   error_code ec;
   c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  const auto until = Clock::now() + std::chrono::seconds(2);
-  std::vector<char> sink(16384);
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  std::vector<char> sink(65536);
   while (!ec && Clock::now() < until) {
-    c.stream.expires_at(until);
+    c.stream.expires_at(std::min(until, Clock::now() + std::chrono::seconds(2)));
     co_await c.stream.async_read_some(asio::buffer(sink), asio::redirect_error(use_awaitable, ec));
   }
   c.stream.close();

@@ -6,6 +6,7 @@
 //     SIGKILLed while they stream: all 16 complete with the outputs of the direct run, and the
 //     router's metrics show continuations (requests moved mid-stream with the output so far).
 //   - The killed replica restarts on its port: the router sees it up again and routes to it.
+//   - A client that leaves mid-stream: the replica drops its request.
 //   - Hostile: what the router does not support yet is a 400 naming it; a bad --replica or
 //     --policy exits 2; with no replica up a request gets a 503 in the protocol's shape.
 // Usage: node failover_test.js FATHOM NODE_MODULES
@@ -146,6 +147,24 @@ async function chat(client, i, stream) {
           json_schema: { name: 'x', schema: { type: 'object' } } } }) });
       assert.equal(s.status, 400);
       assert.match((await s.json()).error.message, /structured outputs/);
+    });
+
+    await check('a client that leaves mid-stream cancels its request on the replica', async () => {
+      const ac = new AbortController();
+      const r = await fetch(base + '/v1/completions', { method: 'POST', signal: ac.signal,
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: [1, 2, 3, 4, 5], max_tokens: 4000, ignore_eos: true, stream: true }) });
+      const reader = r.body.getReader();
+      await reader.read();
+      await reader.read();
+      ac.abort();
+      await waitFor(async () => {
+        for (const port of [a.port, b.port])
+          if (metric(await metrics(port), 'fathom_running_sequences') !== 0 ||
+              metric(await metrics(port), 'fathom_queue_depth') !== 0) return false;
+        return metric(await metrics(router.port), `fathom_router_replica_in_flight{replica="http://127.0.0.1:${a.port}"}`) === 0 &&
+               metric(await metrics(router.port), `fathom_router_replica_in_flight{replica="http://127.0.0.1:${b.port}"}`) === 0;
+      }, 'the replicas to drop the request', 20000);
     });
 
     await check('a replica SIGKILLed mid-stream: all 16 requests complete with the direct outputs', async () => {

@@ -66,7 +66,8 @@ int run_bench_router(const BenchRouterArgs& a) {
   int64_t hits = 0;
   std::vector<int32_t> fresh(size_t(a.prompt_blocks) * bt);
   for (int i = 0; i < a.picks; ++i) {
-    for (size_t r = 0; r < cands.size(); ++r) cands[r] = {r, int64_t(rng() % 32)};
+    for (size_t r = 0; r < cands.size(); ++r)
+      cands[r] = {r, int64_t(rng() % 8)};  // a balanced fleet: no imbalance override
     const std::vector<int32_t>* prompt = nullptr;
     if (i % 2 == 0) {
       prompt = &sessions[size_t(rng() % sessions.size())].ids;

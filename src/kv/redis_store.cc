@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <new>
 
 #include "core/log.h"
 
@@ -17,10 +18,71 @@ using Clock = std::chrono::steady_clock;
 constexpr int kSlots = 16384;
 constexpr auto kNodeBackoff = std::chrono::seconds(1);
 
-struct ReplyFree {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
+// A reply as hiredis parses it, built by the functions below instead of hiredis's own: a
+// string lands in a std::string (one copy out of the reader's buffer) that a read moves into
+// its result, where hiredis's reply would be copied a second time (and, for a block-sized
+// value, into freshly faulted pages twice).
+struct ReplyNode {
+  int type = 0;  // REDIS_REPLY_*
+  long long integer = 0;
+  std::string str;                                  // STRING, STATUS, ERROR
+  std::vector<std::unique_ptr<ReplyNode>> element;  // ARRAY
 };
-using Reply = std::unique_ptr<redisReply, ReplyFree>;
+using Reply = std::unique_ptr<ReplyNode>;
+
+// hiredis calls these on the thread reading the connection; a null return is its out of
+// memory error.
+void* attach(const redisReadTask* task, std::unique_ptr<ReplyNode> n) {
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<ReplyNode*>(task->parent->obj);
+    return (parent->element[size_t(task->idx)] = std::move(n)).get();
+  }
+  return n.release();
+}
+void* reply_string(const redisReadTask* task, char* str, size_t len) {
+  try {
+    auto n = std::make_unique<ReplyNode>();
+    n->type = task->type;
+    n->str.assign(str, len);
+    return attach(task, std::move(n));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* reply_array(const redisReadTask* task, int elements) {
+  try {
+    auto n = std::make_unique<ReplyNode>();
+    n->type = REDIS_REPLY_ARRAY;
+    n->element.resize(size_t(std::max(elements, 0)));
+    return attach(task, std::move(n));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* reply_integer(const redisReadTask* task, long long value) {
+  try {
+    auto n = std::make_unique<ReplyNode>();
+    n->type = REDIS_REPLY_INTEGER;
+    n->integer = value;
+    return attach(task, std::move(n));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* reply_nil(const redisReadTask* task) {
+  try {
+    auto n = std::make_unique<ReplyNode>();
+    n->type = REDIS_REPLY_NIL;
+    return attach(task, std::move(n));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+// A root reply (its elements go with it).
+void reply_free(void* reply) { delete static_cast<ReplyNode*>(reply); }
+redisReplyObjectFunctions kReplyFunctions = {reply_string, reply_array, reply_integer, reply_nil,
+                                             reply_free};
+Reply take_reply(void* raw) { return Reply(static_cast<ReplyNode*>(raw)); }
 
 std::string object_key(const StoreKey& k) { return "fkv:" + k.hex(); }
 
@@ -124,6 +186,7 @@ struct RedisClusterStore::Client {
       return nullptr;
     }
     redisSetTimeout(c, tv);
+    c->reader->fn = &kReplyFunctions;  // before any reply: every one on it is a ReplyNode
     conns[node] = c;
     return c;
   }
@@ -144,22 +207,20 @@ struct RedisClusterStore::Client {
       redisContext* c = conn(node);
       if (c == nullptr) continue;
       round_trips.fetch_add(1, std::memory_order_relaxed);
-      Reply r(static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS")));
+      Reply r = take_reply(redisCommand(c, "CLUSTER SLOTS"));
       if (!r) {
         drop(node);
         continue;
       }
       if (r->type != REDIS_REPLY_ARRAY) continue;
       owner.fill(-1);
-      for (size_t i = 0; i < r->elements; ++i) {
-        const redisReply* e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
-        const redisReply* m = e->element[2];
-        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+      for (const auto& e : r->element) {
+        if (e->type != REDIS_REPLY_ARRAY || e->element.size() < 3) continue;
+        const ReplyNode* m = e->element[2].get();
+        if (m->type != REDIS_REPLY_ARRAY || m->element.size() < 2 ||
             m->element[0]->type != REDIS_REPLY_STRING)
           continue;
-        const std::string addr = std::string(m->element[0]->str, m->element[0]->len) + ":" +
-                                 std::to_string(m->element[1]->integer);
+        const std::string addr = m->element[0]->str + ":" + std::to_string(m->element[1]->integer);
         const int idx = node_index(addr);
         for (long long s = e->element[0]->integer; s <= e->element[1]->integer && s < kSlots; ++s)
           if (s >= 0) owner[size_t(s)] = idx;
@@ -199,21 +260,20 @@ struct RedisClusterStore::Client {
       }
       round_trips.fetch_add(asking ? 2 : 1, std::memory_order_relaxed);
       if (asking) {
-        Reply a(static_cast<redisReply*>(redisCommand(c, "ASKING")));
+        Reply a = take_reply(redisCommand(c, "ASKING"));
         if (!a) {
           drop(node);
           continue;
         }
       }
-      Reply r(static_cast<redisReply*>(
-          redisCommandArgv(c, int(argv.size()), argv.data(), lens.data())));
+      Reply r = take_reply(redisCommandArgv(c, int(argv.size()), argv.data(), lens.data()));
       if (!r) {
         drop(node);
         asking = false;
         continue;
       }
       if (r->type != REDIS_REPLY_ERROR) return r;
-      const std::string err(r->str, r->len);
+      const std::string& err = r->str;
       const bool moved = err.rfind("MOVED ", 0) == 0, ask = err.rfind("ASK ", 0) == 0;
       if (!moved && !ask) return io_error("redis: " + err);
       const size_t sp = err.rfind(' ');
@@ -279,10 +339,8 @@ struct RedisClusterStore::Client {
           for (int cmd = 0; cmd < kReadCommands * (asking[i] ? 2 : 1) && !broken; ++cmd) {
             void* raw = nullptr;
             broken = redisGetReply(c, &raw) != REDIS_OK;
-            if (!broken && cmd == (asking[i] ? 1 : 0))
-              r.reset(static_cast<redisReply*>(raw));
-            else
-              freeReplyObject(raw);
+            Reply one = take_reply(raw);
+            if (!broken && cmd == (asking[i] ? 1 : 0)) r = std::move(one);
           }
           asking[i] = false;
           if (broken) {
@@ -294,7 +352,7 @@ struct RedisClusterStore::Client {
             out[i] = std::move(r);
             continue;
           }
-          const std::string err(r->str, r->len);
+          const std::string& err = r->str;
           const bool moved = err.rfind("MOVED ", 0) == 0, ask = err.rfind("ASK ", 0) == 0;
           if (!moved && !ask) {
             out[i] = io_error("redis: " + err);
@@ -378,8 +436,8 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass c
   }
   ++stats_.hits;
   ++stats_.classes[cls].hits;
-  stats_.bytes_read += int64_t((*r)->len);
-  return std::string((*r)->str, (*r)->len);
+  stats_.bytes_read += int64_t((*r)->str.size());
+  return std::move((*r)->str);
 }
 
 std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const StoreKey> keys,
@@ -415,8 +473,8 @@ std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const Sto
     }
     ++stats_.hits;
     ++stats_.classes[cls].hits;
-    stats_.bytes_read += int64_t((*r)->len);
-    out.push_back(std::string((*r)->str, (*r)->len));
+    stats_.bytes_read += int64_t((*r)->str.size());
+    out.push_back(std::move((*r)->str));
   }
   return out;
 }

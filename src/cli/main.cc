@@ -1,4 +1,6 @@
 // fathom: the command-line entry point. Subcommands live in *_commands.cc.
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -9,7 +11,21 @@ namespace fathom::cli {
 void add_grammar_bench_command(CLI::App& app, Runner* run);  // grammar_commands.cc
 }
 
+namespace {
+// glibc's defaults map each allocation over ~1 MB afresh and give the free top of the heap back
+// to the kernel, so every KV-store read (a 0.8 MB block object, 16 to a batch; an 18 MB window
+// object on V4.1-Flash) wrote into newly faulted pages: on a VM that made a read of a block
+// from Redis or a warm disk cost more in page faults than in copying (fathom bench kvstore).
+// Kept mapped, the freed buffers are reused by the next read. At most 128 MB of free heap
+// top is kept per arena.
+void keep_freed_buffers_mapped() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's ceiling for the dynamic threshold
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+  keep_freed_buffers_mapped();
   CLI::App app{"Fathom: an inference stack for DeepSeek V4-family models"};
   app.set_version_flag("--version", "fathom 0.1.0");
   app.require_subcommand(1);

@@ -117,6 +117,16 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   }
   stats_.store_on = opt_.store != nullptr;
   if (opt_.store) fingerprint_ = runner.fingerprint();
+  if (opt_.store && opt_.store_prefetch) {
+    cache_.set_observer([this](uint64_t hash, bool cached) {
+      std::lock_guard<std::mutex> lock(l1_mu_);
+      if (cached)
+        l1_view_.insert(hash);
+      else
+        l1_view_.erase(hash);
+    });
+    prefetch_ = std::make_unique<StorePrefetcher>(opt_.store, StorePrefetcher::Limits{});
+  }
   SchedulerOptions so;
   so.max_step_tokens = opt_.max_step_tokens;
   so.max_running = opt_.max_running;
@@ -201,6 +211,10 @@ Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(GenerationR
   }
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const auto& s : seqs) streams.push_back(s->stream);
+  std::shared_ptr<Sequence> lead = seqs[0];
+  if (prefetch_)
+    lead->block_hashes =
+        kv::prefix_block_hashes(lead->req.prompt, opt_.prefix_block, lead->req.cache_salt);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Status(StatusCode::kResourceExhausted, "the engine is shutting down");
@@ -211,6 +225,8 @@ Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(GenerationR
     seqs[0]->siblings.assign(seqs.begin() + 1, seqs.end());
     if (stats_.waiting == 0 && stats_.running == 0 && incoming_.empty())
       last_progress_ = Clock::now();  // idle until now: a stall counts from here
+    // Started before the scheduler can see it: its admission takes what was read.
+    if (prefetch_) prefetch(*lead);
     incoming_.push_back(std::move(seqs[0]));
     ++stats_.waiting;
   }
@@ -345,11 +361,8 @@ void Engine::admit(Sequence& s) {
   const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
   if (cache_on_ && s.block_hashes.empty())
     s.block_hashes = kv::prefix_block_hashes(s.req.prompt, B, s.req.cache_salt);
-  // A hit leaves the window and the speculative slots to compute (SWA bounded replay), or
-  // at least one token with the exact side objects.
   const bool side = !opt_.swa_bounded_replay;
-  const int64_t limit = side ? L - 1 : L - runner_.window_size() - opt_.speculative_slots;
-  const int64_t max_blocks = std::max<int64_t>(0, limit) / B;
+  const int64_t max_blocks = resumable_blocks(s);
   if (opt_.store && cache_on_) load_from_store(s, max_blocks);
   const std::vector<const CachedBlock*> chain = cache_.match(s.block_hashes, max_blocks, side);
   if (!chain.empty()) {
@@ -367,6 +380,29 @@ void Engine::admit(Sequence& s) {
   runner_.set_prompt_end(*s.state, int64_t(s.req.prompt.size()));
   if (opt_.decoder_replay_keep > 0)
     runner_.set_decoder_tail_start(*s.state, L - opt_.decoder_replay_keep);
+}
+
+int64_t Engine::resumable_blocks(const Sequence& s) const {
+  // A hit leaves the window and the speculative slots to compute (SWA bounded replay), or
+  // at least one token with the exact side objects.
+  const int64_t L = int64_t(s.all.size());
+  const int64_t limit =
+      !opt_.swa_bounded_replay ? L - 1 : L - runner_.window_size() - opt_.speculative_slots;
+  return std::max<int64_t>(0, limit) / opt_.prefix_block;
+}
+
+void Engine::prefetch(const Sequence& s) {
+  const int64_t max_blocks = std::min<int64_t>(resumable_blocks(s), int64_t(s.block_hashes.size()));
+  int64_t l1 = 0;
+  {
+    std::lock_guard<std::mutex> lock(l1_mu_);
+    while (l1 < max_blocks && l1_view_.count(s.block_hashes[size_t(l1)])) ++l1;
+  }
+  std::vector<kv::StoreKey> keys;
+  for (int64_t b = l1 + 1; b <= max_blocks; ++b)
+    keys.push_back(
+        kv::store_key(fingerprint_, s.block_hashes[size_t(b - 1)], kv::ObjectKind::kBlock));
+  prefetch_->start(s.id, l1 + 1, std::move(keys), s.req.retention);
 }
 
 void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
@@ -455,6 +491,12 @@ void Engine::store_corrupt(const kv::ObjectHeader& h, const Status& why) {
 
 void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
   const int64_t B = opt_.prefix_block;
+  // What was read while the request queued (nothing for one admitted again, or a sibling).
+  StorePrefetcher::Prefetched pre;
+  if (prefetch_) pre = prefetch_->take(s.id);
+  auto prefetched = [&](int64_t b) {
+    return b >= pre.first_block && b < pre.first_block + int64_t(pre.bytes.size());
+  };
   max_blocks = std::min<int64_t>(max_blocks, int64_t(s.block_hashes.size()));
   const int64_t l1 = cache_.chain_length(s.block_hashes, max_blocks);
   if (l1 >= max_blocks) return;
@@ -468,12 +510,20 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
   // boundary with a window side object is known.
   constexpr int64_t kStoreBatch = 16;
   std::vector<std::unique_ptr<CachedBlock>> got;  // blocks l1 + 1, l1 + 2, ...
+  std::vector<bool> got_prefetched;               // got[i]'s bytes were prefetched
   for (bool more = true; more && l1 + int64_t(got.size()) < max_blocks;) {
     const int64_t first = l1 + int64_t(got.size()) + 1;
     const int64_t last = std::min(max_blocks, first + kStoreBatch - 1);
     std::vector<kv::StoreKey> keys;
-    for (int64_t b = first; b <= last; ++b) keys.push_back(key(b, kv::ObjectKind::kBlock));
-    std::vector<Result<std::string>> bytes = opt_.store->get_many(keys, s.req.retention);
+    for (int64_t b = first; b <= last; ++b)
+      if (!prefetched(b)) keys.push_back(key(b, kv::ObjectKind::kBlock));
+    std::vector<Result<std::string>> read;
+    if (!keys.empty()) read = opt_.store->get_many(keys, s.req.retention);
+    std::vector<Result<std::string>> bytes;
+    for (int64_t b = first, i = 0; b <= last; ++b)
+      bytes.push_back(prefetched(b)
+                          ? Result<std::string>(std::move(pre.bytes[size_t(b - pre.first_block)]))
+                          : std::move(read[size_t(i++)]));
     for (int64_t b = first; b <= last && more; ++b) {
       Result<std::string>& r = bytes[size_t(b - first)];
       more = r.is_ok();
@@ -487,6 +537,7 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
         break;
       }
       got.push_back(std::move(*block));
+      got_prefetched.push_back(prefetched(b));
       r = not_found("decoded");  // frees the bytes
     }
   }
@@ -505,15 +556,17 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
       if (st.code() == StatusCode::kCorrupt) store_corrupt(w, st);
     }
   }
-  int64_t loaded = 0;
+  int64_t loaded = 0, loaded_prefetched = 0;
   for (int64_t b = l1 + 1; b <= end; ++b) {
     const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
     if (b > 1 && !cache_.contains(h.parent)) break;  // evicted to make room
     cache_.insert(h.key, h.parent, b, std::move(got[size_t(b - l1 - 1)]));
     ++loaded;
+    if (got_prefetched[size_t(b - l1 - 1)]) ++loaded_prefetched;
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.store_hit_blocks += loaded;
+  stats_.store_prefetched_blocks += loaded_prefetched;
   if (loaded == 0) ++stats_.store_misses;
 }
 

@@ -22,7 +22,8 @@
 // submit(), submit_n(), stats(), health() and the RequestStream methods may be called from any
 // thread. Two engine threads: the scheduler (queues, admission choices, the batch plan) and
 // the executor (every model call, the sequence states, the page pool's allocations, the
-// prefix cache, sampling and the token events). With async_scheduling the scheduler plans
+// prefix cache, sampling and the token events); with a store, the prefetcher's thread reads
+// queued requests' blocks (engine/store_prefetch.h). With async_scheduling the scheduler plans
 // step n+1 while the executor computes step n. Locks are taken per step, not per token: one
 // lock and one wake-up per stream per step, and no allocation per token once buffers have
 // grown (the step's head buffers and each stream's event slots are reused).
@@ -37,6 +38,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
@@ -48,6 +50,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/store_prefetch.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
 #include "kv/store.h"
@@ -92,6 +95,10 @@ struct EngineOptions {
   // the window side objects at the prompt's last block and at its own hit boundary), queued
   // off the step.
   kv::Store* store = nullptr;
+  // With a store: a submitted request's prompt blocks past what the prefix cache holds are read
+  // from the store on a thread of their own while it queues (engine/store_prefetch.h); its
+  // admission decodes those bytes and reads the rest as without it.
+  bool store_prefetch = true;
 };
 
 struct EngineStats {
@@ -115,6 +122,7 @@ struct EngineStats {
   // recomputed and removed from the store); the tier's own counters.
   bool store_on = false;
   int64_t store_hit_blocks = 0, store_misses = 0, store_corrupt = 0;
+  int64_t store_prefetched_blocks = 0;  // of store_hit_blocks, read while the request queued
   std::vector<std::pair<std::string, kv::StoreStats>> store_tiers;  // by tier: "disk", "redis"
 };
 
@@ -166,6 +174,10 @@ class Engine : public Generator {
   // Extends the prefix cache's chain for `s` (at most max_blocks blocks) from the store: the
   // blocks after it that the store holds, up to the deepest one with a window side object.
   void load_from_store(const Sequence& s, int64_t max_blocks);
+  // The prompt blocks a resume of `s` may cover (the hit rule), at most its full blocks.
+  int64_t resumable_blocks(const Sequence& s) const;
+  // Starts the store reads of `s`'s blocks past the prefix cache's chain (l1_view_).
+  void prefetch(const Sequence& s);
   // Queues block `b` (1-based) of `s`'s prompt, just cached as `block`, for the store.
   void store_block(const Sequence& s, int64_t b, const CachedBlock& block);
   kv::ObjectHeader store_header(const Sequence& s, int64_t b, kv::ObjectKind kind) const;
@@ -216,6 +228,10 @@ class Engine : public Generator {
   int64_t stats_generated_in_step_ = 0;              // executor only: tokens the step generated
   // executor only: siblings whose leader was cancelled before its prefill completed
   std::vector<std::shared_ptr<Sequence>> orphans_;
+  // The hashes cache_ holds, kept by its observer for submit()'s prefetch (any thread).
+  std::mutex l1_mu_;
+  std::unordered_set<uint64_t> l1_view_;                 // guarded by l1_mu_
+  std::unique_ptr<StorePrefetcher> prefetch_;            // with a store and store_prefetch
   std::chrono::steady_clock::time_point last_progress_;  // guarded by mu_: last step or idle
   // Handoff between the scheduler and the executor: one plan in, one outcome out per step.
   std::mutex hmu_;

@@ -68,6 +68,9 @@ std::string Engine::metrics_text() const {
     // counters.
     gauge("fathom_kv_store_hits_total", "Blocks read back from the KV store into the prefix cache",
           double(e.store_hit_blocks), "counter");
+    gauge("fathom_kv_store_prefetched_blocks_total",
+          "Of those, blocks whose objects were read while the request queued (prefetch)",
+          double(e.store_prefetched_blocks), "counter");
     gauge("fathom_kv_store_misses_total",
           "Admissions that looked in the KV store past the prefix cache and found no block",
           double(e.store_misses), "counter");

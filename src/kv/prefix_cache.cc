@@ -80,6 +80,7 @@ void PrefixCache::insert(uint64_t hash, uint64_t parent, int64_t index,
   e.last_used = ++clock_;
   bytes_ += e.block->bytes();
   entries_.emplace(hash, std::move(e));
+  if (observer_) observer_(hash, true);
 }
 
 bool PrefixCache::evict_one(bool must_free) {
@@ -95,7 +96,9 @@ bool PrefixCache::evict_one(bool must_free) {
     if (p != entries_.end()) --p->second.children;
   }
   bytes_ -= victim->block->bytes();
-  entries_.erase(victim->hash);
+  const uint64_t hash = victim->hash;
+  entries_.erase(hash);
+  if (observer_) observer_(hash, false);
   return true;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -69,6 +70,11 @@ class PrefixCache {
 
   int64_t bytes() const { return bytes_; }
   int64_t blocks() const { return int64_t(entries_.size()); }
+  // Called with (hash, true) after every insert and (hash, false) after every eviction, on the
+  // owner's thread (e.g. to keep a view other threads can read).
+  void set_observer(std::function<void(uint64_t hash, bool cached)> observer) {
+    observer_ = std::move(observer);
+  }
 
  private:
   struct Entry {
@@ -79,6 +85,7 @@ class PrefixCache {
   };
   std::unordered_map<uint64_t, Entry> entries_;
   int64_t bytes_ = 0, clock_ = 0;
+  std::function<void(uint64_t, bool)> observer_;
 };
 
 }  // namespace fathom::kv

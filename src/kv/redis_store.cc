@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <new>
 
 #include "core/log.h"
 
@@ -17,10 +18,71 @@ using Clock = std::chrono::steady_clock;
 constexpr int kSlots = 16384;
 constexpr auto kNodeBackoff = std::chrono::seconds(1);
 
-struct ReplyFree {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
+// A reply as hiredis parses it, built by the functions below instead of hiredis's own: a
+// string lands in a std::string (one copy out of the reader's buffer) that a read moves into
+// its result, where hiredis's reply would be copied a second time (and, for a block-sized
+// value, into freshly faulted pages twice).
+struct ReplyNode {
+  int type = 0;  // REDIS_REPLY_*
+  long long integer = 0;
+  std::string str;                                  // STRING, STATUS, ERROR
+  std::vector<std::unique_ptr<ReplyNode>> element;  // ARRAY
 };
-using Reply = std::unique_ptr<redisReply, ReplyFree>;
+using Reply = std::unique_ptr<ReplyNode>;
+
+// hiredis calls these on the thread reading the connection; a null return is its out of
+// memory error.
+void* attach(const redisReadTask* task, std::unique_ptr<ReplyNode> n) {
+  if (task->parent != nullptr) {
+    auto* parent = static_cast<ReplyNode*>(task->parent->obj);
+    return (parent->element[size_t(task->idx)] = std::move(n)).get();
+  }
+  return n.release();
+}
+void* reply_string(const redisReadTask* task, char* str, size_t len) {
+  try {
+    auto n = std::make_unique<ReplyNode>();
+    n->type = task->type;
+    n->str.assign(str, len);
+    return attach(task, std::move(n));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* reply_array(const redisReadTask* task, int elements) {
+  try {
+    auto n = std::make_unique<ReplyNode>();
+    n->type = REDIS_REPLY_ARRAY;
+    n->element.resize(size_t(std::max(elements, 0)));
+    return attach(task, std::move(n));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* reply_integer(const redisReadTask* task, long long value) {
+  try {
+    auto n = std::make_unique<ReplyNode>();
+    n->type = REDIS_REPLY_INTEGER;
+    n->integer = value;
+    return attach(task, std::move(n));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* reply_nil(const redisReadTask* task) {
+  try {
+    auto n = std::make_unique<ReplyNode>();
+    n->type = REDIS_REPLY_NIL;
+    return attach(task, std::move(n));
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+// A root reply (its elements go with it).
+void reply_free(void* reply) { delete static_cast<ReplyNode*>(reply); }
+redisReplyObjectFunctions kReplyFunctions = {reply_string, reply_array, reply_integer, reply_nil,
+                                             reply_free};
+Reply take_reply(void* raw) { return Reply(static_cast<ReplyNode*>(raw)); }
 
 std::string object_key(const StoreKey& k) { return "fkv:" + k.hex(); }
 
@@ -32,16 +94,12 @@ constexpr const char* kPutScript =
     "if left > ms then ms = left end "
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ms) "
     "return 1";
-// GET KEYS[1]; on a hit the time to live becomes at least ARGV[1] ms (a key without one, from
-// before retention, gets it). Replies the value, or nil.
-constexpr const char* kGetScript =
-    "local v = redis.call('GET', KEYS[1]) "
-    "if v then "
-    "  local ms = tonumber(ARGV[1]) "
-    "  local left = redis.call('PTTL', KEYS[1]) "
-    "  if left < ms then redis.call('PEXPIRE', KEYS[1], ms) end "
-    "end "
-    "return v";
+// A read is three plain commands on the key's node, pipelined with the others: GET, then
+// PEXPIRE NX (a key without a time to live, from before retention, gets the reader's class's)
+// and PEXPIRE GT (a shorter one is raised to it; GT never shortens). Plain commands, not a
+// script: EVAL copies the value into Lua and back, which cost the read path six times the
+// server time of a GET on a block-sized object.
+constexpr int kReadCommands = 3;
 
 bool split_host_port(std::string_view node, std::string* host, int* port) {
   const size_t colon = node.rfind(':');
@@ -128,6 +186,7 @@ struct RedisClusterStore::Client {
       return nullptr;
     }
     redisSetTimeout(c, tv);
+    c->reader->fn = &kReplyFunctions;  // before any reply: every one on it is a ReplyNode
     conns[node] = c;
     return c;
   }
@@ -148,22 +207,20 @@ struct RedisClusterStore::Client {
       redisContext* c = conn(node);
       if (c == nullptr) continue;
       round_trips.fetch_add(1, std::memory_order_relaxed);
-      Reply r(static_cast<redisReply*>(redisCommand(c, "CLUSTER SLOTS")));
+      Reply r = take_reply(redisCommand(c, "CLUSTER SLOTS"));
       if (!r) {
         drop(node);
         continue;
       }
       if (r->type != REDIS_REPLY_ARRAY) continue;
       owner.fill(-1);
-      for (size_t i = 0; i < r->elements; ++i) {
-        const redisReply* e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
-        const redisReply* m = e->element[2];
-        if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
+      for (const auto& e : r->element) {
+        if (e->type != REDIS_REPLY_ARRAY || e->element.size() < 3) continue;
+        const ReplyNode* m = e->element[2].get();
+        if (m->type != REDIS_REPLY_ARRAY || m->element.size() < 2 ||
             m->element[0]->type != REDIS_REPLY_STRING)
           continue;
-        const std::string addr = std::string(m->element[0]->str, m->element[0]->len) + ":" +
-                                 std::to_string(m->element[1]->integer);
+        const std::string addr = m->element[0]->str + ":" + std::to_string(m->element[1]->integer);
         const int idx = node_index(addr);
         for (long long s = e->element[0]->integer; s <= e->element[1]->integer && s < kSlots; ++s)
           if (s >= 0) owner[size_t(s)] = idx;
@@ -203,21 +260,20 @@ struct RedisClusterStore::Client {
       }
       round_trips.fetch_add(asking ? 2 : 1, std::memory_order_relaxed);
       if (asking) {
-        Reply a(static_cast<redisReply*>(redisCommand(c, "ASKING")));
+        Reply a = take_reply(redisCommand(c, "ASKING"));
         if (!a) {
           drop(node);
           continue;
         }
       }
-      Reply r(static_cast<redisReply*>(
-          redisCommandArgv(c, int(argv.size()), argv.data(), lens.data())));
+      Reply r = take_reply(redisCommandArgv(c, int(argv.size()), argv.data(), lens.data()));
       if (!r) {
         drop(node);
         asking = false;
         continue;
       }
       if (r->type != REDIS_REPLY_ERROR) return r;
-      const std::string err(r->str, r->len);
+      const std::string& err = r->str;
       const bool moved = err.rfind("MOVED ", 0) == 0, ask = err.rfind("ASK ", 0) == 0;
       if (!moved && !ask) return io_error("redis: " + err);
       const size_t sp = err.rfind(' ');
@@ -229,10 +285,10 @@ struct RedisClusterStore::Client {
     return io_error("redis: too many redirections for slot " + std::to_string(slot));
   }
 
-  // The read script (kGetScript: GET, and a hit's expiry raised to `ttl_ms`) of every key,
+  // The reads (GET and the expiry raised to `ttl_ms`, kReadCommands commands) of every key,
   // pipelined: one round trip to each node that owns some of them, then one more to each node
-  // a MOVED or ASK reply named (ASKING sent before the key's command there). Per key: the
-  // reply (a string, or nil for a missing key), or the Status of a failure.
+  // a MOVED or ASK reply named (ASKING sent before each of the key's commands there). Per key:
+  // the GET's reply (a string, or nil for a missing key), or the Status of a failure.
   std::vector<Result<Reply>> get_many(const std::vector<std::string>& keys,
                                       const std::string& ttl_ms) {
     std::vector<Result<Reply>> out;
@@ -262,34 +318,41 @@ struct RedisClusterStore::Client {
           continue;
         }
         for (size_t i : idx) {
+          const std::string& k = keys[i];
+          const char* get[2] = {"GET", k.data()};
+          const size_t get_lens[2] = {3, k.size()};
+          const char* nx[4] = {"PEXPIRE", k.data(), ttl_ms.data(), "NX"};
+          const char* gt[4] = {"PEXPIRE", k.data(), ttl_ms.data(), "GT"};
+          const size_t exp_lens[4] = {7, k.size(), ttl_ms.size(), 2};
           if (asking[i]) redisAppendCommand(c, "ASKING");
-          const std::string_view script = kGetScript;
-          const char* argv[5] = {"EVAL", script.data(), "1", keys[i].data(), ttl_ms.data()};
-          const size_t lens[5] = {4, script.size(), 1, keys[i].size(), ttl_ms.size()};
-          redisAppendCommandArgv(c, 5, argv, lens);
+          redisAppendCommandArgv(c, 2, get, get_lens);
+          if (asking[i]) redisAppendCommand(c, "ASKING");
+          redisAppendCommandArgv(c, 4, nx, exp_lens);
+          if (asking[i]) redisAppendCommand(c, "ASKING");
+          redisAppendCommandArgv(c, 4, gt, exp_lens);
         }
         round_trips.fetch_add(1, std::memory_order_relaxed);
         bool broken = false;
         for (size_t i : idx) {
-          void* raw = nullptr;
-          if (!broken && asking[i]) {
+          // The GET's reply; the PEXPIREs' (0 or 1, or the GET's redirect again) are dropped.
+          Reply r;
+          for (int cmd = 0; cmd < kReadCommands * (asking[i] ? 2 : 1) && !broken; ++cmd) {
+            void* raw = nullptr;
             broken = redisGetReply(c, &raw) != REDIS_OK;
-            freeReplyObject(raw);
-            raw = nullptr;
+            Reply one = take_reply(raw);
+            if (!broken && cmd == (asking[i] ? 1 : 0)) r = std::move(one);
           }
-          if (!broken) broken = redisGetReply(c, &raw) != REDIS_OK;
           asking[i] = false;
           if (broken) {
             out[i] = io_error("redis node " + node + " stopped answering");
             again.push_back(i);
             continue;
           }
-          Reply r(static_cast<redisReply*>(raw));
           if (r->type != REDIS_REPLY_ERROR) {
             out[i] = std::move(r);
             continue;
           }
-          const std::string err(r->str, r->len);
+          const std::string& err = r->str;
           const bool moved = err.rfind("MOVED ", 0) == 0, ask = err.rfind("ASK ", 0) == 0;
           if (!moved && !ask) {
             out[i] = io_error("redis: " + err);
@@ -358,7 +421,7 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass c
   Result<Reply> r = io_error("unset");
   {
     std::lock_guard<std::mutex> lock(read_mu_);
-    r = reader_->run(k, {"EVAL", kGetScript, "1", k, ttl});
+    r = std::move(reader_->get_many({k}, ttl).front());
     if (!r.is_ok() && !reads_failing_)
       log_warn("kv store: redis reads fail (misses until they work): " + r.status().message());
     if (r.is_ok() && reads_failing_) log_info("kv store: redis reads work again");
@@ -373,8 +436,8 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass c
   }
   ++stats_.hits;
   ++stats_.classes[cls].hits;
-  stats_.bytes_read += int64_t((*r)->len);
-  return std::string((*r)->str, (*r)->len);
+  stats_.bytes_read += int64_t((*r)->str.size());
+  return std::move((*r)->str);
 }
 
 std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const StoreKey> keys,
@@ -410,8 +473,8 @@ std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const Sto
     }
     ++stats_.hits;
     ++stats_.classes[cls].hits;
-    stats_.bytes_read += int64_t((*r)->len);
-    out.push_back(std::string((*r)->str, (*r)->len));
+    stats_.bytes_read += int64_t((*r)->str.size());
+    out.push_back(std::move((*r)->str));
   }
   return out;
 }

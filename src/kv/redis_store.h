@@ -7,10 +7,11 @@
 // slots are misses and dropped writes — requests recompute, they never fail for the store.
 //
 // Retention: Redis expires the objects. A write sets the object's time to live to its class's
-// (SET PX), a hit refreshes it to the reader's class's; neither ever shortens what the object
-// has left (one small Lua script each, so each stays one command on the key's node). Redis
-// does not know an object's class: a hit by a request of a shorter class than the writer's
-// keeps at least what the writer's time to live left.
+// (SET PX in a small Lua script that keeps a longer one), a hit raises it to the reader's
+// class's (GET, then PEXPIRE NX and PEXPIRE GT, pipelined: Redis 7's GT never shortens);
+// neither ever shortens what the object has left. Redis does not know an object's class: a
+// hit by a request of a shorter class than the writer's keeps at least what the writer's time
+// to live left.
 //
 // Thread-safe. Reads (contains, get, erase) run on the caller's thread over one set of
 // connections (serialised by a lock); put() queues the write (bounded by queue_bytes; a put

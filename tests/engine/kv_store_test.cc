@@ -7,9 +7,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -133,6 +138,116 @@ TEST_F(EngineKvStore, ARestartHitsTheStoreAndIsExact) {
   const Answer s = ask(e, p_, true);
   EXPECT_EQ(s.tokens, seeded_);
   EXPECT_EQ(s.cached, 64);
+}
+
+// A Store double over a real one that records which thread read each key, and how often.
+class RecordingStore final : public kv::Store {
+ public:
+  explicit RecordingStore(kv::Store* inner) : inner_(inner) {}
+  bool contains(const kv::StoreKey& key) override { return inner_->contains(key); }
+  Result<std::string> get(const kv::StoreKey& key, kv::RetentionClass cls) override {
+    note(key);
+    return inner_->get(key, cls);
+  }
+  std::vector<Result<std::string>> get_many(std::span<const kv::StoreKey> keys,
+                                            kv::RetentionClass cls) override {
+    for (const auto& k : keys) note(k);
+    return inner_->get_many(keys, cls);
+  }
+  bool put(const kv::StoreKey& key, std::string value, kv::RetentionClass cls) override {
+    return inner_->put(key, std::move(value), cls);
+  }
+  void erase(const kv::StoreKey& key) override { inner_->erase(key); }
+  void flush() override { inner_->flush(); }
+  kv::StoreStats stats() const override { return inner_->stats(); }
+  const char* tier_name() const override { return "recording"; }
+
+  // Waits until every key in `keys` has been read (false after a minute: the test fails).
+  bool wait_read(const std::vector<kv::StoreKey>& keys) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::minutes(1), [&] {
+      for (const auto& k : keys)
+        if (!reads_.count(k.hex())) return false;
+      return true;
+    });
+  }
+  std::vector<std::thread::id> readers(const kv::StoreKey& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_[key.hex()];
+  }
+
+ private:
+  void note(const kv::StoreKey& key) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_[key.hex()].push_back(std::this_thread::get_id());
+    }
+    cv_.notify_all();
+  }
+  kv::Store* const inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::vector<std::thread::id>> reads_;  // guarded by mu_
+};
+
+// Prefetch: a request queued behind a running one (max_running 1) has its prompt blocks read
+// from the store while it waits, and its admission uses those bytes (no second read of them)
+// with the answer of an engine without cache or store.
+TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
+  first_life();
+  auto disk = open();
+  RecordingStore store(disk.get());
+  EngineOptions o = options(&store);
+  o.max_running = 1;
+  Engine e(runner(), o, -1);
+  // The running request: another prompt, generating until cancelled.
+  GenerationRequest busy;
+  busy.prompt = std::vector<int32_t>(40, 7);
+  busy.max_tokens = e.context_length() - 64;
+  busy.ignore_eos = true;
+  auto running = e.submit(busy);
+  ASSERT_TRUE(running.is_ok());
+  StreamEvent ev;
+  ASSERT_TRUE((*running)->next(&ev, 60000));
+  ASSERT_FALSE(ev.finished);
+
+  // p_'s resumable blocks: 4 of 16 (the last token always runs).
+  const std::vector<uint64_t> hashes = kv::prefix_block_hashes(p_, 16, 0);
+  std::vector<kv::StoreKey> keys;
+  for (int b = 0; b < 4; ++b)
+    keys.push_back(
+        kv::store_key(runner().fingerprint(), hashes[size_t(b)], kv::ObjectKind::kBlock));
+  GenerationRequest r;
+  r.prompt = p_;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  auto queued = e.submit(r);
+  ASSERT_TRUE(queued.is_ok());
+  ASSERT_TRUE(store.wait_read(keys));
+  // Read while it waits: the other request still runs, and this one is not admitted.
+  EXPECT_EQ(e.stats().running, 1);
+  EXPECT_EQ(e.stats().waiting, 1);
+  EXPECT_EQ(e.stats().store_hit_blocks, 0);
+  (*running)->cancel();
+
+  Answer a;
+  while ((*queued)->next(&ev, 60000)) {
+    a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    if (ev.finished) {
+      a.cached = ev.cached_tokens;
+      break;
+    }
+  }
+  EXPECT_EQ(a.tokens, greedy_);
+  EXPECT_EQ(a.cached, 64);
+  EXPECT_EQ(e.stats().store_hit_blocks, 4);
+  EXPECT_EQ(e.stats().store_prefetched_blocks, 4);
+  // Each block was read once, all by the one thread that read them before the admission.
+  const std::thread::id prefetcher = store.readers(keys[0]).at(0);
+  EXPECT_NE(prefetcher, std::this_thread::get_id());
+  for (const auto& k : keys)
+    EXPECT_EQ(store.readers(k), std::vector<std::thread::id>{prefetcher}) << k.hex();
 }
 
 TEST_F(EngineKvStore, ALongerPromptResumesFromTheLastBlockOfAnEarlierOne) {

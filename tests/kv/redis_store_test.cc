@@ -1,7 +1,8 @@
 // The Redis Cluster tier's pure parts: hash slots as Redis computes them (CRC16/XMODEM mod
 // 16384, hash tags) and the node list flag; and get_many() against a real two-master cluster
 // started here on loopback (redis-server, redis-cli): answers in order, one pipelined round trip
-// per master, ASK during a slot migration and MOVED after it followed per key. The tier under
+// per master, ASK during a slot migration and MOVED after it followed per key, a hit's expiry
+// raised to the reader's class and never lowered. The tier under
 // the server is tests/serve/kv_store_redis_test.js.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -183,6 +184,70 @@ TEST_F(RedisClusterStoreLive, GetManyPipelinesPerMasterAndFollowsAskAndMoved) {
   EXPECT_EQ(s.stats().redirects - redirects0, 2);
   EXPECT_EQ(s.stats().round_trips - trips1, 1);
   EXPECT_TRUE(s.get_many({}, kDefaultRetention).empty());
+}
+
+// A hit raises the key's time to live to the reader's class's and never lowers it (PEXPIRE GT),
+// a key without one gets it (PEXPIRE NX), and a miss sets nothing; for get() and get_many(),
+// on the key's own master and through an ASK. The truth is the PTTL Redis itself reports.
+TEST_F(RedisClusterStoreLive, AHitRaisesTheTimeToLiveToTheReadersClassAndNeverLowersIt) {
+  RedisStoreOptions o;
+  o.nodes = {"127.0.0.1:" + std::to_string(ports_[0])};
+  o.timeout_ms = 2000;
+  auto opened = RedisClusterStore::open(o);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  RedisClusterStore& s = **opened;
+  const RetentionClass agent = *o.retention.find("agent"), chat = *o.retention.find("chat");
+  const int64_t agent_ms = o.retention.ttl_ms(agent), chat_ms = o.retention.ttl_ms(chat);
+  const StoreKey a = key_on(true, 1), b = key_on(false, 1);
+  const std::string ka = "fkv:" + a.hex(), kb = "fkv:" + b.hex();
+  const int pa = ports_[0], pb = ports_[1];
+  auto pttl = [](int port, const std::string& k) { return std::stoll(sh(cli(port, "PTTL " + k))); };
+  ASSERT_TRUE(s.put(a, "a", agent));
+  ASSERT_TRUE(s.put(b, "b", agent));
+  s.flush();
+  ASSERT_EQ(s.stats().writes, 2);
+  EXPECT_GT(pttl(pa, ka), agent_ms - 60000);
+  EXPECT_LE(pttl(pa, ka), agent_ms);
+
+  // A chat hit raises agent's 3 days to 7.
+  auto got = s.get_many(std::vector<StoreKey>{a, b}, chat);
+  ASSERT_TRUE(got[0].is_ok() && got[1].is_ok());
+  EXPECT_EQ(*got[0], "a");
+  EXPECT_GT(pttl(pa, ka), chat_ms - 60000);
+  EXPECT_GT(pttl(pb, kb), chat_ms - 60000);
+  // An agent hit leaves the 7 days as they are.
+  ASSERT_TRUE(s.get(a, agent).is_ok());
+  ASSERT_TRUE(s.get_many(std::vector<StoreKey>{b}, agent)[0].is_ok());
+  EXPECT_GT(pttl(pa, ka), chat_ms - 60000);
+  EXPECT_GT(pttl(pb, kb), chat_ms - 60000);
+  // A cut time to live is raised back to the reader's class's; one without any gets it.
+  sh(cli(pa, "PEXPIRE " + ka + " 5000"));
+  sh(cli(pb, "PERSIST " + kb));
+  ASSERT_EQ(pttl(pb, kb), -1);
+  ASSERT_TRUE(s.get(a, agent).is_ok());
+  ASSERT_TRUE(s.get_many(std::vector<StoreKey>{b}, agent)[0].is_ok());
+  EXPECT_GT(pttl(pa, ka), agent_ms - 60000);
+  EXPECT_LE(pttl(pa, ka), agent_ms);
+  EXPECT_GT(pttl(pb, kb), agent_ms - 60000);
+  EXPECT_LE(pttl(pb, kb), agent_ms);
+  // A miss creates nothing.
+  const StoreKey never = key_on(true, 100000);
+  EXPECT_EQ(s.get(never, chat).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(sh(cli(pa, "EXISTS fkv:" + never.hex())), "0");
+
+  // Through an ASK (the key migrated to B mid-migration): the expiry is raised there too.
+  sh(cli(pa, "PEXPIRE " + ka + " 5000"));  // MIGRATE keeps it
+  const std::string slot = std::to_string(redis_cluster_slot(ka));
+  sh(cli(pb, "CLUSTER SETSLOT " + slot + " IMPORTING " + ids_[0]));
+  sh(cli(pa, "CLUSTER SETSLOT " + slot + " MIGRATING " + ids_[1]));
+  ASSERT_EQ(sh(cli(pa, "MIGRATE 127.0.0.1 " + std::to_string(pb) + " " + ka + " 0 5000")), "OK");
+  const int64_t redirects0 = s.stats().redirects;
+  got = s.get_many(std::vector<StoreKey>{a}, chat);
+  ASSERT_TRUE(got[0].is_ok()) << got[0].status().to_string();
+  EXPECT_EQ(*got[0], "a");
+  EXPECT_EQ(s.stats().redirects - redirects0, 1);
+  for (int port : ports_) sh(cli(port, "CLUSTER SETSLOT " + slot + " NODE " + ids_[1]));
+  EXPECT_GT(pttl(pb, ka), chat_ms - 60000);
 }
 
 }  // namespace

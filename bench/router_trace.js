@@ -9,31 +9,17 @@
 // throughput; then the ratios cache_aware / round_robin.
 // Usage: node bench/router_trace.js FATHOM [REPLICAS] [SESSIONS] [TURNS] [CONCURRENCY] [FIRST] [ADD]
 'use strict';
-const { spawn } = require('child_process');
-const { startServer, randomPrompt } = require('../tests/serve/start_server.js');
+const { startServer, startRouter, randomPrompt } = require('../tests/serve/start_server.js');
 const [fathom, ...rest] = process.argv.slice(2);
 const [replicas, sessions, turns, concurrency, first, add] =
   [4, 16, 5, 8, 384, 128].map((d, i) => Number(rest[i] || d));
 
-function startRouter(args) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(fathom, ['router', '--port', '0', '--probe-interval', '0.2', ...args],
-      { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    proc.stdout.on('data', (d) => {
-      out += d.toString();
-      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve({ proc, port: Number(m[1]) });
-    });
-    proc.on('exit', (code) => reject(new Error('router exited ' + code)));
-  });
-}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function runPolicy(policy) {
   const reps = [];
   for (let i = 0; i < replicas; i++) reps.push(await startServer(fathom, ['--threads', '1']));
-  const router = await startRouter([...reps.flatMap((r) => ['--replica', `http://127.0.0.1:${r.port}`]),
+  const router = await startRouter(fathom, [...reps.flatMap((r) => ['--replica', `http://127.0.0.1:${r.port}`]),
     '--policy', policy]);
   const base = `http://127.0.0.1:${router.port}`;
   for (;;) {

@@ -11,10 +11,10 @@
 //     --policy exits 2; with no replica up a request gets a 503 in the protocol's shape.
 // Usage: node failover_test.js FATHOM NODE_MODULES
 'use strict';
-const { spawn, spawnSync } = require('child_process');
+const { spawnSync } = require('child_process');
 const assert = require('assert');
 const path = require('path');
-const { startServer, checker } = require('../serve/start_server.js');
+const { startServer, startRouter, checker } = require('../serve/start_server.js');
 
 const [fathom, modules] = process.argv.slice(2);
 const OpenAI = require(path.join(modules, 'openai')).default;
@@ -26,20 +26,6 @@ const t = checker();
 const check = t.check;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function startRouter(args) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(fathom, ['router', '--port', '0', '--probe-interval', '0.2', ...args],
-      { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    proc.stdout.on('data', (d) => {
-      out += d.toString();
-      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve({ proc, port: Number(m[1]) });
-    });
-    proc.on('exit', (code) => reject(new Error('router exited ' + code + ': ' + out)));
-    setTimeout(() => reject(new Error('router did not start: ' + out)), 60000);
-  });
-}
 
 async function metrics(port) {
   return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
@@ -99,7 +85,7 @@ async function chat(client, i, stream) {
     const want = [];
     for (let i = 0; i < 16; i++) want.push(await chat(direct, i, false));
 
-    router = await startRouter(['--replica', `http://127.0.0.1:${a.port}`,
+    router = await startRouter(fathom, ['--replica', `http://127.0.0.1:${a.port}`,
       '--replica', `http://127.0.0.1:${b.port}`, '--policy', 'round_robin']);
     procs.push(router.proc);
     const base = `http://127.0.0.1:${router.port}`;

@@ -5,19 +5,29 @@
 'use strict';
 const { spawn } = require('child_process');
 
-function startServer(fathom, args) {
+// `fathom SUBCOMMAND ARGS...` (serve or router), resolved once it prints its address.
+function startListening(fathom, subcommand, args, what) {
   return new Promise((resolve, reject) => {
     const port = args.includes('--port') ? [] : ['--port', '0'];  // a restart keeps its port
-    const proc = spawn(fathom, ['serve', ...port, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const proc = spawn(fathom, [subcommand, ...port, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     proc.stdout.on('data', (d) => {
       out += d.toString();
       const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
       if (m) resolve({ proc, port: Number(m[1]) });
     });
-    proc.on('exit', (code) => reject(new Error('server exited ' + code + ': ' + out)));
-    setTimeout(() => reject(new Error('server did not start: ' + out)), 120000);
+    proc.on('exit', (code) => reject(new Error(what + ' exited ' + code + ': ' + out)));
+    setTimeout(() => reject(new Error(what + ' did not start: ' + out)), 120000);
   });
+}
+
+function startServer(fathom, args) {
+  return startListening(fathom, 'serve', args, 'server');
+}
+
+// `fathom router --port 0 ARGS...`, probing its replicas every 0.2 s.
+function startRouter(fathom, args) {
+  return startListening(fathom, 'router', ['--probe-interval', '0.2', ...args], 'router');
 }
 
 function checker() {
@@ -45,4 +55,4 @@ function randomPrompt(seed, length) {
   return p;
 }
 
-module.exports = { startServer, checker, randomPrompt };
+module.exports = { startServer, startRouter, checker, randomPrompt };

@@ -276,7 +276,8 @@ bool RemoteGenerator::attempt(Job& job, size_t replica) {
     auto body = ex.read_all(opt_.connect_timeout_ms);
     const std::string msg = body.is_ok() ? error_message(*body) : body.status().message();
     const int st = ex.status();
-    if (st >= 400 && st < 500 && st != 408 && st != 429) {
+    // 404/405: not a Fathom replica's /v1/completions (a misconfigured --replica): its fault.
+    if (st >= 400 && st < 500 && st != 404 && st != 405 && st != 408 && st != 429) {
       // The request's own fault (the replica validated it): no other replica would take it.
       job.close_all(engine::FinishCause::kError, invalid_argument(msg));
       return true;

@@ -181,7 +181,7 @@ void RemoteGenerator::run(Job& job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       c = policy_.pick(prompt, job.req.cache_salt, cands);
-      policy_.routed(c.replica, prompt, job.req.cache_salt);
+      policy_.routed(c.replica, c.block_hashes);
       ++stats_.attempts;
       if (a > 0) ++stats_.retries;
       if (a > 0 && job.any_tokens()) ++stats_.continuations;

@@ -102,21 +102,29 @@ Choice RoutingPolicy::pick(std::span<const int32_t> prompt, uint64_t salt,
         const size_t i = (start + k) % c.size();
         const int64_t m = matched(c[i].replica, hashes);
         const double cost = opt_.alpha * double(int64_t(hashes.size()) - m) + double(c[i].load);
-        if (k == 0 || cost < best) best = cost, pick = i;
+        if (k == 0 || cost < best) best = cost, pick = i, out.predicted_hit_blocks = m;
       }
       break;
     }
   }
   out.replica = c[pick].replica;
   out.prompt_blocks = int64_t(hashes.size());
-  if (opt_.policy == Policy::kCacheAware) out.predicted_hit_blocks = matched(out.replica, hashes);
+  // The imbalance override picked without scoring: what the index says the replica holds.
+  if (opt_.policy == Policy::kCacheAware && out.predicted_hit_blocks == 0)
+    out.predicted_hit_blocks = matched(out.replica, hashes);
+  out.block_hashes = std::move(hashes);
   return out;
 }
 
 void RoutingPolicy::routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt) {
   if (opt_.policy != Policy::kCacheAware) return;
+  routed(replica, block_hashes(prompt, salt));
+}
+
+void RoutingPolicy::routed(size_t replica, std::span<const uint64_t> hashes) {
+  if (opt_.policy != Policy::kCacheAware) return;
   auto& idx = index_[replica];
-  for (uint64_t h : block_hashes(prompt, salt)) idx[h] = ++tick_;
+  for (uint64_t h : hashes) idx[h] = ++tick_;
   if (int64_t(idx.size()) > opt_.max_blocks_per_replica) forget_oldest(replica);
 }
 

@@ -46,6 +46,7 @@ struct Choice {
   size_t replica = 0;
   int64_t predicted_hit_blocks = 0;  // blocks of the prompt the index says it holds
   int64_t prompt_blocks = 0;
+  std::vector<uint64_t> block_hashes;  // cache_aware: the prompt's, for routed()
 };
 
 class RoutingPolicy {
@@ -55,8 +56,10 @@ class RoutingPolicy {
   // REQUIRES: candidates is not empty. `salt` separates tenants' prefixes (the cache salt).
   Choice pick(std::span<const int32_t> prompt, uint64_t salt,
               std::span<const Candidate> candidates);
-  // The request went to `replica`: its prompt blocks are now expected in its cache.
+  // The request went to `replica`: its prompt blocks are now expected in its cache. The
+  // second form takes the hashes pick() returned (Choice::block_hashes) instead of hashing again.
   void routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt);
+  void routed(size_t replica, std::span<const uint64_t> hashes);
 
   // The chained hash of each full 128-token block of `prompt` (for tests and the bench).
   std::vector<uint64_t> block_hashes(std::span<const int32_t> prompt, uint64_t salt) const;

@@ -274,8 +274,17 @@ FinishCause Engine::append_token(Sequence& s, float* row, int32_t* token) {
   StreamEvent& ev = s.pending;
   TokenLogprob* lp = nullptr;
   if (s.req.top_logprobs >= 0) lp = &ev.logprobs.emplace_back();
+  // The mask the worker computed for this token, if any (grammar_masks.h).
+  const uint32_t* premask = nullptr;
+  if (s.matcher && g - s.mask_base >= 0 && g - s.mask_base < s.mask_rows)
+    premask = s.masks.data() + size_t(g - s.mask_base) * s.matcher->mask_words();
+  if (s.req.grammar && (!s.req.grammar_after_think || s.think_ended) &&
+      OutputProcessor::samples(s.req, g, s.think_ended)) {
+    ++stats_masks_in_step_;
+    stats_masks_ahead_in_step_ += premask != nullptr;
+  }
   const int32_t tok = output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id,
-                                         s.generated, s.think_ended, row, lp, &s.matcher);
+                                         s.generated, s.think_ended, row, lp, &s.matcher, premask);
   if (tok == s.req.think_end_id) s.think_ended = true;
   s.generated.push_back(tok);
   s.all.push_back(tok);
@@ -860,6 +869,30 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     w.drafts = k;
     w.n = 1 + k;
   }
+  // Structured-output masks for the rows this step samples, computed by the mask worker while
+  // the forward runs (a verify step's rows after its drafts; the drafts' buffers move into
+  // `verified` below, which keeps them where the jobs' spans point).
+  std::vector<GrammarMaskWorker::Job>& mask_jobs = masks_.jobs();
+  mask_jobs.clear();
+  for (size_t i = 0; i < work.size(); ++i) {
+    const Work& w = work[i];
+    Sequence& s = *w.s;
+    if (!opt_.grammar_masks_ahead) break;
+    if (s.done || s.prefilled + w.n - w.drafts != int64_t(s.all.size())) continue;
+    const int64_t g = int64_t(s.generated.size());
+    if (!OutputProcessor::samples(s.req, g, s.think_ended)) continue;
+    grammar::GrammarMatcher* m =
+        OutputProcessor::matcher_for(s.req, s.generated, s.think_ended, &s.matcher);
+    if (!m) continue;
+    size_t d = 0;
+    while (d < drafted[i].drafts.size() &&
+           OutputProcessor::samples(s.req, g + int64_t(d) + 1, s.think_ended))
+      ++d;
+    s.mask_base = g;
+    s.mask_rows = 0;
+    mask_jobs.push_back({m, std::span(drafted[i].drafts).first(d), &s.masks, &s.mask_rows});
+  }
+  masks_.start();
   std::vector<size_t> decodes;
   for (size_t i = 0; i < work.size(); ++i)
     if (!work[i].s->done && work[i].n == 1 &&
@@ -945,10 +978,12 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   // The head's rows: the buffer grows to the largest step and is then reused as it is.
   if (logits_.size() < heads.size() * size_t(vocab_)) logits_.resize(heads.size() * size_t(vocab_));
   if (!heads.empty()) runner_.head_logits(hidden, int64_t(heads.size()), logits_.data());
+  const double mask_wait_s = masks_.wait();
   const Clock::time_point t_head = Clock::now();
   double sample_s = 0;
   // Sample, stream, stop.
   stats_generated_in_step_ = 0;
+  stats_masks_in_step_ = stats_masks_ahead_in_step_ = 0;
   for (size_t i = 0; i < heads.size(); ++i) {
     Sequence& s = *heads[i];
     if (s.stream->cancelled()) continue;
@@ -977,6 +1012,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     spec_accepted += accepted;
     ++spec_hist[size_t(accepted)];
   }
+  for (const GrammarMaskWorker::Job& j : mask_jobs) *j.rows = 0;
   const int64_t generated = stats_generated_in_step_;
   int64_t finished = 0;
   for (auto& s : running)
@@ -1003,7 +1039,10 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   std::lock_guard<std::mutex> lock(mu_);
   stats_.plan_seconds += secs(t_begin, t_plan);
   stats_.body_seconds += secs(t_plan, t_body);
-  stats_.head_seconds += secs(t_body, t_head);
+  stats_.head_seconds += secs(t_body, t_head) - mask_wait_s;
+  stats_.mask_wait_seconds += mask_wait_s;
+  stats_.grammar_masks += stats_masks_in_step_;
+  stats_.grammar_masks_ahead += stats_masks_ahead_in_step_;
   stats_.sample_seconds += sample_s;
   stats_.post_seconds += secs(t_head, t_end) - sample_s;
   stats_.running = int64_t(running.size());

@@ -44,6 +44,7 @@
 #include "core/status.h"
 #include "engine/draft_scheduler.h"
 #include "engine/generator.h"
+#include "engine/grammar_masks.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
@@ -99,6 +100,10 @@ struct EngineOptions {
   // from the store on a thread of their own while it queues (engine/store_prefetch.h); its
   // admission decodes those bytes and reads the rest as without it.
   bool store_prefetch = true;
+  // Structured outputs: a step's grammar masks are computed on a thread of their own while the
+  // forward runs (engine/grammar_masks.h); off, each is computed before its token is sampled.
+  // The tokens are the same either way.
+  bool grammar_masks_ahead = true;
 };
 
 struct EngineStats {
@@ -110,6 +115,11 @@ struct EngineStats {
   // batch, pages), the model bodies, the batched head, sampling, and the rest (events,
   // stop checks, cache inserts, stats).
   double plan_seconds = 0, body_seconds = 0, head_seconds = 0, sample_seconds = 0, post_seconds = 0;
+  // Structured outputs: the time the executor waited after the head for the mask worker, the
+  // masked (sampled under a grammar) tokens, and of them those whose mask was computed ahead,
+  // beside the forward.
+  double mask_wait_seconds = 0;
+  int64_t grammar_masks = 0, grammar_masks_ahead = 0;
   int64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0,
           preemptions = 0;
   // Speculative decoding: sequence steps that verified drafts, draft tokens verified, of them
@@ -225,7 +235,9 @@ class Engine : public Generator {
   std::vector<float> hidden_, logits_;               // executor only: the step's head rows, reused
   std::vector<float> spec_logits_;                   // executor only: verify rows' logits, reused
   std::unique_ptr<DraftScheduler> draft_sched_;      // executor only; with speculative_tokens
+  GrammarMaskWorker masks_;                          // executor only: masks beside the forward
   int64_t stats_generated_in_step_ = 0;              // executor only: tokens the step generated
+  int64_t stats_masks_in_step_ = 0, stats_masks_ahead_in_step_ = 0;  // executor only
   // executor only: siblings whose leader was cancelled before its prefill completed
   std::vector<std::shared_ptr<Sequence>> orphans_;
   // The hashes cache_ holds, kept by its observer for submit()'s prefetch (any thread).

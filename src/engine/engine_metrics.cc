@@ -41,6 +41,11 @@ std::string Engine::metrics_text() const {
       << "fathom_spec_accepted_per_step_sum " << sum << "\n"
       << "fathom_spec_accepted_per_step_count " << cumulative << "\n";
   }
+  gauge("fathom_grammar_masks_total", "Tokens sampled under a structured-output grammar",
+        double(e.grammar_masks), "counter");
+  gauge("fathom_grammar_masks_ahead_total",
+        "Of them, tokens whose mask was computed beside the forward", double(e.grammar_masks_ahead),
+        "counter");
   gauge("fathom_queue_depth", "Requests waiting for admission", double(e.waiting));
   gauge("fathom_running_sequences", "Sequences admitted", double(e.running));
   gauge("fathom_batch_size", "Sequences in the last step", double(e.batch_size_last));
@@ -58,7 +63,8 @@ std::string Engine::metrics_text() const {
                           {"body", e.body_seconds},
                           {"head", e.head_seconds},
                           {"sample", e.sample_seconds},
-                          {"post", e.post_seconds}})
+                          {"post", e.post_seconds},
+                          {"mask_wait", e.mask_wait_seconds}})
     o << "fathom_engine_seconds_total{phase=\"" << phase << "\"} " << v << "\n";
   gauge("fathom_swa_replay_tokens_total", "Prompt tokens recomputed by SWA bounded replay",
         double(e.replayed_tokens), "counter");

@@ -5,7 +5,8 @@
 
 namespace fathom::engine {
 
-bool OutputProcessor::mask_logits(grammar::GrammarMatcher& m, float* logits) {
+bool OutputProcessor::mask_logits(grammar::GrammarMatcher& m, float* logits,
+                                  const uint32_t* premask) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if (m.is_terminated()) {  // the grammar has ended: only EOS
     for (int64_t v = 0; v < vocab_; ++v)
@@ -13,11 +14,15 @@ bool OutputProcessor::mask_logits(grammar::GrammarMatcher& m, float* logits) {
     return eos_ >= 0 && eos_ < vocab_;
   }
   const size_t words = m.mask_words();
-  mask_.resize(words);
-  m.fill_next_token_bitmask(mask_.data());
+  const uint32_t* mask = premask;
+  if (!mask) {
+    mask_.resize(words);
+    m.fill_next_token_bitmask(mask_.data());
+    mask = mask_.data();
+  }
   bool any = false;
   for (size_t w = 0; w * 32 < size_t(vocab_); ++w) {
-    const uint32_t bits = w < words ? mask_[w] : 0;
+    const uint32_t bits = w < words ? mask[w] : 0;
     const int64_t base = int64_t(w * 32), end = std::min<int64_t>(base + 32, vocab_);
     if (bits == 0xffffffffu && end - base == 32) {
       any = true;
@@ -32,32 +37,36 @@ bool OutputProcessor::mask_logits(grammar::GrammarMatcher& m, float* logits) {
   return any;
 }
 
+grammar::GrammarMatcher* OutputProcessor::matcher_for(
+    const GenerationRequest& r, std::span<const int32_t> generated, bool think_ended,
+    std::unique_ptr<grammar::GrammarMatcher>* slot) {
+  if (!r.grammar || !slot || (r.grammar_after_think && !think_ended)) return nullptr;
+  if (!*slot) {
+    // New, forked or re-admitted: the state after the constrained tokens generated so far.
+    *slot = std::make_unique<grammar::GrammarMatcher>(r.grammar);
+    size_t from = 0;
+    if (r.grammar_after_think) {
+      auto it = std::find(generated.begin(), generated.end(), r.think_end_id);
+      from = it == generated.end() ? generated.size() : size_t(it - generated.begin()) + 1;
+    }
+    for (size_t i = from; i < generated.size(); ++i) (*slot)->accept_token(generated[i]);
+  }
+  return slot->get();
+}
+
 int32_t OutputProcessor::next_token(const GenerationRequest& r, uint64_t request_key,
                                     std::span<const int32_t> generated, bool think_ended,
                                     float* logits, TokenLogprob* logprob,
-                                    std::unique_ptr<grammar::GrammarMatcher>* matcher) {
+                                    std::unique_ptr<grammar::GrammarMatcher>* matcher,
+                                    const uint32_t* premask) {
   const int64_t g = int64_t(generated.size());
-  grammar::GrammarMatcher* m = nullptr;
-  if (r.grammar && matcher && (!r.grammar_after_think || think_ended)) {
-    if (!*matcher) {
-      // New, forked or re-admitted: the state after the constrained tokens generated so far.
-      *matcher = std::make_unique<grammar::GrammarMatcher>(r.grammar);
-      size_t from = 0;
-      if (r.grammar_after_think) {
-        auto it = std::find(generated.begin(), generated.end(), r.think_end_id);
-        from = it == generated.end() ? generated.size() : size_t(it - generated.begin()) + 1;
-      }
-      for (size_t i = from; i < generated.size(); ++i) (*matcher)->accept_token(generated[i]);
-    }
-    m = matcher->get();
-  }
+  grammar::GrammarMatcher* m = matcher_for(r, generated, think_ended, matcher);
   int32_t tok = 0;
   if (g < int64_t(r.forced_output.size())) {
     tok = r.forced_output[size_t(g)];
-  } else if (r.think_end_id >= 0 && r.reasoning_budget >= 0 && !think_ended &&
-             g >= r.reasoning_budget) {
+  } else if (!samples(r, g, think_ended)) {
     tok = r.think_end_id;  // the reasoning budget is spent
-  } else if (m && !mask_logits(*m, logits) && eos_ >= 0) {
+  } else if (m && !mask_logits(*m, logits, premask) && eos_ >= 0) {
     tok = eos_;  // nothing can follow (cannot happen with a grammar that can end)
   } else {
     tok = sample_token(logits, vocab_, r.sampling, r.prompt, generated, request_key,

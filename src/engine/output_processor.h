@@ -37,10 +37,25 @@ class OutputProcessor {
   // constrained part of `generated`. A sampled token is drawn from `logits` with the tokens
   // the grammar rejects set to -inf in place (EOS allowed only where the grammar can end; only
   // EOS once it has ended; EOS too when nothing is allowed), so the logprobs are those of the
-  // masked distribution. Forced tokens are not masked but are fed to the matcher.
+  // masked distribution. Forced tokens are not masked but are fed to the matcher. `premask`,
+  // when non-null, is the matcher's bitmask for its current state, computed ahead (the
+  // GrammarMaskWorker); it is used instead of computing it here.
   int32_t next_token(const GenerationRequest& r, uint64_t request_key,
                      std::span<const int32_t> generated, bool think_ended, float* logits,
-                     TokenLogprob* logprob, std::unique_ptr<grammar::GrammarMatcher>* matcher);
+                     TokenLogprob* logprob, std::unique_ptr<grammar::GrammarMatcher>* matcher,
+                     const uint32_t* premask = nullptr);
+  // The request's matcher for its state after `generated` (creating it in `slot` when null by
+  // replaying the constrained tokens), or null while no grammar applies.
+  static grammar::GrammarMatcher* matcher_for(const GenerationRequest& r,
+                                              std::span<const int32_t> generated, bool think_ended,
+                                              std::unique_ptr<grammar::GrammarMatcher>* slot);
+  // True when the token after `generated` (g tokens) is sampled, not forced: the grammar's
+  // mask is needed there (given that the grammar applies).
+  static bool samples(const GenerationRequest& r, int64_t g, bool think_ended) {
+    if (g < int64_t(r.forced_output.size())) return false;
+    return !(r.think_end_id >= 0 && r.reasoning_budget >= 0 && !think_ended &&
+             g >= r.reasoning_budget);
+  }
   // Why the request ends after `generated` (its newest token last); kNone to go on.
   // `grammar_ended`: the request's grammar has accepted its EOS (kEos even with ignore_eos:
   // nothing may follow).
@@ -48,8 +63,9 @@ class OutputProcessor {
                          bool grammar_ended = false) const;
 
  private:
-  // Sets the tokens the matcher rejects to -inf; false if it allows none.
-  bool mask_logits(grammar::GrammarMatcher& m, float* logits);
+  // Sets the tokens the matcher rejects (`premask`'s clear bits, when given) to -inf; false if
+  // it allows none.
+  bool mask_logits(grammar::GrammarMatcher& m, float* logits, const uint32_t* premask);
 
   const int32_t eos_;
   const int64_t vocab_;

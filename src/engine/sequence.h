@@ -35,6 +35,11 @@ struct Sequence {
   // it when the constraint first applies, replaying `generated`; admit() drops it, so a
   // re-admitted sequence rebuilds it).
   std::unique_ptr<grammar::GrammarMatcher> matcher;
+  // This step's masks from the GrammarMaskWorker (written by its thread between start() and
+  // wait()): `mask_rows` rows of matcher->mask_words() words, row k the mask for the token
+  // after generated[0, mask_base + k); cleared when the step's sampling is done.
+  std::vector<uint32_t> masks;
+  int64_t mask_base = 0, mask_rows = 0;
   StreamEvent pending;  // the step's tokens not yet sent (buffers reused)
   // submit_n: the other samples, forked from this one when its prefill completes.
   std::vector<std::shared_ptr<Sequence>> siblings;

@@ -1134,5 +1134,54 @@ TEST(EngineSpeculative, GrammarConstrainedAndForkedSamplesAreUnchanged) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(spec[i] == plain[i]) << i;
 }
 
+// A step's grammar masks are computed by the mask worker beside the forward — a speculative
+// step's verify rows too, after each draft the grammar takes — and the tokens, logprobs and
+// ends are those of masks computed one at a time before each token is sampled.
+TEST(EngineGrammar, MasksComputedBesideTheForwardChangeNothing) {
+  auto c = tiny_regex("[a-c]{30,40}");
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r = request(prompt(40 + 10 * i, 90 + i), 64, seeded_t1(), true);
+    r.sampling.seed = uint64_t(i);
+    r.top_logprobs = 2;
+    r.grammar = c;
+    reqs.push_back(r);
+  }
+  auto run = [&](const ModelRunner& mr, bool ahead, int64_t drafts, EngineStats* st) {
+    EngineOptions o;
+    o.grammar_masks_ahead = ahead;
+    o.speculative_tokens = drafts;
+    Engine e(mr, o, kGrammarEos);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(*e.submit(r));
+    std::vector<Answer> out;
+    for (auto& s : streams) out.push_back(answer(*s));
+    *st = idle_stats(e);
+    return out;
+  };
+  EngineStats inline_st, ahead_st, spec_st;
+  const std::vector<Answer> one_at_a_time = run(runner(), false, 0, &inline_st);
+  const std::vector<Answer> ahead = run(runner(), true, 0, &ahead_st);
+  // Request 0 drafted by an oracle that knows its answer, every fourth draft wrong.
+  OracleDrafter oracle(tiny(), int64_t(reqs[0].prompt.size()), one_at_a_time[0].tokens, 4);
+  const std::vector<Answer> spec = run(oracle, true, 5, &spec_st);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(one_at_a_time[i].cause, FinishCause::kEos) << i;
+    EXPECT_TRUE(prefix_then_abc(constrained_text(*c, c, one_at_a_time[i].tokens, 0), "", 30, 40));
+    EXPECT_TRUE(ahead[i] == one_at_a_time[i]) << i;
+    EXPECT_TRUE(spec[i] == one_at_a_time[i]) << i << " speculative";
+  }
+  EXPECT_GT(inline_st.grammar_masks, 100);
+  EXPECT_EQ(inline_st.grammar_masks_ahead, 0);
+  EXPECT_EQ(ahead_st.grammar_masks, inline_st.grammar_masks);
+  EXPECT_EQ(ahead_st.grammar_masks_ahead, ahead_st.grammar_masks);
+  EXPECT_EQ(spec_st.grammar_masks, inline_st.grammar_masks);
+  EXPECT_EQ(spec_st.grammar_masks_ahead, spec_st.grammar_masks);
+  EXPECT_GT(spec_st.spec_accepted_tokens, 10);
+  std::printf("%ld masked tokens; speculative: %ld drafts verified, %ld accepted\n",
+              long(inline_st.grammar_masks), long(spec_st.spec_verified_tokens),
+              long(spec_st.spec_accepted_tokens));
+}
+
 }  // namespace
 }  // namespace fathom::engine

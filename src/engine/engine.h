@@ -201,7 +201,7 @@ class Engine : public Generator {
   void finish(Sequence& s, FinishCause cause, Status error = Status::ok());
   // Sends the step's pending tokens of `s` as one event.
   void flush(Sequence& s);
-  // The next token of `s` from its logits row (`row` is masked in place by a grammar): added
+  // The next token of `s` from its logits row (`row` may be masked in place by a grammar): added
   // to the sequence and its pending event; the cause when the request ends with it (kNone:
   // it goes on).
   FinishCause append_token(Sequence& s, float* row, int32_t* token);

@@ -1,40 +1,43 @@
 #include "engine/output_processor.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 namespace fathom::engine {
 
-bool OutputProcessor::mask_logits(grammar::GrammarMatcher& m, float* logits,
-                                  const uint32_t* premask) {
+bool OutputProcessor::allow(grammar::GrammarMatcher& m, const uint32_t* premask, float* logits) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  allowed_.clear();
   if (m.is_terminated()) {  // the grammar has ended: only EOS
-    for (int64_t v = 0; v < vocab_; ++v)
-      if (v != eos_) logits[v] = kNegInf;
-    return eos_ >= 0 && eos_ < vocab_;
-  }
-  const size_t words = m.mask_words();
-  const uint32_t* mask = premask;
-  if (!mask) {
-    mask_.resize(words);
-    m.fill_next_token_bitmask(mask_.data());
-    mask = mask_.data();
-  }
-  bool any = false;
-  for (size_t w = 0; w * 32 < size_t(vocab_); ++w) {
-    const uint32_t bits = w < words ? mask[w] : 0;
-    const int64_t base = int64_t(w * 32), end = std::min<int64_t>(base + 32, vocab_);
-    if (bits == 0xffffffffu && end - base == 32) {
-      any = true;
-      continue;
+    if (eos_ < 0 || eos_ >= vocab_) return false;
+    allowed_.push_back(eos_);
+  } else {
+    const size_t words = m.mask_words();
+    const uint32_t* mask = premask;
+    if (!mask) {
+      mask_.resize(words);
+      m.fill_next_token_bitmask(mask_.data());
+      mask = mask_.data();
     }
-    for (int64_t v = base; v < end; ++v)
-      if ((bits >> (v - base)) & 1)
-        any = true;
+    for (size_t w = 0; w < words && int64_t(w * 32) < vocab_; ++w) {
+      uint32_t bits = mask[w];
+      if (int64_t(w * 32 + 32) > vocab_) bits &= (1u << (vocab_ - int64_t(w * 32))) - 1;
+      while (bits) {
+        allowed_.push_back(int32_t(w * 32) + std::countr_zero(bits));
+        bits &= bits - 1;
+      }
+    }
+  }
+  if (logits) {  // the masked distribution, for the logprobs
+    size_t k = 0;
+    for (int64_t v = 0; v < vocab_; ++v)
+      if (k < allowed_.size() && allowed_[k] == v)
+        ++k;
       else
         logits[v] = kNegInf;
   }
-  return any;
+  return !allowed_.empty();
 }
 
 grammar::GrammarMatcher* OutputProcessor::matcher_for(
@@ -66,11 +69,12 @@ int32_t OutputProcessor::next_token(const GenerationRequest& r, uint64_t request
     tok = r.forced_output[size_t(g)];
   } else if (!samples(r, g, think_ended)) {
     tok = r.think_end_id;  // the reasoning budget is spent
-  } else if (m && !mask_logits(*m, logits, premask) && eos_ >= 0) {
+  } else if (m && !allow(*m, premask, logprob ? logits : nullptr) && eos_ >= 0) {
     tok = eos_;  // nothing can follow (cannot happen with a grammar that can end)
   } else {
     tok = sample_token(logits, vocab_, r.sampling, r.prompt, generated, request_key,
-                       uint64_t(r.prompt.size()) + uint64_t(g), scratch_);
+                       uint64_t(r.prompt.size()) + uint64_t(g), scratch_,
+                       m ? std::span<const int32_t>(allowed_) : std::span<const int32_t>());
   }
   if (m) m->accept_token(tok);  // forced tokens too; a rejected one leaves the state as it was
   if (logprob)

@@ -34,12 +34,12 @@ class OutputProcessor {
   //
   // With a grammar (r.grammar, applying once think_ended when r.grammar_after_think),
   // `matcher` is the sequence's matcher slot: created here when null by replaying the
-  // constrained part of `generated`. A sampled token is drawn from `logits` with the tokens
-  // the grammar rejects set to -inf in place (EOS allowed only where the grammar can end; only
-  // EOS once it has ended; EOS too when nothing is allowed), so the logprobs are those of the
-  // masked distribution. Forced tokens are not masked but are fed to the matcher. `premask`,
-  // when non-null, is the matcher's bitmask for its current state, computed ahead (the
-  // GrammarMaskWorker); it is used instead of computing it here.
+  // constrained part of `generated`. A sampled token is drawn from `logits` among the tokens
+  // the grammar allows (EOS only where the grammar can end; only EOS once it has ended; EOS
+  // too when nothing is allowed); with `logprob` the others are set to -inf in place, so the
+  // logprobs are those of the masked distribution. Forced tokens are not masked but are fed to the
+  // matcher. `premask`, when non-null, is the matcher's bitmask for its current state, computed
+  // ahead (the GrammarMaskWorker); it is used instead of computing it here.
   int32_t next_token(const GenerationRequest& r, uint64_t request_key,
                      std::span<const int32_t> generated, bool think_ended, float* logits,
                      TokenLogprob* logprob, std::unique_ptr<grammar::GrammarMatcher>* matcher,
@@ -63,14 +63,15 @@ class OutputProcessor {
                          bool grammar_ended = false) const;
 
  private:
-  // Sets the tokens the matcher rejects (`premask`'s clear bits, when given) to -inf; false if
-  // it allows none.
-  bool mask_logits(grammar::GrammarMatcher& m, float* logits, const uint32_t* premask);
+  // allowed_ = the ids the matcher allows next (`premask`'s set bits, when given; only EOS once
+  // it has ended); with `logits`, every other id there is set to -inf. False if none is.
+  bool allow(grammar::GrammarMatcher& m, const uint32_t* premask, float* logits);
 
   const int32_t eos_;
   const int64_t vocab_;
   SamplerScratch scratch_;
-  std::vector<uint32_t> mask_;  // the grammar's bitmask, reused from token to token
+  std::vector<uint32_t> mask_;    // the grammar's bitmask, reused from token to token
+  std::vector<int32_t> allowed_;  // the ids it allows, ascending, reused
 };
 
 }  // namespace fathom::engine

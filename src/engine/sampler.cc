@@ -91,9 +91,16 @@ double counter_uniform(uint64_t seed, uint64_t request, uint64_t position) {
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
                      std::span<const int32_t> prompt, std::span<const int32_t> generated,
-                     uint64_t request, uint64_t position, SamplerScratch& scratch) {
+                     uint64_t request, uint64_t position, SamplerScratch& scratch,
+                     std::span<const int32_t> allowed) {
   const float* l = penalized(logits, vocab, p, prompt, generated, scratch);
   if (p.temperature <= 0.0f) {
+    if (!allowed.empty()) {
+      int32_t best = allowed[0];
+      for (int32_t i : allowed)
+        if (l[i] > l[best]) best = i;
+      return best;
+    }
     int64_t best = 0;
     for (int64_t i = 1; i < vocab; ++i)
       if (l[i] > l[best]) best = i;
@@ -102,16 +109,21 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
   // Candidates: all ids in id order, or the top-k by logit (ties to the lower id), in
   // descending order. Sorting the whole vocabulary is avoided unless top-p needs an order.
   auto cmp = [&](int32_t x, int32_t y) { return l[x] > l[y] || (l[x] == l[y] && x < y); };
+  // With `allowed`, the other ids (at -inf, weight 0) are left out: the same cumulative sums
+  // in the same order, so the same draw.
   std::vector<int32_t>& cand = scratch.cand;
-  if (p.top_k > 0 && p.top_k < vocab) {
+  if (allowed.empty()) {
     cand.resize(size_t(vocab));
     std::iota(cand.begin(), cand.end(), 0);
+  } else {
+    cand.assign(allowed.begin(), allowed.end());
+  }
+  if (p.top_k > 0 && p.top_k < int64_t(cand.size())) {
     std::nth_element(cand.begin(), cand.begin() + (p.top_k - 1), cand.end(), cmp);
     cand.resize(size_t(p.top_k));
     std::sort(cand.begin(), cand.end(), cmp);
-  } else {
-    cand.resize(size_t(vocab));
-    std::iota(cand.begin(), cand.end(), 0);
+  } else if (p.top_k > 0 && p.top_k < vocab) {
+    std::sort(cand.begin(), cand.end(), cmp);  // the top-k order (the -inf ids come last)
   }
   float top = l[cand[0]];
   for (int32_t c : cand) top = std::max(top, l[c]);

@@ -45,10 +45,14 @@ struct TokenLogprob {
 inline constexpr int kMaxTopLogprobs = 20;
 
 // Samples one token. `prompt` and `generated` feed the penalties (repetition over both,
-// presence/frequency over the generated tokens).
+// presence/frequency over the generated tokens). `allowed` (ascending ids; empty: every id)
+// restricts the draw to those ids: the token is the one sampling `logits` with every other id
+// at -inf gives, for the same key (a structured-output mask without the pass over the whole
+// vocabulary).
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
                      std::span<const int32_t> prompt, std::span<const int32_t> generated,
-                     uint64_t request, uint64_t position, SamplerScratch& scratch);
+                     uint64_t request, uint64_t position, SamplerScratch& scratch,
+                     std::span<const int32_t> allowed = {});
 
 // The log-probability of `token` and of the `top_n` (0..20) most likely ids (descending, ties
 // to the lower id) under the distribution the sampler draws from before truncation: the

@@ -129,5 +129,63 @@ TEST(Sampler, LogprobsAreTheLogSoftmaxAfterPenaltiesAndTemperature) {
   EXPECT_EQ(lp.top_count, 0);
 }
 
+// Sampling among `allowed` ids (a grammar's mask) draws the token that sampling the whole row
+// with every other id at -inf draws — the definition of a masked draw — for every key, with
+// greedy, top-k (below and above the allowed count), top-p, min-p, penalties and ties.
+TEST(Sampler, AmongAllowedIdsIsTheDrawWithTheOthersAtMinusInfinity) {
+  const int64_t V = 700;
+  uint64_t x = 12345;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  std::vector<float> logits(V);
+  for (auto& v : logits) v = float(int(next() % 400)) / 40.0f - 5.0f;  // many ties
+  const std::vector<int32_t> prompt = {3, 9, 9, 41}, generated = {41, 7, 7, 7, 500};
+  std::vector<SamplingParams> params(8);
+  params[0].temperature = 0;
+  params[1].temperature = 1;
+  params[2].temperature = 0.7f;
+  params[2].top_k = 5;
+  params[3].temperature = 1.3f;
+  params[3].top_k = 400;
+  params[4].temperature = 1;
+  params[4].top_p = 0.8f;
+  params[5].temperature = 1;
+  params[5].min_p = 0.2f;
+  params[6].temperature = 0.9f;
+  params[6].repetition_penalty = 1.3f;
+  params[6].presence_penalty = 0.5f;
+  params[6].frequency_penalty = 0.25f;
+  params[6].top_k = 50;
+  params[6].top_p = 0.9f;
+  params[7].temperature = 0;
+  params[7].repetition_penalty = 2.0f;
+  SamplerScratch scratch;
+  int64_t draws = 0;
+  for (int density : {1, 3, 50, 97, 100}) {  // percent of ids allowed (1: a handful)
+    std::vector<int32_t> allowed;
+    std::vector<float> masked(V, -INFINITY);
+    for (int64_t i = 0; i < V; ++i)
+      if (int(next() % 100) < density || (density == 1 && allowed.empty() && i == V - 1)) {
+        allowed.push_back(int32_t(i));
+        masked[size_t(i)] = logits[size_t(i)];
+      }
+    for (size_t k = 0; k < params.size(); ++k) {
+      params[k].seed = 99 + k;
+      for (uint64_t pos = 0; pos < 200; ++pos, ++draws) {
+        const int32_t want =
+            sample_token(masked.data(), V, params[k], prompt, generated, 5, pos, scratch);
+        const int32_t got =
+            sample_token(logits.data(), V, params[k], prompt, generated, 5, pos, scratch, allowed);
+        ASSERT_EQ(got, want) << "density " << density << " params " << k << " position " << pos;
+      }
+    }
+  }
+  EXPECT_EQ(draws, 5 * 8 * 200);
+}
+
 }  // namespace
 }  // namespace fathom::engine

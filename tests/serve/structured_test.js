@@ -3,7 +3,7 @@
 // jsonschema (validate_structured.py; formats checked), regexes with Python's re.fullmatch,
 // choices by membership. 50 bounded JSON Schemas through Chat (streamed and not), then
 // Responses, vLLM's structured_outputs / guided_* and llama-server's fields on Completions,
-// regex, choice and a GBNF grammar; deepseek-reasoner requests keep their reasoning free and
+// regex, choice and GBNF grammars (parsed back with npm `gbnf`); deepseek-reasoner requests keep their reasoning free and
 // the JSON after it; unsupported keywords and malformed specs are a 400 naming the field.
 // Usage: node structured_test.js FATHOM NODE_MODULES
 'use strict';
@@ -12,7 +12,7 @@ const { execFileSync } = require('child_process');
 const { startServer, checker } = require('./start_server.js');
 const assert = require('assert');
 
-const [fathom] = process.argv.slice(2);
+const [fathom, modules] = process.argv.slice(2);
 
 const t = checker();
 const check = t.check;
@@ -184,7 +184,7 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
       validate(cases);
     });
 
-    await check('regex, choice and a GBNF grammar through vLLM, llama-server and Chat fields', async () => {
+    await check('regex, choice and GBNF grammars through vLLM, llama-server and Chat fields', async () => {
       const regexes = ['[a-c]{3,5}', '\\d{3}-\\d{4}', '(cat|dog)s?', '[A-Z][a-z]{0,8}', '(ab|cd)+x{0,2}'];
       const cases = [];
       let id = 0;
@@ -208,15 +208,37 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
         assert.equal(r.finish, 'stop');
         cases.push({ id: id++, kind: 'choice', choices, text: r.content });
       }
-      const gbnf = 'root ::= "(" num "," ws num ")"\nnum ::= [0-9]{1,3}\nws ::= " "?';
-      for (let k = 0; k < 4; ++k) {
-        const body = [{ grammar: gbnf }, { guided_grammar: gbnf }, { structured_outputs: { grammar: gbnf } }, { grammar: gbnf }][k];
-        const r = await post(port, '/v1/completions', { model: 'deepseek-chat', max_tokens: 512, seed: k, prompt: 'p', ...body });
-        assert.equal(r.status, 200, r.text);
-        const c = JSON.parse(r.text).choices[0];
-        assert.equal(c.finish_reason, 'stop', r.text);
-        cases.push({ id: id++, kind: 'regex', pattern: '\\([0-9]{1,3}, ?[0-9]{1,3}\\)', text: c.text });
+      // GBNF outputs are parsed with the same grammar by an independent GBNF parser (npm
+      // `gbnf`; it has no {m,n}, so the grammars spell bounds with '?'): a finished output must be
+      // a complete sentence, a cut one (the unbounded recursive grammar) a prefix of one.
+      const { default: GBNF } = await import(path.join(modules, 'gbnf/dist/index.js'));
+      const gbnfs = [
+        ['pair', 'root ::= "(" num "," ws num ")"\nnum ::= [0-9] [0-9]? [0-9]?\nws ::= " "?', true],
+        ['list', 'root ::= "[" item ("," item)? ("," item)? "]"\nitem ::= "\\"" [a-z] [a-z]? [a-z]? "\\""', true],
+        ['kv', 'root ::= pair (";" pair)?\npair ::= key "=" (num | "true" | "false")\nkey ::= [a-z] [a-z0-9_]?\n' +
+          'num ::= "-"? [1-9] [0-9]? [0-9]?', true],
+        ['arith', 'root ::= expr\nexpr ::= term (("+" | "*") term)*\nterm ::= [0-9] | "(" expr ")"', false],
+      ];
+      for (const [k, [name, gbnf, bounded]] of gbnfs.entries()) {
+        for (const [f, field] of ['grammar', 'guided_grammar', 'structured_outputs'].entries()) {
+          const body = field === 'structured_outputs' ? { structured_outputs: { grammar: gbnf } } : { [field]: gbnf };
+          const r = await post(port, '/v1/completions', { model: 'deepseek-chat', max_tokens: 512, seed: 3 * k + f, prompt: 'p', ...body });
+          assert.equal(r.status, 200, r.text);
+          const c = JSON.parse(r.text).choices[0];
+          if (bounded) assert.equal(c.finish_reason, 'stop', `${name}: ${r.text}`);
+          let state;
+          try {
+            state = GBNF(gbnf).add(c.text);
+          } catch (e) {
+            assert.fail(`${name} via ${field}: the reference parser rejects ${JSON.stringify(c.text)}: ${e.message}`);
+          }
+          const complete = [...state].some((rule) => rule.type === 'end');
+          if (c.finish_reason === 'stop') assert.ok(complete, `${name} via ${field}: ${JSON.stringify(c.text)} is not a whole sentence`);
+        }
       }
+      // The reference parser is a real check: it rejects what the grammars do not derive.
+      assert.throws(() => GBNF(gbnfs[0][1]).add('(1234,5)'));
+      assert.ok(![...GBNF(gbnfs[1][1]).add('["ab","c"')].some((rule) => rule.type === 'end'));
       validate(cases);
     });
 

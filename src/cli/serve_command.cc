@@ -48,7 +48,7 @@ struct ServeArgs {
   double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30, heartbeat = 15;
   int64_t max_step_tokens = 256;
   bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
-  bool no_grammar_masks_ahead = false;
+  bool no_grammar_masks_ahead = false, grammar_jump_forward = false;
   std::string speculative = "off", speculative_scheduler = "fixed";
   int64_t speculative_tokens = 0;  // 0: the model's draft block
   bool error_injection = false;
@@ -216,6 +216,7 @@ int run_serve(const ServeArgs& a) {
   eo.decoder_replay_keep = a.decoder_keep;
   eo.async_scheduling = !a.no_async;
   eo.grammar_masks_ahead = !a.no_grammar_masks_ahead;
+  eo.grammar_jump_forward = a.grammar_jump_forward;
   eo.max_step_tokens = a.max_step_tokens;
   runner::V41Runner model_runner(**m);
   if (a.speculative == "dspark") {
@@ -350,6 +351,10 @@ void add_serve_command(CLI::App& app, Runner* run) {
               "Plan each step after the previous one finishes instead of while it computes");
   c->add_flag("--no-grammar-masks-ahead", a->no_grammar_masks_ahead,
               "Compute structured-output masks after the forward instead of beside it");
+  c->add_flag("--grammar-jump-forward", a->grammar_jump_forward,
+              "Emit text a structured-output grammar forces without sampling, as the longest "
+              "tokens that spell it, in one forward with the next token (approximation: the "
+              "tokens may differ from those the model would sample)");
   c->add_option("--speculative", a->speculative,
                 "Speculative decoding: dspark (the checkpoint's draft stages; the output is the "
                 "output without it, token for token) or off")

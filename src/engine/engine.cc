@@ -278,13 +278,18 @@ FinishCause Engine::append_token(Sequence& s, float* row, int32_t* token) {
   const uint32_t* premask = nullptr;
   if (s.matcher && g - s.mask_base >= 0 && g - s.mask_base < s.mask_rows)
     premask = s.masks.data() + size_t(g - s.mask_base) * s.matcher->mask_words();
+  // A jump-forward token of this step is emitted as it is.
+  const int32_t jump = g - s.jump_base >= 0 && g - s.jump_base < int64_t(s.jump.size())
+                           ? s.jump[size_t(g - s.jump_base)]
+                           : -1;
   if (s.req.grammar && (!s.req.grammar_after_think || s.think_ended) &&
-      OutputProcessor::samples(s.req, g, s.think_ended)) {
+      OutputProcessor::samples(s.req, g, s.think_ended) && jump < 0) {
     ++stats_masks_in_step_;
     stats_masks_ahead_in_step_ += premask != nullptr;
   }
-  const int32_t tok = output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id,
-                                         s.generated, s.think_ended, row, lp, &s.matcher, premask);
+  const int32_t tok =
+      output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id, s.generated,
+                         s.think_ended, row, lp, &s.matcher, premask, jump);
   if (tok == s.req.think_end_id) s.think_ended = true;
   s.generated.push_back(tok);
   s.all.push_back(tok);
@@ -299,6 +304,24 @@ FinishCause Engine::append_token(Sequence& s, float* row, int32_t* token) {
   }
   *token = tok;
   return output_.stop_cause(s.req, s.generated, s.matcher && s.matcher->is_terminated());
+}
+
+int64_t Engine::jump_forward(Sequence& s) {
+  const int64_t g = int64_t(s.generated.size());
+  int64_t most = std::min(opt_.grammar_jump_tokens, s.req.max_tokens - g - 1);
+  if (most > 0) most = runner_.max_verify_rows(*s.state, most + 1) - 1;
+  if (most <= 0 || !OutputProcessor::samples(s.req, g, s.think_ended)) return 0;
+  grammar::GrammarMatcher* m =
+      OutputProcessor::matcher_for(s.req, s.generated, s.think_ended, &s.matcher);
+  if (!m || m->is_terminated()) return 0;
+  s.jump = m->jump_forward_tokens(size_t(most));
+  // Only where the request itself would sample (not a forced or budgeted position).
+  size_t k = 0;
+  while (k < s.jump.size() && OutputProcessor::samples(s.req, g + int64_t(k) + 1, s.think_ended))
+    ++k;
+  s.jump.resize(k);
+  s.jump_base = g;
+  return int64_t(k);
 }
 
 int64_t Engine::accept_drafts(Sequence& s, float* logits, std::span<const int32_t> drafts) {
@@ -365,6 +388,7 @@ void Engine::finish(Sequence& s, FinishCause cause, Status error) {
 void Engine::admit(Sequence& s) {
   s.state = runner_.new_sequence(pool_.get());
   s.matcher.reset();  // rebuilt from `generated` at the next token
+  s.jump.clear();
   s.prefilled = 0;
   s.cache_blocks = 0;
   const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
@@ -777,6 +801,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     Sequence* s;
     int64_t n;           // tokens run (a speculative step: its next token and its drafts)
     int64_t drafts = 0;  // at most this many drafts verified (speculative decoding)
+    bool jump = false;   // the drafts are the grammar's jump-forward tokens (s->jump)
   };
   std::vector<Work> work;
   for (const auto& [sp, want] : plan.work) {
@@ -789,7 +814,10 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
         scheduler_->chunk_size(*s, s->prefilled, int64_t(s->all.size()) - s->prefilled, want);
     if (n < 1) continue;
     int64_t drafts = 0;
-    if (opt_.speculative_tokens > 0 && n == 1 && s->prefilled + 1 == int64_t(s->all.size())) {
+    const bool decoding = n == 1 && s->prefilled + 1 == int64_t(s->all.size());
+    s->jump.clear();
+    if (decoding && opt_.grammar_jump_forward) drafts = jump_forward(*s);
+    if (drafts == 0 && opt_.speculative_tokens > 0 && decoding) {
       // A decoding sequence: drafts after its next token, never past max_tokens, and as many
       // rows as the model verifies exactly at its position.
       const int64_t left = s->req.max_tokens - int64_t(s->generated.size()) - 1;
@@ -797,7 +825,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
       if (drafts > 0) drafts = runner_.max_verify_rows(*s->state, drafts + 1) - 1;
       drafts = std::max<int64_t>(0, drafts);
     }
-    work.push_back({s, n + drafts, drafts});
+    work.push_back({s, n + drafts, drafts, !s->jump.empty()});
   }
   // Pages for the step: evict cached blocks, then preempt the newest sequences (dropped and
   // recomputed later) until the step fits the pool.
@@ -824,6 +852,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     }
     std::shared_ptr<Sequence> victim = running.back();
     victim->state.reset();
+    victim->jump.clear();
     victim->prefilled = 0;
     victim->resume_hint = int64_t(victim->all.size());
     work.erase(std::remove_if(work.begin(), work.end(),
@@ -854,6 +883,10 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     Work& w = work[i];
     if (w.drafts == 0) continue;
     Sequence& s = *w.s;
+    if (w.jump) {
+      drafted[i].drafts = s.jump;
+      continue;
+    }
     int64_t k = 0;
     if (draft_sched_->should_draft(w.drafts)) {
       const Status st =
@@ -904,6 +937,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     std::vector<int32_t> drafts;
     std::vector<float> confidence;
     size_t logits_at;
+    bool jump;
   };
   std::vector<Verified> verified;
   size_t spec_rows = 0;
@@ -934,7 +968,8 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     if (s.done) continue;  // its draft failed
     if (w.drafts > 0) {
       // The next token and the drafts in one call.
-      Verified v{&s, std::move(drafted[wi].drafts), std::move(drafted[wi].confidence), spec_at};
+      Verified v{&s, std::move(drafted[wi].drafts), std::move(drafted[wi].confidence), spec_at,
+                 w.jump};
       std::vector<int32_t> rows = {s.all.back()};
       rows.insert(rows.end(), v.drafts.begin(), v.drafts.end());
       const Status st = runner_.verify(*s.state, rows, &spec_logits_[spec_at * size_t(vocab_)]);
@@ -997,7 +1032,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     else
       flush(s);
   }
-  int64_t spec_verified = 0, spec_accepted = 0;
+  int64_t spec_verified = 0, spec_accepted = 0, jump_steps = 0, jump_tokens = 0;
   std::array<int64_t, 9> spec_hist{};
   for (Verified& v : verified) {
     Sequence& s = *v.s;
@@ -1007,12 +1042,18 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
         accept_drafts(s, &spec_logits_[v.logits_at * size_t(vocab_)], v.drafts);
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     if (accepted < 0) continue;
+    if (v.jump) {  // forced, so all taken (unless the request ended inside them)
+      ++jump_steps;
+      jump_tokens += accepted;
+      continue;
+    }
     draft_sched_->observe(v.confidence, int64_t(v.drafts.size()), accepted);
     spec_verified += int64_t(v.drafts.size());
     spec_accepted += accepted;
     ++spec_hist[size_t(accepted)];
   }
   for (const GrammarMaskWorker::Job& j : mask_jobs) *j.rows = 0;
+  for (const Work& w : work) w.s->jump.clear();
   const int64_t generated = stats_generated_in_step_;
   int64_t finished = 0;
   for (auto& s : running)
@@ -1059,7 +1100,10 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   stats_.requests_finished += finished;
   stats_.generated_tokens += generated;
   stats_.preemptions += preempted;
-  stats_.spec_steps += int64_t(verified.size());
+  stats_.spec_steps +=
+      std::count_if(verified.begin(), verified.end(), [](const Verified& v) { return !v.jump; });
+  stats_.grammar_jump_steps += jump_steps;
+  stats_.grammar_jump_tokens += jump_tokens;
   stats_.spec_verified_tokens += spec_verified;
   stats_.spec_accepted_tokens += spec_accepted;
   for (size_t i = 0; i < spec_hist.size(); ++i) stats_.spec_accepted_hist[i] += spec_hist[i];

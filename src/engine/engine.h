@@ -104,6 +104,14 @@ struct EngineOptions {
   // forward runs (engine/grammar_masks.h); off, each is computed before its token is sampled.
   // The tokens are the same either way.
   bool grammar_masks_ahead = true;
+  // Structured outputs, opt-in: when the grammar forces the next bytes (a JSON key, a literal),
+  // they are emitted without sampling, as the longest tokens that spell them, run with the
+  // step's next token as one exact multi-row forward (the speculative verify path; at most
+  // grammar_jump_tokens a step). The text is what the grammar forces either way; the tokens
+  // may differ from those the model would sample (SGLang's jump-forward), so it is off by
+  // default.
+  bool grammar_jump_forward = false;
+  int64_t grammar_jump_tokens = 16;
 };
 
 struct EngineStats {
@@ -120,6 +128,8 @@ struct EngineStats {
   // beside the forward.
   double mask_wait_seconds = 0;
   int64_t grammar_masks = 0, grammar_masks_ahead = 0;
+  // Jump-forward: steps that emitted forced tokens, and the tokens.
+  int64_t grammar_jump_steps = 0, grammar_jump_tokens = 0;
   int64_t requests_finished = 0, prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0,
           preemptions = 0;
   // Speculative decoding: sequence steps that verified drafts, draft tokens verified, of them
@@ -209,6 +219,9 @@ class Engine : public Generator {
   // `drafts`) give tokens while they match the drafts; the state keeps the rows that matched.
   // Returns the drafts accepted, or -1 when the request ended with an error.
   int64_t accept_drafts(Sequence& s, float* logits, std::span<const int32_t> drafts);
+  // Grammar jump-forward: fills s.jump with the tokens the grammar forces after the next one
+  // (at most what max_tokens and the model's exact verify rows leave); returns how many.
+  int64_t jump_forward(Sequence& s);
   // Forks the n - 1 siblings of `s`, whose prefill just completed with its last hidden row at
   // hidden_[row]: each joins `running` and `heads` with a copy of that row; one the pool has
   // no pages for goes to `deferred`, to run on its own.

@@ -46,6 +46,11 @@ std::string Engine::metrics_text() const {
   gauge("fathom_grammar_masks_ahead_total",
         "Of them, tokens whose mask was computed beside the forward", double(e.grammar_masks_ahead),
         "counter");
+  gauge("fathom_grammar_jump_forward_steps_total",
+        "Sequence steps that emitted grammar-forced tokens without sampling",
+        double(e.grammar_jump_steps), "counter");
+  gauge("fathom_grammar_jump_forward_tokens_total",
+        "Grammar-forced tokens emitted without sampling", double(e.grammar_jump_tokens), "counter");
   gauge("fathom_queue_depth", "Requests waiting for admission", double(e.waiting));
   gauge("fathom_running_sequences", "Sequences admitted", double(e.running));
   gauge("fathom_batch_size", "Sequences in the last step", double(e.batch_size_last));

@@ -61,11 +61,13 @@ int32_t OutputProcessor::next_token(const GenerationRequest& r, uint64_t request
                                     std::span<const int32_t> generated, bool think_ended,
                                     float* logits, TokenLogprob* logprob,
                                     std::unique_ptr<grammar::GrammarMatcher>* matcher,
-                                    const uint32_t* premask) {
+                                    const uint32_t* premask, int32_t jump) {
   const int64_t g = int64_t(generated.size());
   grammar::GrammarMatcher* m = matcher_for(r, generated, think_ended, matcher);
   int32_t tok = 0;
-  if (g < int64_t(r.forced_output.size())) {
+  if (jump >= 0) {
+    tok = jump;
+  } else if (g < int64_t(r.forced_output.size())) {
     tok = r.forced_output[size_t(g)];
   } else if (!samples(r, g, think_ended)) {
     tok = r.think_end_id;  // the reasoning budget is spent

@@ -37,13 +37,14 @@ class OutputProcessor {
   // constrained part of `generated`. A sampled token is drawn from `logits` among the tokens
   // the grammar allows (EOS only where the grammar can end; only EOS once it has ended; EOS
   // too when nothing is allowed); with `logprob` the others are set to -inf in place, so the
-  // logprobs are those of the masked distribution. Forced tokens are not masked but are fed to the
-  // matcher. `premask`, when non-null, is the matcher's bitmask for its current state, computed
-  // ahead (the GrammarMaskWorker); it is used instead of computing it here.
+  // logprobs are those of the masked distribution. Forced tokens are not masked but are fed to
+  // the matcher. `premask`, when non-null, is the matcher's bitmask for its current state, computed
+  // ahead (the GrammarMaskWorker); it is used instead of computing it here. `jump` >= 0: the
+  // token is that one (grammar jump-forward), forced like r.forced_output's.
   int32_t next_token(const GenerationRequest& r, uint64_t request_key,
                      std::span<const int32_t> generated, bool think_ended, float* logits,
                      TokenLogprob* logprob, std::unique_ptr<grammar::GrammarMatcher>* matcher,
-                     const uint32_t* premask = nullptr);
+                     const uint32_t* premask = nullptr, int32_t jump = -1);
   // The request's matcher for its state after `generated` (creating it in `slot` when null by
   // replaying the constrained tokens), or null while no grammar applies.
   static grammar::GrammarMatcher* matcher_for(const GenerationRequest& r,

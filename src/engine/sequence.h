@@ -40,6 +40,10 @@ struct Sequence {
   // after generated[0, mask_base + k); cleared when the step's sampling is done.
   std::vector<uint32_t> masks;
   int64_t mask_base = 0, mask_rows = 0;
+  // This step's jump-forward tokens (EngineOptions::grammar_jump_forward): jump[k] is the token
+  // after generated[0, jump_base + k), emitted without sampling; cleared after the step.
+  std::vector<int32_t> jump;
+  int64_t jump_base = 0;
   StreamEvent pending;  // the step's tokens not yet sent (buffers reused)
   // submit_n: the other samples, forked from this one when its prefill completes.
   std::vector<std::shared_ptr<Sequence>> siblings;

@@ -169,4 +169,19 @@ std::string GrammarMatcher::find_jump_forward_string(size_t max_bytes) {
   return out;
 }
 
+std::vector<int32_t> GrammarMatcher::jump_forward_tokens(size_t max_tokens) {
+  std::vector<int32_t> out;
+  if (max_tokens == 0) return out;
+  const std::string forced =
+      find_jump_forward_string(max_tokens * grammar_->tokens().max_token_len());
+  std::string_view rest = forced;
+  while (!rest.empty() && out.size() < max_tokens) {
+    const auto [id, len] = grammar_->tokens().longest_prefix(rest);
+    if (id < 0) break;
+    out.push_back(id);
+    rest.remove_prefix(len);
+  }
+  return out;
+}
+
 }  // namespace fathom::grammar

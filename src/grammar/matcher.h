@@ -43,6 +43,9 @@ class GrammarMatcher {
   // The bytes that must come next, as long as exactly one byte is possible at each step (and
   // the grammar cannot end). Does not change the state.
   std::string find_jump_forward_string(size_t max_bytes = 1024);
+  // The jump-forward string as at most `max_tokens` tokens, each the longest usable token its
+  // rest starts with (a tail no token covers whole is left out). Does not change the state.
+  std::vector<int32_t> jump_forward_tokens(size_t max_tokens);
   // Back to the start.
   void reset();
   // Steps that rollback() can still undo.

@@ -110,4 +110,20 @@ void TokenTable::build() {
   for (size_t i = 0; i < sorted_.size(); ++i) rank_[sorted_[i]] = int32_t(i);
 }
 
+std::pair<int32_t, size_t> TokenTable::longest_prefix(std::string_view bytes) const {
+  // The trie in depth-first order: a node's children start right after it, its next sibling
+  // at its `end`.
+  std::pair<int32_t, size_t> best{-1, 0};
+  size_t i = 0, lim = trie_.size();
+  for (size_t depth = 0; depth < bytes.size();) {
+    while (i < lim && trie_[i].byte != uint8_t(bytes[depth])) i = size_t(trie_[i].end);
+    if (i >= lim) break;
+    ++depth;
+    if (trie_[i].tok_count > 0) best = {sorted_[size_t(trie_[i].sub_begin)], depth};
+    lim = size_t(trie_[i].end);
+    ++i;
+  }
+  return best;
+}
+
 }  // namespace fathom::grammar

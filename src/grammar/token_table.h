@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -69,6 +70,9 @@ class TokenTable {
   // Bitmask of the usable ids.
   const std::vector<uint32_t>& usable_mask() const { return usable_mask_; }
   size_t max_token_len() const { return max_len_; }
+  // The usable token with the longest bytes that `bytes` starts with, and their length
+  // ({-1, 0}: none).
+  std::pair<int32_t, size_t> longest_prefix(std::string_view bytes) const;
   // Identifies the vocabulary (bytes, size and stop ids), for cache keys.
   uint64_t fingerprint() const { return fingerprint_; }
 

@@ -1183,5 +1183,54 @@ TEST(EngineGrammar, MasksComputedBesideTheForwardChangeNothing) {
               long(spec_st.spec_accepted_tokens));
 }
 
+// Jump-forward (opt-in): text the grammar forces is emitted without sampling, in one exact
+// multi-row forward with the next token. The output follows the grammar, and the rows of a
+// jump are the decode steps' own: a run that teacher-forces the same tokens one decode step at
+// a time gives the jump's tokens the same logprobs, and samples the same token after it with
+// the same logprob.
+TEST(EngineGrammar, JumpForwardEmitsForcedTextAsExactDecodeSteps) {
+  auto c = tiny_regex("(ab){4}[a-c]{1,3}(xz){2}");
+  EngineOptions o;
+  o.grammar_jump_forward = true;
+  Engine jump(runner(), o, kGrammarEos), plain(runner(), EngineOptions{}, kGrammarEos);
+  for (int seed = 0; seed < 3; ++seed) {
+    GenerationRequest r = request(prompt(30, 100 + seed), 40, seeded_t1(), true);
+    r.sampling.seed = uint64_t(seed);
+    r.top_logprobs = 1;
+    r.grammar = c;
+    const Answer a = answer(**jump.submit(r));
+    ASSERT_EQ(a.cause, FinishCause::kEos) << seed;
+    const std::string text = constrained_text(*c, c, a.tokens, 0);
+    ASSERT_GE(text.size(), 13u);
+    EXPECT_EQ(text.substr(0, 8), "abababab");
+    EXPECT_EQ(text.substr(text.size() - 4), "xzxz");
+    EXPECT_TRUE(prefix_then_abc(text.substr(0, text.size() - 4), "abababab", 1, 3)) << text;
+    // The first token is sampled (it ends the prefill step); the rest of "abababab" is the
+    // jump; the token after it (index `after`) is sampled from the jump's last row.
+    size_t after = 0, bytes = 0;
+    while (bytes < 8) bytes += c->tokens().bytes(a.tokens[after++]).size();
+    ASSERT_EQ(bytes, 8u);
+    ASSERT_GE(after, 4u);  // "b" or "ab" after the first token, then "ab"s
+    GenerationRequest all = r;
+    all.forced_output = a.tokens;
+    const Answer forced = answer(**plain.submit(all));
+    ASSERT_EQ(forced.tokens, a.tokens);
+    for (size_t p = 1; p < after; ++p) EXPECT_EQ(forced.logprobs[p], a.logprobs[p]) << p;
+    GenerationRequest upto = r;
+    upto.forced_output.assign(a.tokens.begin(), a.tokens.begin() + std::ptrdiff_t(after));
+    upto.max_tokens = int64_t(after) + 1;
+    const Answer next = answer(**plain.submit(upto));
+    ASSERT_EQ(next.tokens.size(), after + 1);
+    EXPECT_EQ(next.tokens[after], a.tokens[after]) << seed;
+    EXPECT_EQ(next.logprobs[after], a.logprobs[after]) << seed;
+  }
+  const EngineStats st = idle_stats(jump);
+  std::printf("%ld jump-forward steps, %ld tokens\n", long(st.grammar_jump_steps),
+              long(st.grammar_jump_tokens));
+  EXPECT_GE(st.grammar_jump_steps, 6);  // "abababab" and "xzxz" (or "zxz") in each
+  EXPECT_GE(st.grammar_jump_tokens, 3 * (3 + 3));
+  EXPECT_EQ(idle_stats(plain).grammar_jump_tokens, 0);
+}
+
 }  // namespace
 }  // namespace fathom::engine

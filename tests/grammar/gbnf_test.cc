@@ -190,5 +190,39 @@ TEST(Matcher, RollbackJumpForwardAndTermination) {
   EXPECT_EQ(m.find_jump_forward_string(), "{\"name\": \"");
 }
 
+// On DeepSeek's vocabulary: longest_prefix is the longest usable token the text starts with
+// (checked against every token), and the jump-forward tokens spell the forced string.
+TEST(Matcher, JumpForwardTokensAreTheLongestTokensOfTheForcedString) {
+  auto table = test::deepseek_tokens();
+  for (std::string_view text : {"{\"name\": \"", "\"description\":", "xyzzy", "  \n}", "é€", "a"}) {
+    size_t want_len = 0;
+    for (int32_t id = 0; id < int32_t(table->vocab_size()); ++id) {
+      const std::string_view b = table->bytes(id);
+      if (table->usable(id) && b.size() > want_len && text.substr(0, b.size()) == b)
+        want_len = b.size();
+    }
+    const auto [id, len] = table->longest_prefix(text);
+    EXPECT_EQ(len, want_len) << text;
+    if (want_len > 0) {
+      ASSERT_GE(id, 0);
+      EXPECT_TRUE(table->usable(id));
+      EXPECT_EQ(table->bytes(id), text.substr(0, len));
+    }
+  }
+  auto g = gbnf_grammar("root ::= \"{\\\"description\\\": \\\"\" [a-z]+ \"\\\"}\"\n");
+  ASSERT_TRUE(g.is_ok());
+  auto cg = test::compile_or_die(*g, table);
+  GrammarMatcher m(cg);
+  const std::vector<int32_t> jump = m.jump_forward_tokens(16);
+  std::string spelled;
+  for (int32_t id : jump) spelled += table->bytes(id);
+  EXPECT_EQ(spelled, "{\"description\": \"");
+  EXPECT_LT(jump.size(), 8u);  // multi-byte tokens, not bytes
+  EXPECT_EQ(m.jump_forward_tokens(1).size(), 1u);
+  EXPECT_EQ(m.history_size(), 0u);  // the state is unchanged
+  for (int32_t id : jump) ASSERT_TRUE(m.accept_token(id));
+  EXPECT_TRUE(m.jump_forward_tokens(16).empty());
+}
+
 }  // namespace
 }  // namespace fathom::grammar

@@ -308,12 +308,13 @@ FinishCause Engine::append_token(Sequence& s, float* row, int32_t* token) {
 
 int64_t Engine::jump_forward(Sequence& s) {
   const int64_t g = int64_t(s.generated.size());
-  int64_t most = std::min(opt_.grammar_jump_tokens, s.req.max_tokens - g - 1);
-  if (most > 0) most = runner_.max_verify_rows(*s.state, most + 1) - 1;
-  if (most <= 0 || !OutputProcessor::samples(s.req, g, s.think_ended)) return 0;
+  if (!s.req.grammar || !OutputProcessor::samples(s.req, g, s.think_ended)) return 0;
   grammar::GrammarMatcher* m =
       OutputProcessor::matcher_for(s.req, s.generated, s.think_ended, &s.matcher);
   if (!m || m->is_terminated()) return 0;
+  int64_t most = std::min(opt_.grammar_jump_tokens, s.req.max_tokens - g - 1);
+  if (most > 0) most = runner_.max_verify_rows(*s.state, most + 1) - 1;
+  if (most <= 0) return 0;
   s.jump = m->jump_forward_tokens(size_t(most));
   // Only where the request itself would sample (not a forced or budgeted position).
   size_t k = 0;
@@ -921,9 +922,10 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     while (d < drafted[i].drafts.size() &&
            OutputProcessor::samples(s.req, g + int64_t(d) + 1, s.think_ended))
       ++d;
-    s.mask_base = g;
+    const size_t forced = w.jump ? d : 0;  // jump-forward rows: emitted, not sampled
+    s.mask_base = g + int64_t(forced);
     s.mask_rows = 0;
-    mask_jobs.push_back({m, std::span(drafted[i].drafts).first(d), &s.masks, &s.mask_rows});
+    mask_jobs.push_back({m, std::span(drafted[i].drafts).first(d), forced, &s.masks, &s.mask_rows});
   }
   masks_.start();
   std::vector<size_t> decodes;
@@ -978,6 +980,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
       ++batch;
       if (!st.is_ok()) {
         finish(s, FinishCause::kError, st);
+        drafted[wi].drafts = std::move(v.drafts);  // a mask job may still read them
         continue;
       }
       verified.push_back(std::move(v));
@@ -1042,9 +1045,9 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
         accept_drafts(s, &spec_logits_[v.logits_at * size_t(vocab_)], v.drafts);
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     if (accepted < 0) continue;
-    if (v.jump) {  // forced, so all taken (unless the request ended inside them)
+    if (v.jump) {  // forced, so all emitted (unless the request ended inside them)
       ++jump_steps;
-      jump_tokens += accepted;
+      jump_tokens += std::min(accepted + 1, int64_t(v.drafts.size()));
       continue;
     }
     draft_sched_->observe(v.confidence, int64_t(v.drafts.size()), accepted);

@@ -48,13 +48,15 @@ void GrammarMaskWorker::loop() {
 void GrammarMaskWorker::run(const Job& job) {
   grammar::GrammarMatcher& m = *job.matcher;
   const size_t words = m.mask_words();
-  const size_t most = job.drafts.size() + 1;
+  const size_t most = job.drafts.size() - job.forced + 1;
   if (job.masks->size() < most * words) job.masks->resize(most * words);
   size_t rows = 0, accepted = 0;
-  while (!m.is_terminated()) {
+  bool ok = true;
+  while (accepted < job.forced && (ok = m.accept_token(job.drafts[accepted]))) ++accepted;
+  while (ok && !m.is_terminated()) {
     m.fill_next_token_bitmask(job.masks->data() + rows * words);
     ++rows;
-    if (rows == most || !m.accept_token(job.drafts[rows - 1])) break;
+    if (rows == most || !m.accept_token(job.drafts[job.forced + rows - 1])) break;
     ++accepted;
   }
   if (accepted > 0) m.rollback(accepted);

@@ -4,7 +4,8 @@
 // this step: the matcher's state now, then (a speculative step's verify rows) the state after
 // each draft in turn, up to the first draft the grammar rejects — no row past it can be
 // sampled, since that row's mask excludes the draft. The matcher is rolled back to where it
-// was, so the worker leaves no trace but the masks.
+// was, so the worker leaves no trace but the masks. The drafts a job's span points at must stay
+// where they are until wait() returns.
 //
 // Owned by the engine. start() and wait() are called by the executor thread only, in pairs;
 // between them the worker owns the jobs' matchers and mask buffers and the executor must not
@@ -26,7 +27,10 @@ class GrammarMaskWorker {
  public:
   struct Job {
     grammar::GrammarMatcher* matcher = nullptr;
-    std::span<const int32_t> drafts;         // the verify rows after the first (empty: one row)
+    std::span<const int32_t> drafts;  // the verify rows after the first (empty: one row)
+    // The first `forced` drafts are emitted as they are (grammar jump-forward): they are
+    // accepted without a mask, so row 0 is the state after them.
+    size_t forced = 0;
     std::vector<uint32_t>* masks = nullptr;  // out: rows × matcher->mask_words() words
     int64_t* rows = nullptr;  // out: rows written (0 once the matcher has terminated)
   };

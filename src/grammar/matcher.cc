@@ -177,7 +177,8 @@ std::vector<int32_t> GrammarMatcher::jump_forward_tokens(size_t max_tokens) {
   std::string_view rest = forced;
   while (!rest.empty() && out.size() < max_tokens) {
     const auto [id, len] = grammar_->tokens().longest_prefix(rest);
-    if (id < 0) break;
+    const std::vector<int32_t>& stops = grammar_->tokens().stop_ids();
+    if (id < 0 || std::find(stops.begin(), stops.end(), id) != stops.end()) break;
     out.push_back(id);
     rest.remove_prefix(len);
   }

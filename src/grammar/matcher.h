@@ -44,7 +44,8 @@ class GrammarMatcher {
   // the grammar cannot end). Does not change the state.
   std::string find_jump_forward_string(size_t max_bytes = 1024);
   // The jump-forward string as at most `max_tokens` tokens, each the longest usable token its
-  // rest starts with (a tail no token covers whole is left out). Does not change the state.
+  // rest starts with (a tail no token covers whole, or a stop token, ends it). Does not change
+  // the state.
   std::vector<int32_t> jump_forward_tokens(size_t max_tokens);
   // Back to the start.
   void reset();

@@ -1229,6 +1229,8 @@ TEST(EngineGrammar, JumpForwardEmitsForcedTextAsExactDecodeSteps) {
               long(st.grammar_jump_tokens));
   EXPECT_GE(st.grammar_jump_steps, 6);  // "abababab" and "xzxz" (or "zxz") in each
   EXPECT_GE(st.grammar_jump_tokens, 3 * (3 + 3));
+  EXPECT_GT(st.grammar_masks, 0);
+  EXPECT_EQ(st.grammar_masks_ahead, st.grammar_masks);  // the token after a jump's too
   EXPECT_EQ(idle_stats(plain).grammar_jump_tokens, 0);
 }
 

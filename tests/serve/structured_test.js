@@ -391,6 +391,30 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
   } finally {
     proc.kill('SIGTERM');
   }
+  // --grammar-jump-forward: forced text (keys, literals) is emitted without sampling; every
+  // output still validates and stops, and the server reports the jumped tokens.
+  const jf = await startServer(fathom, ['--grammar-jump-forward']);
+  try {
+    await check('--grammar-jump-forward: schemas validate and stop, forced text is jumped', async () => {
+      const cases = [];
+      for (let i = 0; i < 8; ++i) {
+        const r = await chat(jf.port, { model: 'deepseek-chat', max_tokens: 512, seed: 2000 + i, stream: i % 2 === 1,
+          messages: user, response_format: { type: 'json_schema', json_schema: { name: 'j' + i, schema: activeSchemas[i] } } });
+        assert.equal(r.finish, 'stop', `schema ${i}: ${r.finish} ${r.content}`);
+        cases.push({ id: i, kind: 'json', schema: activeSchemas[i], text: r.content });
+      }
+      validate(cases);
+      const m = await (await fetch(`http://127.0.0.1:${jf.port}/metrics`)).text();
+      const jumped = Number(m.match(/^fathom_grammar_jump_forward_tokens_total (\S+)$/m)[1]);
+      const masks = Number(m.match(/^fathom_grammar_masks_total (\S+)$/m)[1]);
+      const ahead = Number(m.match(/^fathom_grammar_masks_ahead_total (\S+)$/m)[1]);
+      console.log(`     ${jumped} tokens jumped, ${masks} masked`);
+      assert.ok(jumped > 8, `jump-forward tokens ${jumped}`);
+      assert.equal(ahead, masks, 'every mask computed beside the forward');
+    });
+  } finally {
+    jf.proc.kill('SIGTERM');
+  }
   console.log(`serve structured: ${t.failures} failures`);
   process.exit(t.failures ? 1 : 0);
 })().catch((e) => {

@@ -282,7 +282,7 @@ FinishCause Engine::append_token(Sequence& s, float* row, int32_t* token) {
   const int32_t jump = g - s.jump_base >= 0 && g - s.jump_base < int64_t(s.jump.size())
                            ? s.jump[size_t(g - s.jump_base)]
                            : -1;
-  if (s.req.grammar && (!s.req.grammar_after_think || s.think_ended) &&
+  if (OutputProcessor::constrained(s.req, s.think_ended) &&
       OutputProcessor::samples(s.req, g, s.think_ended) && jump < 0) {
     ++stats_masks_in_step_;
     stats_masks_ahead_in_step_ += premask != nullptr;
@@ -306,15 +306,21 @@ FinishCause Engine::append_token(Sequence& s, float* row, int32_t* token) {
   return output_.stop_cause(s.req, s.generated, s.matcher && s.matcher->is_terminated());
 }
 
+int64_t Engine::rows_after_next(const Sequence& s, int64_t want) const {
+  // Never past max_tokens, and as many rows as the model verifies exactly at its position.
+  int64_t rows = std::min(want, s.req.max_tokens - int64_t(s.generated.size()) - 1);
+  if (rows > 0) rows = runner_.max_verify_rows(*s.state, rows + 1) - 1;
+  return std::max<int64_t>(0, rows);
+}
+
 int64_t Engine::jump_forward(Sequence& s) {
   const int64_t g = int64_t(s.generated.size());
   if (!s.req.grammar || !OutputProcessor::samples(s.req, g, s.think_ended)) return 0;
   grammar::GrammarMatcher* m =
       OutputProcessor::matcher_for(s.req, s.generated, s.think_ended, &s.matcher);
   if (!m || m->is_terminated()) return 0;
-  int64_t most = std::min(opt_.grammar_jump_tokens, s.req.max_tokens - g - 1);
-  if (most > 0) most = runner_.max_verify_rows(*s.state, most + 1) - 1;
-  if (most <= 0) return 0;
+  const int64_t most = rows_after_next(s, opt_.grammar_jump_tokens);
+  if (most == 0) return 0;
   s.jump = m->jump_forward_tokens(size_t(most));
   // Only where the request itself would sample (not a forced or budgeted position).
   size_t k = 0;
@@ -818,14 +824,8 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     const bool decoding = n == 1 && s->prefilled + 1 == int64_t(s->all.size());
     s->jump.clear();
     if (decoding && opt_.grammar_jump_forward) drafts = jump_forward(*s);
-    if (drafts == 0 && opt_.speculative_tokens > 0 && decoding) {
-      // A decoding sequence: drafts after its next token, never past max_tokens, and as many
-      // rows as the model verifies exactly at its position.
-      const int64_t left = s->req.max_tokens - int64_t(s->generated.size()) - 1;
-      drafts = std::min(opt_.speculative_tokens, left);
-      if (drafts > 0) drafts = runner_.max_verify_rows(*s->state, drafts + 1) - 1;
-      drafts = std::max<int64_t>(0, drafts);
-    }
+    if (drafts == 0 && opt_.speculative_tokens > 0 && decoding)
+      drafts = rows_after_next(*s, opt_.speculative_tokens);  // drafts after its next token
     work.push_back({s, n + drafts, drafts, !s->jump.empty()});
   }
   // Pages for the step: evict cached blocks, then preempt the newest sequences (dropped and
@@ -908,10 +908,9 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   // `verified` below, which keeps them where the jobs' spans point).
   std::vector<GrammarMaskWorker::Job>& mask_jobs = masks_.jobs();
   mask_jobs.clear();
-  for (size_t i = 0; i < work.size(); ++i) {
+  for (size_t i = 0; opt_.grammar_masks_ahead && i < work.size(); ++i) {
     const Work& w = work[i];
     Sequence& s = *w.s;
-    if (!opt_.grammar_masks_ahead) break;
     if (s.done || s.prefilled + w.n - w.drafts != int64_t(s.all.size())) continue;
     const int64_t g = int64_t(s.generated.size());
     if (!OutputProcessor::samples(s.req, g, s.think_ended)) continue;

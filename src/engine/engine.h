@@ -219,6 +219,9 @@ class Engine : public Generator {
   // `drafts`) give tokens while they match the drafts; the state keeps the rows that matched.
   // Returns the drafts accepted, or -1 when the request ended with an error.
   int64_t accept_drafts(Sequence& s, float* logits, std::span<const int32_t> drafts);
+  // Rows a decoding sequence may verify after its next token: at most `want`, never past
+  // max_tokens, and no more than the model verifies exactly at its position.
+  int64_t rows_after_next(const Sequence& s, int64_t want) const;
   // Grammar jump-forward: fills s.jump with the tokens the grammar forces after the next one
   // (at most what max_tokens and the model's exact verify rows leave); returns how many.
   int64_t jump_forward(Sequence& s);

@@ -43,7 +43,7 @@ bool OutputProcessor::allow(grammar::GrammarMatcher& m, const uint32_t* premask,
 grammar::GrammarMatcher* OutputProcessor::matcher_for(
     const GenerationRequest& r, std::span<const int32_t> generated, bool think_ended,
     std::unique_ptr<grammar::GrammarMatcher>* slot) {
-  if (!r.grammar || !slot || (r.grammar_after_think && !think_ended)) return nullptr;
+  if (!slot || !constrained(r, think_ended)) return nullptr;
   if (!*slot) {
     // New, forked or re-admitted: the state after the constrained tokens generated so far.
     *slot = std::make_unique<grammar::GrammarMatcher>(r.grammar);

@@ -50,6 +50,11 @@ class OutputProcessor {
   static grammar::GrammarMatcher* matcher_for(const GenerationRequest& r,
                                               std::span<const int32_t> generated, bool think_ended,
                                               std::unique_ptr<grammar::GrammarMatcher>* slot);
+  // True when the request's grammar applies now (a grammar, and past </think> when it starts
+  // there).
+  static bool constrained(const GenerationRequest& r, bool think_ended) {
+    return r.grammar && (!r.grammar_after_think || think_ended);
+  }
   // True when the token after `generated` (g tokens) is sampled, not forced: the grammar's
   // mask is needed there (given that the grammar applies).
   static bool samples(const GenerationRequest& r, int64_t g, bool think_ended) {

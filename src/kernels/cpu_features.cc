@@ -16,7 +16,8 @@ namespace {
 
 struct Features {
   bool avx2 = false, fma = false, f16c = false, bmi2 = false;
-  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false, avx512bf16 = false,
+       avx512vbmi = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false, amx_permitted = false;
 };
 
@@ -59,6 +60,7 @@ Features detect() {
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
     f.avx512vnni = c & (1u << 11);
+    f.avx512vbmi = c & (1u << 1);
   }
   if (tile_state) {
     f.amx_bf16 = d & (1u << 22);
@@ -107,13 +109,14 @@ std::string cpu_path_missing(CpuPath path) {
     need(f.avx512vl, "avx512vl");
   }
   if (path == CpuPath::kAmx) {
+    need(f.avx512bf16, "avx512bf16");
+    need(f.avx512vbmi, "avx512vbmi");
     need(f.amx_tile, "amx-tile");
     need(f.amx_bf16, "amx-bf16");
     if (f.amx_tile && !f.amx_permitted) missing += missing.empty() ? "" : ", ";
     if (f.amx_tile && !f.amx_permitted) missing += "Linux's tile permission";
   }
   if (!missing.empty()) return "the CPU lacks " + missing;
-  if (path == CpuPath::kAmx) return "no AMX kernels in this build yet";
   return "";
 }
 
@@ -166,6 +169,7 @@ std::string cpu_features_summary() {
   add(f.avx512bw, "avx512bw");
   add(f.avx512vl, "avx512vl");
   add(f.avx512vnni, "avx512vnni");
+  add(f.avx512vbmi, "avx512vbmi");
   add(f.avx512bf16, "avx512bf16");
   add(f.amx_tile, "amx-tile");
   add(f.amx_bf16, "amx-bf16");

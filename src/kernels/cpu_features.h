@@ -6,8 +6,9 @@
 // is refused with an error (the process exits 2 when the kernels find such a setting
 // unchecked; the CLI checks it first with select_cpu_path()).
 //
-// Paths may round differently from one another (AVX-512 sums in 16 lanes, AVX2 in 8); within
-// one path every kernel is batch-invariant. Thread-safe: detection runs once, under the
+// Paths may round differently from one another (AVX-512 sums in 16 lanes, AVX2 in 8, AMX in
+// its tiles' order, on activations rounded to bf16); within one path every kernel is
+// batch-invariant. Thread-safe: detection runs once, under the
 // static-initialisation lock; everything afterwards is read-only.
 #pragma once
 
@@ -20,7 +21,8 @@ namespace fathom::kernels {
 enum class CpuPath {
   kAvx2,    // AVX2 + FMA + F16C: the baseline every build runs on
   kAvx512,  // AVX-512 F/BW/VL (decode GEMVs and their batched twins)
-  kAmx,     // AMX tiles: detected, not implemented yet (never available)
+  kAmx,     // AMX BF16 tiles for every weight product (+ AVX-512 BF16/VBMI to decode), after
+            // Linux grants the tile permission
 };
 
 inline constexpr CpuPath kAllCpuPaths[] = {CpuPath::kAvx2, CpuPath::kAvx512, CpuPath::kAmx};
@@ -31,8 +33,8 @@ const char* cpu_path_name(CpuPath path);
 // True when this CPU (and OS) has the path's instructions and this build implements it.
 bool cpu_path_available(CpuPath path);
 
-// Why an unavailable path is unavailable ("the CPU lacks avx512bw", "no AMX kernels in this
-// build"); empty for an available one.
+// Why an unavailable path is unavailable ("the CPU lacks avx512bw", "the CPU lacks Linux's
+// tile permission"); empty for an available one.
 std::string cpu_path_missing(CpuPath path);
 
 // The path chosen for this process: FATHOM_CPU when set (REQUIRES: valid and available,

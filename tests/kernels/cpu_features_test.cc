@@ -73,9 +73,39 @@ TEST(CpuPath, UnknownNameIsRefused) {
   }
 }
 
-TEST(CpuPath, AmxIsNotImplementedYet) {
-  EXPECT_FALSE(cpu_path_available(CpuPath::kAmx));
-  EXPECT_FALSE(cpu_path_missing(CpuPath::kAmx).empty());
+// The flags Linux reports in /proc/cpuinfo (an independent reading of cpuid and of the
+// register state the kernel enables).
+std::string cpuinfo_flags() {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (f == nullptr) return "";
+  char line[8192];
+  std::string flags;
+  while (std::fgets(line, sizeof line, f))
+    if (std::string(line).rfind("flags", 0) == 0) {
+      flags = std::string(line) + " ";
+      break;
+    }
+  std::fclose(f);
+  return flags;
+}
+
+TEST(CpuPath, AvailabilityFollowsTheFlagsLinuxReports) {
+  const std::string flags = cpuinfo_flags();
+  if (flags.empty()) GTEST_SKIP() << "no /proc/cpuinfo";
+  auto has = [&](const char* f) {
+    return flags.find(std::string(" ") + f + " ") != std::string::npos;
+  };
+  const bool avx512 = has("avx512f") && has("avx512bw") && has("avx512vl");
+  EXPECT_EQ(cpu_path_available(CpuPath::kAvx512), avx512) << cpu_path_missing(CpuPath::kAvx512);
+  // Linux lists amx_tile only when it supports the tile state (and grants the permission).
+  const bool amx =
+      avx512 && has("avx512_bf16") && has("avx512vbmi") && has("amx_tile") && has("amx_bf16");
+  EXPECT_EQ(cpu_path_available(CpuPath::kAmx), amx) << cpu_path_missing(CpuPath::kAmx);
+  if (!amx) {
+    EXPECT_NE(cpu_path_missing(CpuPath::kAmx).find("the CPU lacks"), std::string::npos);
+  }
+  std::printf("paths: avx512 %s, amx %s (%s)\n", avx512 ? "yes" : "no", amx ? "yes" : "no",
+              cpu_features_summary().c_str());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // kernels::cpu's entry points: each runs the kernel of the process's path (cpu_features.h),
-// or of a named one, threading it over the pool and owning the AVX-512 kernels' scratch
-// (thread-local, so concurrent callers never share it). Compiled for the baseline.
+// or of a named one, threading it over the pool and owning the AVX-512 and AMX kernels'
+// scratch (thread-local, so concurrent callers never share it). Compiled for the baseline.
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/paths.h"
@@ -16,7 +18,59 @@ float* scratch(int64_t floats) {
   return buf.data();
 }
 
+// A thread-local 64-byte-aligned buffer that grows to the largest size asked of it.
+class AlignedScratch {
+ public:
+  void* get(int64_t bytes) {
+    if (bytes > size_) {
+      p_.reset(static_cast<char*>(std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64))));
+      size_ = bytes;
+    }
+    return p_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> p_;
+  int64_t size_ = 0;
+};
+
+// The AMX kernels: x packed once into bf16 tiles (shared by every thread), then runs of
+// whole 64-row panels over the pool.
+template <typename RowFn>
+void amx_product(const float* x, int64_t batch, int64_t rows, int64_t cols, ThreadPool* pool,
+                 RowFn fn) {
+  thread_local AlignedScratch packed;
+  auto* xp = static_cast<uint16_t*>(packed.get(amx::packed_x_bytes(batch, cols)));
+  amx::pack_x(x, batch, cols, xp);
+  constexpr int64_t kPanel = 64;
+  const int64_t panels = (rows + kPanel - 1) / kPanel;
+  const size_t threads = pool ? pool->size() : 1;
+  const int64_t per = std::max<int64_t>(1, panels / int64_t(threads * 4));
+  const size_t tasks = size_t((panels + per - 1) / per);
+  auto run = [&](size_t t) {
+    thread_local AlignedScratch scratch;
+    const int64_t r0 = int64_t(t) * per * kPanel;
+    fn(xp, r0, std::min(rows, r0 + per * kPanel), scratch.get(amx::scratch_bytes()));
+  };
+  if (pool != nullptr && tasks > 1) {
+    pool->parallel_for(tasks, run);
+  } else {
+    for (size_t t = 0; t < tasks; ++t) run(t);
+  }
+}
+
 }  // namespace
+
+}  // namespace fathom::kernels::cpu
+
+namespace fathom::kernels {
+bool rounds_activations_to_bf16(CpuPath path) { return path == CpuPath::kAmx; }
+}  // namespace fathom::kernels
+
+namespace fathom::kernels::cpu {
 
 void matmul_fp8(const Fp8Matrix& w, const float* x, int64_t batch, float* y, ThreadPool* pool) {
   matmul_fp8(cpu_path(), w, x, batch, y, pool);
@@ -31,6 +85,11 @@ void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y, T
 void matmul_fp8(CpuPath path, const Fp8Matrix& w, const float* x, int64_t batch, float* y,
                 ThreadPool* pool) {
   if (path == CpuPath::kAvx2) return avx2::matmul_fp8(w, x, batch, y, pool);
+  if (path == CpuPath::kAmx)
+    return amx_product(x, batch, w.rows, w.cols, pool,
+                       [&](const uint16_t* xp, int64_t r0, int64_t r1, void* s) {
+                         amx::fp8_rows(w, xp, batch, y, r0, r1, s);
+                       });
   const int64_t need = avx512::fp8_scratch_floats(w.cols);
   over_rows(w.rows, pool, [&](int64_t r0, int64_t r1) {
     avx512::fp8_rows(w, x, batch, y, r0, r1, scratch(need));
@@ -40,6 +99,11 @@ void matmul_fp8(CpuPath path, const Fp8Matrix& w, const float* x, int64_t batch,
 void matmul_fp4(CpuPath path, const Fp4Matrix& w, const float* x, int64_t batch, float* y,
                 ThreadPool* pool) {
   if (path == CpuPath::kAvx2) return avx2::matmul_fp4(w, x, batch, y, pool);
+  if (path == CpuPath::kAmx)
+    return amx_product(x, batch, w.rows, w.cols, pool,
+                       [&](const uint16_t* xp, int64_t r0, int64_t r1, void* s) {
+                         amx::fp4_rows(w, xp, batch, y, r0, r1, s);
+                       });
   // x in even/odd order once, shared by every thread.
   thread_local std::vector<float> xp;
   xp.resize(size_t(batch * w.cols));
@@ -52,6 +116,11 @@ void matmul_fp4(CpuPath path, const Fp4Matrix& w, const float* x, int64_t batch,
 void matmul_bf16(CpuPath path, const Bf16Matrix& w, const float* x, int64_t batch, float* y,
                  ThreadPool* pool) {
   if (path == CpuPath::kAvx2) return avx2::matmul_bf16(w, x, batch, y, pool);
+  if (path == CpuPath::kAmx)
+    return amx_product(x, batch, w.rows, w.cols, pool,
+                       [&](const uint16_t* xp, int64_t r0, int64_t r1, void* s) {
+                         amx::bf16_rows(w, xp, batch, y, r0, r1, s);
+                       });
   over_rows(w.rows, pool,
             [&](int64_t r0, int64_t r1) { avx512::bf16_rows(w, x, batch, y, r0, r1); });
 }

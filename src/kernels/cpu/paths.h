@@ -1,13 +1,14 @@
 // The per-path kernels behind kernels::cpu's dispatch (dispatch.cc): one namespace per
 // instruction-set path, each file compiled with its own flags. Private to kernels/cpu.
 //
-// The AVX-512 kernels are declared in gemv_avx512.h.
+// The AVX-512 kernels are declared in gemv_avx512.h, the AMX ones in gemm_amx.h.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemv_avx512.h"
 #include "kernels/gemv.h"
 

@@ -196,8 +196,9 @@ void add_run_commands(CLI::App& app, Runner* run) {
     auto a = std::make_shared<MkmodelArgs>();
     auto* c =
         app.add_subcommand("mkmodel", "Write a random V4.1 checkpoint in the official layout");
-    c->add_option("--preset", a->preset, "tiny (golden shapes), demo (full vocabulary), small")
-        ->check(CLI::IsMember({"tiny", "demo", "small"}));
+    c->add_option("--preset", a->preset,
+                  "tiny (golden shapes), demo (full vocabulary), small, medium (benchmarks)")
+        ->check(CLI::IsMember({"tiny", "demo", "small", "medium"}));
     c->add_option("--config", a->config, "A config.json to use instead of a preset");
     c->add_option("--seed", a->seed, "Seed of the random weights");
     c->add_option("--out", a->out, "Output directory")->required();

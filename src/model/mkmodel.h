@@ -1,8 +1,10 @@
 // Random V4.1 checkpoints in the official layout (config.json + model.safetensors with the
 // official tensor names, dtypes and quantisation formats, plus engram_tables.json), for tests,
 // demos and benchmarks: `tiny` has the golden checkpoint's shapes, `demo` the same shapes
-// with the full 129,280-token vocabulary (so it runs with the real DeepSeek tokenizer), and
-// `small` is sized for benchmarks (about 1.5 GB, 32k vocabulary). Weights follow the golden data's
+// with the full 129,280-token vocabulary (so it runs with the real DeepSeek tokenizer),
+// `small` is sized for kernel benchmarks (about 1.6 GB, 32k vocabulary) and `medium` is the
+// benchmark model the server can serve (small's geometry, the full vocabulary, 32 experts:
+// about 2.4 GB). Weights follow the golden data's
 // initialisation (Gaussian masters scaled per role, quantised with power-of-two block
 // scales); the same preset and seed give the same bytes. Pure functions; any thread.
 #pragma once
@@ -16,7 +18,7 @@
 
 namespace fathom::model {
 
-// The configuration of a named preset: tiny, demo or small.
+// The configuration of a named preset: tiny, demo, small or medium.
 Result<ModelConfig> preset_config(const std::string& name);
 
 // The flat (inference/config.json) spelling of a configuration.

@@ -8,8 +8,15 @@
 
 namespace fathom::kernels {
 
-// Round-to-nearest-even float -> bf16 (as torch's .to(bfloat16)).
-uint16_t float_to_bf16(float f);
+// Round-to-nearest-even float -> bf16 (as torch's .to(bfloat16)); NaN stays NaN (quiet).
+// Branch-free, so that loops over it vectorise.
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return uint16_t((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
 inline float round_to_bf16(float f);
 // A double rounded to bf16 the way torch casts it: to fp32 first, then to bf16 (c10::BFloat16
 // is built from a float). The two roundings differ from one direct rounding when the fp32 step

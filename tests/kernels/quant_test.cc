@@ -3,6 +3,8 @@
 // code, and a double is rounded once (no fp32 step).
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -92,6 +94,54 @@ TEST(E2m1Rounding, FakeQuantScales) {
   z[0] = 3.3f;
   ref::fake_quant_e2m1(z.data(), 16, 16, true, w.data());
   EXPECT_EQ(w[0], 6.0f * 0.5625f);
+}
+
+// The fast fake-quant is the reference's bit for bit: blocks of every magnitude (the scale
+// from 2^-22 up), values on E4M3 ties and on the normal/subnormal boundary, zeros of both
+// signs, saturation, and NaN.
+TEST(E4m3Rounding, FastFakeQuantIsTheReferenceBitForBit) {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-40, 20);
+  std::vector<float> x(size_t(32 * 4000)), want(x.size()), got(x.size());
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const int base = expo(rng);
+    for (size_t i = 0; i < 32; ++i) {
+      float v = std::ldexp(mant(rng), base - int(rng() % 24));
+      if (rng() % 2) v = -v;
+      switch (rng() % 16) {
+        case 0:
+          v = 0.0f;
+          break;
+        case 1:
+          v = -0.0f;
+          break;
+        case 2:  // an E4M3 tie of the block's scale: (k + 1/2) steps
+          v = std::ldexp(float(2 * (8 + rng() % 8) + 1), base - 4);
+          break;
+        case 3:
+          v = std::ldexp(1.0f, base - 6);
+          break;
+        default:
+          break;
+      }
+      x[b * 32 + i] = v;
+    }
+  }
+  x[7] = std::nanf("");
+  x[40] = 1e30f;
+  x[41] = -1e30f;
+  ref::fake_quant_e4m3(x.data(), int64_t(x.size()), want.data());
+  cpu::fake_quant_e4m3(x.data(), int64_t(x.size()), got.data());
+  int64_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::memcmp(&want[i], &got[i], 4) != 0 && !(std::isnan(want[i]) && std::isnan(got[i])))
+      if (++differ <= 5) ADD_FAILURE() << "x " << x[i] << ": ref " << want[i] << " fast " << got[i];
+  EXPECT_EQ(differ, 0);
+  // In place, as the model calls it.
+  std::vector<float> inplace(x);
+  cpu::fake_quant_e4m3(inplace.data(), int64_t(inplace.size()), inplace.data());
+  EXPECT_EQ(std::memcmp(inplace.data() + 32, got.data() + 32, (got.size() - 32) * 4), 0);
 }
 
 }  // namespace

@@ -144,6 +144,8 @@ void fp8_tile_slow(const uint8_t* src, int64_t K, int64_t rows, int64_t cols, ui
 struct Fp8Source {
   const Fp8Matrix& w;
   struct Chunk {};
+  const void* row_base(int64_t m) const { return w.weight + m * w.cols; }
+  int64_t row_bytes() const { return w.cols; }
   FATHOM_INLINE void chunk(int64_t, int64_t, int64_t, int64_t, Chunk&) const {}
 
   static bool plain(const Chunk&) { return true; }
@@ -193,6 +195,8 @@ void fp4_row_slow(const uint8_t* src, uint8_t sc, uint16_t* dst) {
 
 struct Fp4Source {
   const Fp4Matrix& w;
+  const void* row_base(int64_t m) const { return w.weight + m * (w.cols / 2); }
+  int64_t row_bytes() const { return w.cols / 2; }
   // Per row and step of the chunk, the exponent drop (127 - scale) << 7 as a pair of words,
   // and whether any scale of the chunk needs the scalar decode.
   struct Chunk {
@@ -271,6 +275,8 @@ struct Fp4Source {
 struct Bf16Source {
   const Bf16Matrix& w;
   struct Chunk {};
+  const void* row_base(int64_t m) const { return w.weight + m * w.cols; }
+  int64_t row_bytes() const { return w.cols * 2; }
   FATHOM_INLINE void chunk(int64_t, int64_t, int64_t, int64_t, Chunk&) const {}
 
   static bool plain(const Chunk&) { return true; }
@@ -330,6 +336,12 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, in
   typename Source::Chunk c0, c1;
   for (int64_t m0 = r0; m0 < r1; m0 += 32) {
     const int64_t rows0 = min64(16, M - m0), rows1 = min64(16, min64(r1, M) - m0 - 16);
+    // The next pair's rows (contiguous) are prefetched into L2 a few lines a step: a row is
+    // too short a stream for the hardware prefetcher when K is small.
+    const int64_t next_rows = min64(32, r1 - m0 - 32);
+    const char* next = next_rows > 0 ? static_cast<const char*>(src.row_base(m0 + 32)) : nullptr;
+    const int64_t next_lines = next_rows > 0 ? (next_rows * src.row_bytes() + 63) / 64 : 0;
+    const int64_t per_step = (next_lines + kts - 1) / kts;
     _tile_zero(0);
     _tile_zero(1);
     if (NT == 2) {
@@ -343,6 +355,8 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, in
       if (rows1 == 16 && Source::plain(c0) && Source::plain(c1)) {
         for (int64_t s = 0; s < steps; ++s) {
           const int64_t kt = kt0 + s;
+          for (int64_t i = kt * per_step; i < min64(next_lines, (kt + 1) * per_step); ++i)
+            _mm_prefetch(next + i * 64, _MM_HINT_T1);
           uint16_t* slot = abuf + (s & 1) * 2 * kTileWords;
           const ATile a0 = src.template tile<true>(m0, 16, kt, s, c0, slot);
           const ATile a1 = src.template tile<true>(m0 + 16, 16, kt, s, c1, slot + kTileWords);
@@ -352,6 +366,8 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, in
       }
       for (int64_t s = 0; s < steps; ++s) {
         const int64_t kt = kt0 + s;
+        for (int64_t i = kt * per_step; i < min64(next_lines, (kt + 1) * per_step); ++i)
+          _mm_prefetch(next + i * 64, _MM_HINT_T1);
         uint16_t* slot = abuf + (s & 1) * 2 * kTileWords;
         const ATile a0 = src.template tile<false>(m0, rows0, kt, s, c0, slot);
         if (rows1 > 0) {

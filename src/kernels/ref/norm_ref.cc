@@ -5,15 +5,6 @@
 
 namespace fathom::kernels {
 
-uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu))
-    return uint16_t((u >> 16) | 0x40);  // quiet NaN
-  uint32_t rounding = 0x7FFF + ((u >> 16) & 1);
-  return uint16_t((u + rounding) >> 16);
-}
-
 float round_double_to_bf16(double v) { return round_to_bf16(float(v)); }
 
 namespace ref {

@@ -230,6 +230,7 @@ struct BenchDecodeArgs {
   std::string numerics = "fast";
   std::string speculative = "off";  // or "dspark": greedy speculative decoding, fixed K
   int64_t speculative_tokens = 0;   // drafts per step (0: the model's draft block)
+  int64_t batch = 1;                // sequences decoding together (forward_each + one head)
 };
 
 // VmRSS / VmHWM of this process in bytes.
@@ -268,6 +269,68 @@ double read_bandwidth(int threads) {
   return double(n * sizeof(float)) / best / 1e9;
 }
 
+// `batch` sequences (prompts of the same length, each its own tokens) prefilled one after
+// another, then decoded together greedily: every step is one forward_each() over all of them
+// and one head over their rows, as the engine runs a step of decoding sequences.
+int bench_batched_decode(const BenchDecodeArgs& a, const model::V41Model& m,
+                         const std::vector<int32_t>& prompt, double load_s, double machine_gbps) {
+  const int64_t V = m.config().vocab_size, D = m.config().dim, n = a.batch;
+  std::vector<std::unique_ptr<model::SequenceState>> seqs;
+  std::vector<float> logits(size_t(std::max(a.chunk, n) * V)), hidden(size_t(n * D));
+  std::vector<int32_t> next(static_cast<size_t>(n));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; ++i) {
+    seqs.push_back(m.new_sequence());
+    std::vector<int32_t> p(prompt);
+    p[0] = int32_t((p[0] + i * 7919) % std::min<int64_t>(V, 30000));  // each its own prompt
+    for (int64_t at = 0; at < a.prompt_tokens; at += a.chunk) {
+      const int64_t c = std::min(a.chunk, a.prompt_tokens - at);
+      Status s = m.forward(*seqs.back(), std::span(p).subspan(size_t(at), size_t(c)), logits.data(),
+                           nullptr, false);
+      if (!s.is_ok()) {
+        std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
+        return 1;
+      }
+    }
+    model::set_prompt_end(*seqs.back(), a.prompt_tokens);
+    next[size_t(i)] =
+        int32_t(std::max_element(logits.begin(), logits.begin() + V) - logits.begin());
+  }
+  const double prefill_s = seconds_since(t0);
+  std::vector<model::SequenceState*> states;
+  for (auto& s : seqs) states.push_back(s.get());
+  std::vector<double> step;
+  for (int64_t k = 0; k < a.decode_tokens; ++k) {
+    std::vector<std::span<const int32_t>> chunks;
+    for (int64_t i = 0; i < n; ++i) chunks.push_back(std::span(&next[size_t(i)], 1));
+    auto ts = std::chrono::steady_clock::now();
+    for (const Status& s : m.forward_each(states, chunks, hidden.data()))
+      if (!s.is_ok()) {
+        std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
+        return 1;
+      }
+    m.head_logits(hidden.data(), n, logits.data());
+    step.push_back(seconds_since(ts));
+    for (int64_t i = 0; i < n; ++i) {
+      const float* r = &logits[size_t(i * V)];
+      next[size_t(i)] = int32_t(std::max_element(r, r + V) - r);
+    }
+  }
+  std::sort(step.begin(), step.end());
+  const double median = step[step.size() / 2];
+  std::printf(
+      "{\"model\":\"%s\",\"threads\":%d,\"numerics\":\"%s\",\"path\":\"%s\","
+      "\"load_seconds\":%.3f,\"batch\":%lld,\"prefill_tokens\":%lld,"
+      "\"prefill_tokens_per_s\":%.2f,\"decode_steps\":%lld,\"decode_median_step_seconds\":%.5f,"
+      "\"decode_tokens_per_s\":%.2f,\"weight_bytes_per_token\":%lld,"
+      "\"machine_read_gb_per_s\":%.2f}\n",
+      a.model.c_str(), a.threads, a.numerics.c_str(), kernels::cpu_path_name(kernels::cpu_path()),
+      load_s, (long long)n, (long long)a.prompt_tokens, double(a.prompt_tokens * n) / prefill_s,
+      (long long)a.decode_tokens, median, double(n) / median, (long long)m.decode_weight_bytes(),
+      machine_gbps);
+  return 0;
+}
+
 // Batch-1 decode and chunked prefill on a checkpoint, with the weight-read bandwidth
 // achieved next to the machine's read bandwidth.
 int run_bench_decode(const BenchDecodeArgs& a) {
@@ -287,6 +350,7 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(size_t(a.prompt_tokens));
   for (auto& t : prompt) t = int32_t(rng() % uint32_t(std::min<int64_t>(V, 30000)));
+  if (a.batch > 1) return bench_batched_decode(a, **m, prompt, load_s, machine_gbps);
   auto st = (*m)->new_sequence();
   std::vector<float> logits(size_t(a.chunk * V));
   auto t0 = std::chrono::steady_clock::now();
@@ -373,16 +437,17 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   const int64_t bytes = (*m)->decode_weight_bytes();
   const double achieved = double(bytes) / median / 1e9;
   std::printf(
-      "{\"model\":\"%s\",\"threads\":%d,\"numerics\":\"%s\",\"load_seconds\":%.3f,"
-      "\"prefill_tokens\":%lld,\"prefill_chunk\":%lld,\"prefill_tokens_per_s\":%.2f,"
+      "{\"model\":\"%s\",\"threads\":%d,\"numerics\":\"%s\",\"path\":\"%s\","
+      "\"load_seconds\":%.3f,\"prefill_tokens\":%lld,\"prefill_chunk\":%lld,\"prefill_tokens_per_"
+      "s\":%.2f,"
       "\"decode_tokens\":%lld,\"decode_median_seconds\":%.5f,\"decode_tokens_per_s\":%.2f,"
       "\"weight_bytes_per_token\":%lld,\"achieved_weight_gb_per_s\":%.2f,"
       "\"machine_read_gb_per_s\":%.2f,\"fraction_of_machine\":%.3f,"
       "\"rss_after_load_bytes\":%lld,\"rss_peak_bytes\":%lld,\"checkpoint_bytes_mapped\":%lld}\n",
-      a.model.c_str(), a.threads, a.numerics.c_str(), load_s, (long long)a.prompt_tokens,
-      (long long)a.chunk, double(a.prompt_tokens) / prefill_s, (long long)a.decode_tokens, median,
-      1.0 / median, (long long)bytes, achieved, machine_gbps, achieved / machine_gbps,
-      (long long)rss_loaded, (long long)proc_status_bytes("VmHWM:"),
+      a.model.c_str(), a.threads, a.numerics.c_str(), kernels::cpu_path_name(kernels::cpu_path()),
+      load_s, (long long)a.prompt_tokens, (long long)a.chunk, double(a.prompt_tokens) / prefill_s,
+      (long long)a.decode_tokens, median, 1.0 / median, (long long)bytes, achieved, machine_gbps,
+      achieved / machine_gbps, (long long)rss_loaded, (long long)proc_status_bytes("VmHWM:"),
       (long long)(*m)->checkpoint_bytes());
   return 0;
 }
@@ -443,6 +508,9 @@ void add_bench_commands(CLI::App& app, Runner* run) {
                 "off, or dspark: greedy speculative decoding with the checkpoint's draft stages "
                 "(prints mean_accepted_length, draft_tokens_per_step, verified_tokens_per_step)")
       ->check(CLI::IsMember({"off", "dspark"}));
+  d->add_option("--batch", dargs->batch,
+                "Sequences decoding together (one forward_each and one head a step)")
+      ->check(CLI::Range(int64_t(1), int64_t(1024)));
   d->add_option("--speculative-tokens", dargs->speculative_tokens,
                 "Drafts verified per step (default: the model's draft block)")
       ->check(CLI::PositiveNumber);

@@ -172,7 +172,8 @@ void engram_forward(const EngramLayer& e, const EngramHasher& h, const int64_t* 
         emb[size_t(c * hd + i)] =
             kernels::round_to_bf16(kernels::e4m3_to_float(e.table[r[c] * hd + i]) *
                                    kernels::e8m0_to_float(e.scale[r[c] * (hd / 32) + i / 32]));
-    kernels::ref::fake_quant_e4m3(emb.data(), cols * hd, xq.data());
+    (fast ? kernels::cpu::fake_quant_e4m3 : kernels::ref::fake_quant_e4m3)(emb.data(), cols * hd,
+                                                                           xq.data());
     if (fast) {
       kernels::cpu::matmul_fp8(e.wkv, xq.data(), 1, kv.data(), pool);
       for (auto& v : kv) v = kernels::round_to_bf16(v);

@@ -140,7 +140,7 @@ void run_expert_fast(const ExpertWeights& e, const float* xq, int64_t rows, cons
       if (weights != nullptr) h *= weights[r];
       gr[i] = kernels::round_to_bf16(h);
     }
-    kernels::ref::fake_quant_e4m3(gr, inter, gr);
+    kernels::cpu::fake_quant_e4m3(gr, inter, gr);
   }
   project_fast(e, e.w2_fp4, e.w2_fp8, g.data(), rows, y, pool);
   for (int64_t i = 0; i < rows * e.hidden; ++i) y[i] = kernels::round_to_bf16(y[i]);
@@ -153,7 +153,7 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
   const int64_t hidden = w.shared.hidden;
   std::vector<float> xq(size_t(T * hidden)), acc(size_t(T * hidden), 0.0f);
   for (int64_t t = 0; t < T; ++t)
-    kernels::ref::fake_quant_e4m3(x + t * hidden, hidden, &xq[size_t(t * hidden)]);
+    kernels::cpu::fake_quant_e4m3(x + t * hidden, hidden, &xq[size_t(t * hidden)]);
   // One job per expert in use (routed in index order, then the shared one), each with the
   // rows routed to it.
   struct Job {
@@ -186,9 +186,12 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
     run_expert_fast(*j.e, j.in.data(), n, j.rw.empty() ? nullptr : j.rw.data(), w.swiglu_limit,
                     j.out.data(), g, u, inner);
   };
-  // Few rows (decode): the experts run side by side, one thread each, with no
-  // synchronisation inside their GEMVs; many rows (prefill): each expert uses the pool.
-  if (pool != nullptr && T <= 4 && jobs.size() > 1) {
+  // Few rows per expert (decode, one sequence or a batch of them): the experts run side by
+  // side, one thread each, with no synchronisation inside their products; many rows
+  // (prefill): each expert uses the pool. The kernels' arithmetic does not depend on it.
+  size_t most_rows = 0;
+  for (size_t i = 0; i < routed_jobs; ++i) most_rows = std::max(most_rows, jobs[i].rows.size());
+  if (pool != nullptr && (T <= 4 || most_rows <= 16) && jobs.size() > 1) {
     // The shared expert (the biggest job: FP8, twice the bytes of an FP4 one) goes first so
     // the threads finish together.
     pool->parallel_for(jobs.size(),

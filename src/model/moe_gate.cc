@@ -3,15 +3,22 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/dot.h"
 #include "kernels/norm.h"
 
 namespace fathom::model {
 
-void route_token(const float* x, const MoeGateParams& p, int32_t* experts, float* weights) {
+void route_token(const float* x, const MoeGateParams& p, int32_t* experts, float* weights,
+                 bool fast) {
   float logits[kMaxExperts], score[kMaxExperts], biased[kMaxExperts];
   int32_t order[kMaxExperts];
   const int n = std::min(p.n_experts, kMaxExperts);
-  kernels::ref::linear_f32(x, p.weight, 1, p.hidden, n, logits);
+  if (fast) {
+    for (int e = 0; e < n; ++e)
+      logits[e] = float(kernels::dot_f64_lanes(x, p.weight + e * p.hidden, p.hidden));
+  } else {
+    kernels::ref::linear_f32(x, p.weight, 1, p.hidden, n, logits);
+  }
   for (int e = 0; e < n; ++e) {
     const double z = logits[e];
     const float softplus = float(z > 20.0 ? z : std::log1p(std::exp(z)));

@@ -21,7 +21,10 @@ struct MoeGateParams {
 };
 
 // Routes one token: x is the normed FFN input [hidden]; writes top_k expert ids (highest
-// biased score first) and their weights.
-void route_token(const float* x, const MoeGateParams& p, int32_t* experts, float* weights);
+// biased score first) and their weights. `fast`: the linear's double sums in eight lanes
+// (exact products; only the order of the double additions differs, so the fp32 logits
+// almost always equal the strict ones).
+void route_token(const float* x, const MoeGateParams& p, int32_t* experts, float* weights,
+                 bool fast = false);
 
 }  // namespace fathom::model

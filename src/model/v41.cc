@@ -47,7 +47,8 @@ void fp8_linear(const Exec& ex, const kernels::Fp8Matrix& w, const float* x, int
                 float* y) {
   std::vector<float> xq(static_cast<size_t>(rows * w.cols));
   for (int64_t r = 0; r < rows; ++r)
-    kernels::ref::fake_quant_e4m3(x + r * w.cols, w.cols, &xq[size_t(r * w.cols)]);
+    (ex.fast ? kernels::cpu::fake_quant_e4m3 : kernels::ref::fake_quant_e4m3)(
+        x + r * w.cols, w.cols, &xq[size_t(r * w.cols)]);
   if (ex.fast) {
     kernels::cpu::matmul_fp8(w, xq.data(), rows, y, ex.pool);
     for (int64_t i = 0; i < rows * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
@@ -94,6 +95,7 @@ using detail::fp8_linear;
 using detail::linear;
 using detail::mhc_block;
 using detail::rmsnorm;
+using detail::RowPositions;
 using detail::window_kv;
 
 namespace {
@@ -495,19 +497,19 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
   return Status::ok();
 }
 
-// One attention sublayer over the chunk: xn [T, D] normed inputs -> out [T, D].
-Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st, ForwardScratch& f,
-                 const float* xn, bool own_keys, float* out, ForwardTrace* trace) {
+// The part of an attention sublayer that reads and writes one sequence's state, over its
+// rows (f.T rows at positions f.start..): the compressor and indexer, the compressed entries
+// stored, the attention rows themselves over the window and the selected entries (o
+// [T, heads, head_dim] from q), and the window ring. qr, q and kv are the rows' attention
+// inputs (attention_inputs()); xn their normed inputs.
+Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
+                      ForwardScratch& f, const float* xn, const float* qr, const float* q,
+                      const float* kv, bool own_keys, float* o, ForwardTrace* trace) {
   const ModelConfig& c = W.cfg;
   const AttentionWeights& a = b.attn;
-  const int64_t T = f.T, start = f.start, H = c.n_heads, hd = c.head_dim, qd = c.q_lora_rank,
-                win = c.window_size;
+  const int64_t T = f.T, start = f.start, H = c.n_heads, hd = c.head_dim, win = c.window_size;
   const Rope& rope = b.ratio > 0 ? *W.rope_compressed : *W.rope_window;
-
-  std::vector<float> qr(static_cast<size_t>(T * qd)), q(size_t(T * H * hd)),
-      kv(static_cast<size_t>(T * hd));
   const Exec& ex = f.ex;
-  attention_inputs(ex, W, a, rope, xn, T, start, qr.data(), q.data(), kv.data());
 
   // Compressed KV: the source compresses, the index source selects, then the new entries
   // are rotated, FP4 fake-quantised and stored.
@@ -516,8 +518,7 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
     std::vector<int64_t> ids;
     if (b.kv_source)
       FATHOM_RETURN_IF_ERROR(publish_entries(ex, W, b, st, xn, start, T, &latents, &ids));
-    if (b.index_source)
-      FATHOM_RETURN_IF_ERROR(indexer(W, b, st, f, xn, qr.data(), rope, own_keys, trace));
+    if (b.index_source) FATHOM_RETURN_IF_ERROR(indexer(W, b, st, f, xn, qr, rope, own_keys, trace));
     store_latents(W, b, st, rope, &latents, ids);
   }
 
@@ -528,7 +529,6 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
   const int64_t floor = st.window_floor[size_t(b.id)];
   const int64_t width = start == 0 ? std::min(T, win) : win;
   const kv::PagedRows* comp = b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].entries : nullptr;
-  std::vector<float> o(static_cast<size_t>(T * H * hd));
   const float scale = float(std::pow(double(hd), -0.5));
   // Rows are independent: in fast numerics a prefill spreads them over the pool.
   auto row = [&](size_t ti) {
@@ -561,9 +561,54 @@ Status attention(const ModelWeights& W, const BlockWeights& b, SequenceState& st
     ex.pool->parallel_for(size_t(T), row);
   else
     for (int64_t t = 0; t < T; ++t) row(size_t(t));
-  attention_output(ex, W, a, rope, o.data(), T, start, out);
   for (int64_t t = std::max<int64_t>(0, T - win); t < T; ++t)
     std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)], ring.row((start + t) % win));
+  return Status::ok();
+}
+
+// One sequence's rows in a forward call over one or several sequences.
+struct Segment {
+  SequenceState* st = nullptr;
+  int64_t row0 = 0;               // its first row in the call's row arrays
+  int64_t start0 = 0, rows0 = 0;  // its position and rows when the call began
+  ForwardScratch f;               // f.start, f.T: the rows (still) running
+  bool own_keys = false;
+  Status status;  // the first error; a failed segment's rows run on without its state
+};
+
+// One attention sublayer over the rows of every segment: xn [R, D] normed inputs -> out
+// [R, D]. The projections run once over all rows; each sequence's state is read and written
+// by attention_core(), side by side over the pool (one thread each, as forward_rows() sets
+// their Exec) when there are several. One segment's error is returned; with several, a
+// segment that fails keeps its error and the others go on.
+Status attention(const ModelWeights& W, const BlockWeights& b, std::span<Segment> segs,
+                 const Exec& ex, int64_t R, const float* xn, float* out, ForwardTrace* trace) {
+  const ModelConfig& c = W.cfg;
+  const int64_t H = c.n_heads, hd = c.head_dim, qd = c.q_lora_rank, D = c.dim;
+  const Rope& rope = b.ratio > 0 ? *W.rope_compressed : *W.rope_window;
+  std::vector<int64_t> pos(static_cast<size_t>(R));
+  for (const Segment& g : segs)
+    for (int64_t t = 0; t < g.f.T; ++t) pos[size_t(g.row0 + t)] = g.f.start + t;
+  std::vector<float> qr(static_cast<size_t>(R * qd)), q(size_t(R * H * hd)),
+      kv(static_cast<size_t>(R * hd)), o(static_cast<size_t>(R * H * hd));
+  attention_inputs(ex, W, b.attn, rope, xn, R, RowPositions(pos.data()), qr.data(), q.data(),
+                   kv.data());
+  auto core = [&](Segment& g) {
+    if (!g.status.is_ok()) return;
+    const int64_t r0 = g.row0;
+    g.status =
+        attention_core(W, b, *g.st, g.f, xn + r0 * D, &qr[size_t(r0 * qd)], &q[size_t(r0 * H * hd)],
+                       &kv[size_t(r0 * hd)], g.own_keys, &o[size_t(r0 * H * hd)], trace);
+  };
+  if (segs.size() == 1) {
+    core(segs[0]);
+    FATHOM_RETURN_IF_ERROR(segs[0].status);
+  } else if (ex.pool != nullptr) {
+    ex.pool->parallel_for(segs.size(), [&](size_t i) { core(segs[i]); });
+  } else {
+    for (Segment& g : segs) core(g);
+  }
+  attention_output(ex, W, b.attn, rope, o.data(), R, RowPositions(pos.data()), out);
   return Status::ok();
 }
 
@@ -576,26 +621,27 @@ namespace {
 // kv [T, head_dim] = e4m3 fake-quant(RoPE(kv_norm(proj))) at positions pos0.. for the wkv
 // projection `proj` [T, head_dim].
 void finish_window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                      const Rope& rope, const float* proj, int64_t T, int64_t pos0, float* kv) {
+                      const Rope& rope, const float* proj, int64_t T, RowPositions pos, float* kv) {
   const int64_t hd = W.cfg.head_dim, rd = W.cfg.rope_head_dim;
   rmsnorm(ex, proj, a.kv_norm, T, float(W.cfg.norm_eps), kv);
   for (int64_t t = 0; t < T; ++t) {
-    rope.rotate(kv + t * hd + hd - rd, pos0 + t);
-    kernels::ref::fake_quant_e4m3(kv + t * hd, hd, kv + t * hd);
+    rope.rotate(kv + t * hd + hd - rd, pos[t]);
+    (ex.fast ? kernels::cpu::fake_quant_e4m3 : kernels::ref::fake_quant_e4m3)(kv + t * hd, hd,
+                                                                              kv + t * hd);
   }
 }
 
 }  // namespace
 
 void window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a, const Rope& rope,
-               const float* x, int64_t T, int64_t pos0, float* kv) {
+               const float* x, int64_t T, RowPositions pos, float* kv) {
   std::vector<float> tmp(static_cast<size_t>(T * W.cfg.head_dim));
   fp8_linear(ex, a.wkv, x, T, tmp.data());
-  finish_window_kv(ex, W, a, rope, tmp.data(), T, pos0, kv);
+  finish_window_kv(ex, W, a, rope, tmp.data(), T, pos, kv);
 }
 
 void attention_inputs(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                      const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
+                      const Rope& rope, const float* xn, int64_t T, RowPositions pos, float* qr,
                       float* q, float* kv) {
   const ModelConfig& c = W.cfg;
   const int64_t H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim;
@@ -616,19 +662,19 @@ void attention_inputs(const Exec& ex, const ModelWeights& W, const AttentionWeig
   rmsnorm(ex, tq.data(), a.q_norm, T, float(c.norm_eps), qr);
   fp8_linear(ex, a.wq_b, qr, T, q);
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < H; ++h) rope.rotate(q + (t * H + h) * hd + hd - rd, pos0 + t);
-  finish_window_kv(ex, W, a, rope, tkv.data(), T, pos0, kv);
+    for (int64_t h = 0; h < H; ++h) rope.rotate(q + (t * H + h) * hd + hd - rd, pos[t]);
+  finish_window_kv(ex, W, a, rope, tkv.data(), T, pos, kv);
 }
 
 void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                      const Rope& rope, float* o, int64_t T, int64_t pos0, float* out) {
+                      const Rope& rope, float* o, int64_t T, RowPositions pos, float* out) {
   const ModelConfig& c = W.cfg;
   const int64_t H = c.n_heads, hd = c.head_dim, rd = c.rope_head_dim, gin = H * hd / c.o_groups,
                 zr = c.o_groups * c.o_lora_rank, orank = c.o_lora_rank;
   std::vector<float> z(static_cast<size_t>(T * zr)), og(static_cast<size_t>(T * gin)),
       zg(static_cast<size_t>(T * orank));
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < H; ++h) rope.rotate(o + (t * H + h) * hd + hd - rd, pos0 + t, true);
+    for (int64_t h = 0; h < H; ++h) rope.rotate(o + (t * H + h) * hd + hd - rd, pos[t], true);
   // Group g's rows of the FP8 wo_a (o_rank is a multiple of the 32-row scale block).
   auto fp8_group = [&](int64_t g) {
     const kernels::Fp8Matrix& m = a.wo_a_fp8;
@@ -663,43 +709,56 @@ void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeig
   fp8_linear(ex, a.wo_b, z.data(), T, out);
 }
 
+// Runs fn(t) for the rows [0, T): over the pool in fast numerics when there are several (a
+// row's arithmetic never depends on the others or on the split), else in order.
+template <typename Fn>
+void for_rows(const Exec& ex, int64_t T, Fn fn) {
+  if (ex.fast && ex.pool != nullptr && T > 1)
+    ex.pool->parallel_for(size_t(T), [&](size_t t) { fn(int64_t(t)); });
+  else
+    for (int64_t t = 0; t < T; ++t) fn(t);
+}
+
 Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, int64_t T, float* X,
                  float* pre, const AttentionSublayer& attn, ForwardTrace* trace) {
   const int64_t D = W.cfg.dim;
   const float eps = float(W.cfg.norm_eps);
   std::vector<float> x(static_cast<size_t>(T * D)), xn(static_cast<size_t>(T * D)),
-      y(static_cast<size_t>(T * D)), mid(static_cast<size_t>(4 * D));
+      y(static_cast<size_t>(T * D));
   std::vector<HcMix> mixes(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    mixes[size_t(t)] = ex.fast ? hc_mix_fast(X + t * 4 * D, b.hc_attn, T == 1 ? ex.pool : nullptr)
+  // A single row spreads its mix's dot products over the pool instead.
+  ThreadPool* mix_pool = T == 1 ? ex.pool : nullptr;
+  for_rows(ex, T, [&](int64_t t) {
+    mixes[size_t(t)] = ex.fast ? hc_mix_fast(X + t * 4 * D, b.hc_attn, mix_pool)
                                : hc_mix(X + t * 4 * D, b.hc_attn);
     hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
-  }
+  });
   rmsnorm(ex, x.data(), b.attn_norm, T, eps, xn.data());
   FATHOM_RETURN_IF_ERROR(attn(xn.data(), y.data()));
   const std::string l = "layer" + std::to_string(b.id);
   if (trace && trace->keep_tensors) trace->tensors[l + "_attn_out"] = y;
   // The FFN site: its own mix from the updated streams, applied to the input chosen with
   // the attention site's pre.
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(ex, T, [&](int64_t t) {
+    thread_local std::vector<float> mid;
+    mid.resize(size_t(4 * D));
     float* xt = X + t * 4 * D;
     hc_post(mixes[size_t(t)], &y[size_t(t * D)], xt, D, mid.data());
     std::copy(mid.begin(), mid.end(), xt);
     hc_pre(mixes[size_t(t)].pre, xt, D, &x[size_t(t * D)]);
-    mixes[size_t(t)] =
-        ex.fast ? hc_mix_fast(xt, b.hc_ffn, T == 1 ? ex.pool : nullptr) : hc_mix(xt, b.hc_ffn);
-  }
+    mixes[size_t(t)] = ex.fast ? hc_mix_fast(xt, b.hc_ffn, mix_pool) : hc_mix(xt, b.hc_ffn);
+  });
   rmsnorm(ex, x.data(), b.ffn_norm, T, eps, xn.data());
   MoeGateParams gp{b.gate_w.data(), b.gate_bias, D, b.n_experts, b.top_k, float(W.cfg.route_scale)};
   std::vector<int32_t> all_experts(size_t(T * b.top_k));
   std::vector<float> all_weights(size_t(T * b.top_k));
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(ex, T, [&](int64_t t) {
     route_token(&xn[size_t(t * D)], gp, &all_experts[size_t(t * b.top_k)],
-                &all_weights[size_t(t * b.top_k)]);
+                &all_weights[size_t(t * b.top_k)], ex.fast);
     if (!ex.fast)
       moe_forward(b.moe, &xn[size_t(t * D)], &all_experts[size_t(t * b.top_k)],
                   &all_weights[size_t(t * b.top_k)], b.top_k, &y[size_t(t * D)]);
-  }
+  });
   if (ex.fast)
     moe_forward_fast(b.moe, xn.data(), T, all_experts.data(), all_weights.data(), b.top_k, y.data(),
                      ex.pool);
@@ -708,11 +767,13 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
     trace->gate_w[b.id] = all_weights;
   }
   if (trace && trace->keep_tensors) trace->tensors[l + "_ffn_out"] = y;
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(ex, T, [&](int64_t t) {
+    thread_local std::vector<float> mid;
+    mid.resize(size_t(4 * D));
     hc_post(mixes[size_t(t)], &y[size_t(t * D)], X + t * 4 * D, D, mid.data());
     std::copy(mid.begin(), mid.end(), X + t * 4 * D);
     std::copy(mixes[size_t(t)].pre, mixes[size_t(t)].pre + 4, pre + t * 4);
-  }
+  });
   if (trace && trace->keep_tensors) {
     trace->tensors[l + "_out"] = std::vector<float>(X, X + T * 4 * D);
     trace->tensors[l + "_pre_mix"] = std::vector<float>(pre, pre + T * 4);
@@ -744,15 +805,6 @@ template <typename V>
 void drop_rows(std::vector<V>* rows, int64_t width, int64_t n) {
   const size_t k = size_t(std::min<int64_t>(int64_t(rows->size()), n * width));
   rows->erase(rows->begin(), rows->begin() + int64_t(k));
-}
-
-// One block of the backbone over the chunk's streams (see mhc_block).
-Status block_forward(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
-                     ForwardScratch& f, float* X, float* pre, bool own_keys, ForwardTrace* trace) {
-  return mhc_block(
-      f.ex, W, b, f.T, X, pre,
-      [&](const float* xn, float* y) { return attention(W, b, st, f, xn, own_keys, y, trace); },
-      trace);
 }
 
 // The hc-mean of a token's streams, rounded to bf16 (DSpark's main input).
@@ -1247,14 +1299,207 @@ std::vector<Status> V41Model::forward_each(std::span<SequenceState* const> state
     return out;
   }
   const int64_t D = w_->cfg.dim;
-  auto one = [&](size_t i) {
-    out[i] = forward_on(nullptr, *states[i], chunks[i], nullptr, nullptr, false,
-                        hidden_out + int64_t(i) * D);
-  };
-  if (pool_ && states.size() > 1)
-    pool_->parallel_for(states.size(), one);
-  else
-    for (size_t i = 0; i < states.size(); ++i) one(i);
+  if (states.size() == 1) {
+    out[0] = forward_on(pool_.get(), *states[0], chunks[0], nullptr, nullptr, false, hidden_out);
+    return out;
+  }
+  std::vector<Status> run = forward_rows(states, chunks, hidden_out);
+  for (size_t i = 0; i < states.size(); ++i) {
+    out[i] = run[i];
+    if (out[i].code() == StatusCode::kUnsupported)  // a chunk the batched pass does not run
+      out[i] = forward_on(pool_.get(), *states[i], chunks[i], nullptr, nullptr, false,
+                          hidden_out + int64_t(i) * D);
+  }
+  return out;
+}
+
+namespace {
+
+// The rows of a forward call: the chunks of one or several sequences, one after another.
+// Every layer runs the row-wise work (mHC mixes, norms, projections, experts, Engram) once
+// over all rows and each sequence's own work (compressor, indexer, attention, windows) in
+// attention(); per-row arithmetic never depends on the other rows, so a sequence gets the
+// same bits alone or among others.
+struct RowsPass {
+  const ModelWeights& W;
+  const ModelOptions& options;
+  ThreadPool* pool;
+  std::vector<Segment> segs;
+  int64_t R = 0;  // rows of all segments
+  std::vector<int32_t> tokens;
+  ForwardTrace* trace = nullptr;  // one segment only
+
+  // Runs every layer. Rows past the decoder-bounded-replay cut (one segment only) are
+  // dropped at the last kv source as forward() describes. hn receives the final normed
+  // hidden of every row still running [rows, dim] and `first` the index of the first of them.
+  Status run(std::vector<float>* hn, int64_t* first);
+};
+
+Status RowsPass::run(std::vector<float>* hn, int64_t* first) {
+  const ModelConfig& c = W.cfg;
+  const int64_t D = c.dim;
+  const Exec ex{options.numerics == Numerics::kFast, pool};
+  std::vector<float> X(static_cast<size_t>(R * 4 * D)), pre(size_t(R * 4), 0.0f);
+  for (int64_t r = 0; r < R; ++r) {
+    const uint16_t* e = W.embed + size_t(tokens[size_t(r)]) * size_t(D);
+    for (int j = 0; j < 4; ++j)
+      for (int64_t i = 0; i < D; ++i) X[size_t((r * 4 + j) * D + i)] = kernels::bf16_to_float(e[i]);
+    pre[size_t(r * 4)] = 1.0f;
+  }
+  if (trace && trace->keep_tensors)
+    for (int64_t r = 0; r < R; ++r)
+      trace->tensors["embed_out"].insert(trace->tensors["embed_out"].end(), &X[size_t(r * 4 * D)],
+                                         &X[size_t(r * 4 * D + D)]);
+  // Engram rows of every row, in row order.
+  std::vector<int64_t> hashes;
+  int64_t hash_row = 0;
+  if (!W.engram.empty()) {
+    std::vector<int64_t> h;
+    for (Segment& g : segs) {
+      W.hasher.hash(g.st->tokens, g.f.start, g.f.T, &h);
+      hash_row = int64_t(h.size()) / g.f.T;
+      hashes.insert(hashes.end(), h.begin(), h.end());
+    }
+  }
+  const auto& targets = c.dspark_target_layer_ids;
+  const int64_t hidden_row = D * std::max<int64_t>(1, int64_t(targets.size()));
+  std::vector<float> main_hidden(size_t(R * hidden_row));
+  // Decoder-side bounded replay (one segment): rows before t0 stop at the last kv source's
+  // compressor.
+  const int64_t split = c.kv_source_layers.empty() ? -1 : c.kv_source_layers.back();
+  Segment& s0 = segs[0];
+  const int64_t start0 = s0.f.start;
+  const int64_t t0 = split >= 0 && s0.st->decoder_tail_start > start0
+                         ? std::min(s0.f.T, s0.st->decoder_tail_start - start0)
+                         : 0;
+  if (t0 > 0 && segs.size() > 1) return unsupported("bounded replay in a batched forward");
+  int64_t row_off = 0;  // rows dropped from the front (bounded replay)
+  int64_t rows = R;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const BlockWeights& b = W.blocks[size_t(l)];
+    float* Xl = X.data() + row_off * 4 * D;
+    float* prel = pre.data() + row_off * 4;
+    if (t0 > 0 && l == split) {
+      // The source's compressor and index keys see every row; the rest of the layer and
+      // the layers after it only the tail, whose windows start at the tail.
+      FATHOM_RETURN_IF_ERROR(compress_rows(s0.f.ex, W, b, *s0.st, Xl, prel, start0, t0));
+      for (int64_t k = split; k < c.n_layers; ++k)
+        s0.st->window_floor[size_t(k)] =
+            std::max(s0.st->window_floor[size_t(k)], s0.st->decoder_tail_start);
+      if (t0 == s0.f.T) break;
+      drop_rows(&s0.f.topk, s0.f.topk_width, t0);
+      drop_rows(&s0.f.candidates, s0.f.candidates_n, t0);
+      s0.f.start += t0;
+      s0.f.T -= t0;
+      row_off = t0;
+      rows = R - t0;
+      Xl = X.data() + row_off * 4 * D;
+      prel = pre.data() + row_off * 4;
+    }
+    if (b.engram >= 0) {
+      engram_forward(W.engram[size_t(b.engram)], W.hasher, hashes.data() + row_off * hash_row, rows,
+                     Xl, ex.fast ? ex.pool : nullptr, ex.fast);
+      if (trace && trace->keep_tensors)
+        trace->tensors["layer" + std::to_string(l) + "_engram_out"] = X;
+    }
+    auto it = std::find(targets.begin(), targets.end(), l);
+    if (it != targets.end()) {
+      const int64_t k = it - targets.begin();
+      for (int64_t r = row_off; r < R; ++r)
+        hc_mean(&X[size_t(r * 4 * D)], D, &main_hidden[size_t(r * hidden_row + k * D)]);
+    }
+    FATHOM_RETURN_IF_ERROR(mhc_block(
+        ex, W, b, rows, Xl, prel,
+        [&](const float* xn, float* y) { return attention(W, b, segs, ex, rows, xn, y, trace); },
+        trace));
+  }
+  // DSpark inputs: each sequence's rows wait for its next draft() to enter the stage rings;
+  // only the last window can.
+  if (!targets.empty()) {
+    for (Segment& g : segs) {
+      if (!g.status.is_ok()) continue;
+      SequenceState& st = *g.st;
+      if (st.main_hidden.empty()) st.main_hidden_pos = g.start0;
+      st.main_hidden.insert(st.main_hidden.end(), main_hidden.begin() + g.row0 * hidden_row,
+                            main_hidden.begin() + (g.row0 + g.rows0) * hidden_row);
+      const int64_t held = int64_t(st.main_hidden.size()) / hidden_row;
+      if (held > c.window_size) {
+        st.main_hidden.erase(st.main_hidden.begin(),
+                             st.main_hidden.begin() + (held - c.window_size) * hidden_row);
+        st.main_hidden_pos += held - c.window_size;
+      }
+    }
+    if (trace && trace->keep_tensors) trace->tensors["main_hidden"] = main_hidden;
+  }
+  std::vector<float> h(static_cast<size_t>(rows * D));
+  hn->resize(size_t(rows * D));
+  for (int64_t r = 0; r < rows; ++r)
+    hc_pre(&pre[size_t((row_off + r) * 4)], &X[size_t((row_off + r) * 4 * D)], D,
+           &h[size_t(r * D)]);
+  rmsnorm(ex, h.data(), W.norm, rows, float(c.norm_eps), hn->data());
+  if (trace && trace->keep_tensors) {
+    trace->tensors["final_hidden"] = h;
+    trace->tensors["final_norm_out"] = *hn;
+  }
+  *first = row_off;
+  return Status::ok();
+}
+
+}  // namespace
+
+std::vector<Status> V41Model::forward_rows(std::span<SequenceState* const> states,
+                                           std::span<const std::span<const int32_t>> chunks,
+                                           float* hidden_out) const {
+  const ModelWeights& W = *w_;
+  const ModelConfig& c = W.cfg;
+  const int64_t D = c.dim;
+  std::vector<Status> out(states.size());
+  RowsPass pass{W, options_, pool_.get(), {}, 0, {}, nullptr};
+  std::vector<size_t> index;  // segment -> sequence
+  for (size_t i = 0; i < states.size(); ++i) {
+    SequenceState& st = *states[i];
+    const std::span<const int32_t> tokens = chunks[i];
+    const int64_t T = int64_t(tokens.size());
+    Status bad;
+    if (T == 0) bad = invalid_argument("forward needs at least one token");
+    for (int32_t id : tokens)
+      if (bad.is_ok() && (id < 0 || id >= c.vocab_size))
+        bad = out_of_range("token id " + std::to_string(id) + " outside the vocabulary");
+    if (bad.is_ok() && st.undo.pos >= 0 && st.pos + T > st.undo.pos + st.undo.rows)
+      bad = invalid_argument("forward past the rows marked for verification (" +
+                             std::to_string(st.undo.rows) + ")");
+    if (bad.is_ok() && !c.kv_source_layers.empty() && st.decoder_tail_start > st.pos)
+      bad = unsupported("bounded replay in a batched forward");
+    if (!bad.is_ok()) {
+      out[i] = bad;
+      continue;
+    }
+    Segment g;
+    g.st = &st;
+    g.row0 = pass.R;
+    g.start0 = g.f.start = st.pos;
+    g.rows0 = g.f.T = T;
+    // One thread each for the sequence's own work (attention()), no threading inside.
+    g.f.ex = Exec{options_.numerics == Numerics::kFast, nullptr};
+    g.own_keys = options_.own_index_keys || st.pos < st.prompt_end;
+    pass.segs.push_back(std::move(g));
+    pass.tokens.insert(pass.tokens.end(), tokens.begin(), tokens.end());
+    st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
+    pass.R += T;
+    index.push_back(i);
+  }
+  if (pass.segs.empty()) return out;
+  std::vector<float> hn;
+  int64_t first = 0;
+  const Status st = pass.run(&hn, &first);
+  for (size_t k = 0; k < pass.segs.size(); ++k) {
+    Segment& g = pass.segs[k];
+    const size_t i = index[k];
+    out[i] = st.is_ok() ? g.status : st;
+    if (!out[i].is_ok()) continue;
+    g.st->pos += g.f.T;
+    std::copy_n(&hn[size_t((g.row0 + g.f.T - 1) * D)], D, hidden_out + int64_t(i) * D);
+  }
   return out;
 }
 
@@ -1271,101 +1516,35 @@ Status V41Model::forward_on(ThreadPool* pool, SequenceState& st, std::span<const
   if (st.undo.pos >= 0 && st.pos + T > st.undo.pos + st.undo.rows)
     return invalid_argument("forward past the rows marked for verification (" +
                             std::to_string(st.undo.rows) + ")");
-  ForwardScratch f;
-  f.ex = Exec{options_.numerics == Numerics::kFast, pool};
-  f.start = st.pos;
-  f.T = T;
-  st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
-
-  std::vector<float> X(static_cast<size_t>(T * 4 * D)), pre(size_t(T * 4), 0.0f);
-  for (int64_t t = 0; t < T; ++t) {
-    const uint16_t* e = W.embed + size_t(tokens[size_t(t)]) * size_t(D);
-    for (int j = 0; j < 4; ++j)
-      for (int64_t i = 0; i < D; ++i) X[size_t((t * 4 + j) * D + i)] = kernels::bf16_to_float(e[i]);
-    pre[size_t(t * 4)] = 1.0f;
-  }
-  if (trace && trace->keep_tensors)
-    for (int64_t t = 0; t < T; ++t)
-      trace->tensors["embed_out"].insert(trace->tensors["embed_out"].end(), &X[size_t(t * 4 * D)],
-                                         &X[size_t(t * 4 * D + D)]);
-  std::vector<int64_t> hashes;
-  if (!W.engram.empty()) W.hasher.hash(st.tokens, f.start, T, &hashes);
-  const int64_t hash_row = T > 0 ? int64_t(hashes.size()) / T : 0;
-  const auto& targets = c.dspark_target_layer_ids;
-  std::vector<float> main_hidden(size_t(T * D * std::max<size_t>(1, targets.size())));
-  // Decoder-side bounded replay: rows before t0 stop at the last kv source's compressor.
   const int64_t split = c.kv_source_layers.empty() ? -1 : c.kv_source_layers.back();
-  const int64_t start0 = f.start;
-  const int64_t t0 = split >= 0 && st.decoder_tail_start > start0
-                         ? std::min(T, st.decoder_tail_start - start0)
+  const int64_t t0 = split >= 0 && st.decoder_tail_start > st.pos
+                         ? std::min(T, st.decoder_tail_start - st.pos)
                          : 0;
   if (t0 > 0 && logits != nullptr && all_rows)
     return invalid_argument("every row's logits asked for under decoder bounded replay");
   if (t0 == T && (logits != nullptr || hidden_out != nullptr))
     return invalid_argument("logits asked for a chunk that ends before the decoder tail");
+  RowsPass pass{W,    options_, pool, {}, T, std::vector<int32_t>(tokens.begin(), tokens.end()),
+                trace};
+  Segment g;
+  g.st = &st;
+  g.f.ex = Exec{options_.numerics == Numerics::kFast, pool};
+  g.start0 = g.f.start = st.pos;
+  g.rows0 = g.f.T = T;
   // Prompt rows score their own kv source's index keys, as every row of a one-chunk prefill
   // does (there each index source's kv source has published in the same call); only decode
   // steps keep the reference's last-published slot.
-  const bool own_keys = options_.own_index_keys || start0 < st.prompt_end;
-  float* Xl = X.data();
-  float* prel = pre.data();
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const BlockWeights& b = W.blocks[size_t(l)];
-    if (t0 > 0 && l == split) {
-      // The source's compressor and index keys see every row; the rest of the layer and
-      // the layers after it only the tail, whose windows start at the tail.
-      FATHOM_RETURN_IF_ERROR(compress_rows(f.ex, W, b, st, Xl, prel, start0, t0));
-      for (int64_t k = split; k < c.n_layers; ++k)
-        st.window_floor[size_t(k)] = std::max(st.window_floor[size_t(k)], st.decoder_tail_start);
-      if (t0 == T) break;
-      drop_rows(&f.topk, f.topk_width, t0);
-      drop_rows(&f.candidates, f.candidates_n, t0);
-      f.start += t0;
-      f.T -= t0;
-      Xl += t0 * 4 * D;
-      prel += t0 * 4;
-    }
-    const int64_t rows_done = f.start - start0;
-    if (b.engram >= 0) {
-      engram_forward(W.engram[size_t(b.engram)], W.hasher, hashes.data() + rows_done * hash_row,
-                     f.T, Xl, f.ex.fast ? f.ex.pool : nullptr, f.ex.fast);
-      if (trace && trace->keep_tensors)
-        trace->tensors["layer" + std::to_string(l) + "_engram_out"] = X;
-    }
-    auto it = std::find(targets.begin(), targets.end(), l);
-    if (it != targets.end()) {
-      const int64_t k = it - targets.begin();
-      for (int64_t t = rows_done; t < T; ++t)
-        hc_mean(&X[size_t(t * 4 * D)], D,
-                &main_hidden[size_t(t * D * int64_t(targets.size()) + k * D)]);
-    }
-    FATHOM_RETURN_IF_ERROR(block_forward(W, b, st, f, Xl, prel, own_keys, trace));
-  }
-  f.start = start0;
-  if (!targets.empty()) {
-    // Rows wait for the next draft() to enter the stage rings; only the last window can.
-    const int64_t row = D * int64_t(targets.size());
-    if (st.main_hidden.empty()) st.main_hidden_pos = f.start;
-    st.main_hidden.insert(st.main_hidden.end(), main_hidden.begin(), main_hidden.end());
-    const int64_t rows = int64_t(st.main_hidden.size()) / row;
-    if (rows > c.window_size) {
-      st.main_hidden.erase(st.main_hidden.begin(),
-                           st.main_hidden.begin() + (rows - c.window_size) * row);
-      st.main_hidden_pos += rows - c.window_size;
-    }
-    if (trace && trace->keep_tensors) trace->tensors["main_hidden"] = main_hidden;
-  }
-  std::vector<float> h(static_cast<size_t>(T * D)), hn(static_cast<size_t>(T * D));
-  for (int64_t t = 0; t < T; ++t)
-    hc_pre(&pre[size_t(t * 4)], &X[size_t(t * 4 * D)], D, &h[size_t(t * D)]);
-  rmsnorm(f.ex, h.data(), W.norm, T, float(c.norm_eps), hn.data());
-  if (trace && trace->keep_tensors) {
-    trace->tensors["final_hidden"] = h;
-    trace->tensors["final_norm_out"] = hn;
-  }
-  if (hidden_out != nullptr) std::copy_n(&hn[size_t((T - 1) * D)], D, hidden_out);
-  if (logits != nullptr)
-    head_logits(all_rows ? hn.data() : &hn[size_t((T - 1) * D)], all_rows ? T : 1, logits);
+  g.own_keys = options_.own_index_keys || st.pos < st.prompt_end;
+  pass.segs.push_back(std::move(g));
+  st.tokens.insert(st.tokens.end(), tokens.begin(), tokens.end());
+  std::vector<float> hn;
+  int64_t first = 0;
+  FATHOM_RETURN_IF_ERROR(pass.run(&hn, &first));
+  FATHOM_RETURN_IF_ERROR(pass.segs[0].status);
+  const int64_t rows = T - first;
+  if (hidden_out != nullptr && rows > 0) std::copy_n(&hn[size_t((rows - 1) * D)], D, hidden_out);
+  if (logits != nullptr && rows > 0)
+    head_logits(all_rows ? hn.data() : &hn[size_t((rows - 1) * D)], all_rows ? rows : 1, logits);
   st.pos += T;
   return Status::ok();
 }

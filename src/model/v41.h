@@ -179,10 +179,13 @@ class V41Model {
   Status forward(SequenceState& state, std::span<const int32_t> tokens, float* logits,
                  ForwardTrace* trace = nullptr, bool all_rows = true,
                  float* hidden_out = nullptr) const;
-  // forward() of several sequences at once, each chunk on one thread of the model's pool
-  // with no threading inside it (for steps with many decoding sequences): bit for bit what
-  // forward() gives each alone, since no kernel's per-row arithmetic depends on its thread
-  // split. Writes every sequence's last-row normed hidden to hidden_out [n, dim].
+  // forward() of several sequences at once (for steps with many decoding sequences): one pass
+  // over the layers whose projections, experts and mixes run over every sequence's rows
+  // together (each weight read once for all of them) and whose attention runs each
+  // sequence's rows on one thread of the pool: bit for bit what forward() gives each alone,
+  // since no kernel's per-row arithmetic depends on the other rows or the thread split.
+  // A sequence whose forward fails gets its error (its state is then unusable) and the
+  // others go on. Writes every sequence's last-row normed hidden to hidden_out [n, dim].
   std::vector<Status> forward_each(std::span<SequenceState* const> states,
                                    std::span<const std::span<const int32_t>> chunks,
                                    float* hidden_out) const;
@@ -211,6 +214,11 @@ class V41Model {
 
  private:
   V41Model() = default;
+  // forward_each() of two or more sequences in one pass (kUnsupported for a chunk the pass
+  // does not run: bounded replay).
+  std::vector<Status> forward_rows(std::span<SequenceState* const> states,
+                                   std::span<const std::span<const int32_t>> chunks,
+                                   float* hidden_out) const;
   Status forward_on(ThreadPool* pool, SequenceState& state, std::span<const int32_t> tokens,
                     float* logits, ForwardTrace* trace, bool all_rows, float* hidden_out) const;
   ModelOptions options_;

@@ -121,10 +121,20 @@ Status ensure_ring(SequenceState& st, size_t block, int64_t window, int64_t head
 namespace detail {
 
 // How a building block runs: `strict` is the canonical arithmetic of the golden data, `fast`
-// the fp32 AVX2 kernels on `pool`.
+// the fast kernels on `pool`.
 struct Exec {
   bool fast = false;
   ThreadPool* pool = nullptr;
+};
+
+// The positions of a call's rows: pos0, pos0 + 1, ... or one per row (rows of several
+// sequences in one call). Implicit from a first position.
+struct RowPositions {
+  RowPositions(int64_t first) : pos0(first) {}  // NOLINT(google-explicit-constructor)
+  explicit RowPositions(const int64_t* per_row) : rows(per_row) {}
+  int64_t operator[](int64_t t) const { return rows != nullptr ? rows[t] : pos0 + t; }
+  int64_t pos0 = 0;
+  const int64_t* rows = nullptr;
 };
 
 // y [rows, W.rows] = bf16(W · fake_quant(x)) for x [rows, W.cols].
@@ -139,22 +149,22 @@ void linear(const Exec& ex, const float* x, const kernels::Bf16Matrix& w, int64_
 void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_t rows, float eps,
              float* y);
 
-// kv [T, head_dim] = the window KV of x [T, dim] at positions pos0..: kv_norm(wkv · x), RoPE
+// kv [T, head_dim] = the window KV of x [T, dim] at positions pos: kv_norm(wkv · x), RoPE
 // on the tail, then E4M3 fake-quant over all head_dim channels.
 void window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeights& a, const Rope& rope,
-               const float* x, int64_t T, int64_t pos0, float* kv);
+               const float* x, int64_t T, RowPositions pos, float* kv);
 
 // qr [T, q_lora_rank] = q_norm(wq_a · xn), q [T, heads, head_dim] = wq_b · qr with RoPE at
-// positions pos0.. on each head's tail, and kv [T, head_dim] as window_kv() makes it.
+// positions pos on each head's tail, and kv [T, head_dim] as window_kv() makes it.
 void attention_inputs(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                      const Rope& rope, const float* xn, int64_t T, int64_t pos0, float* qr,
+                      const Rope& rope, const float* xn, int64_t T, RowPositions pos, float* qr,
                       float* q, float* kv);
 
 // out [T, dim] = wo_b · wo_a(o) for T rows of attention output o [T, heads, head_dim] at
-// positions pos0.., after the inverse RoPE (applied to o in place). The projections run
-// once over all rows.
+// positions pos, after the inverse RoPE (applied to o in place). The projections run once
+// over all rows.
 void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeights& a,
-                      const Rope& rope, float* o, int64_t T, int64_t pos0, float* out);
+                      const Rope& rope, float* o, int64_t T, RowPositions pos, float* out);
 
 // An attention sublayer: xn [T, dim] normed inputs -> out [T, dim].
 using AttentionSublayer = std::function<Status(const float* xn, float* out)>;

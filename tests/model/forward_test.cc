@@ -7,9 +7,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "kv/page_pool.h"
 #include "model/npy.h"
 #include "model/rope.h"
 #include "model/v41.h"
@@ -468,6 +471,51 @@ TEST(Fast, ForwardEachEqualsForwardAlone) {
       EXPECT_EQ(std::memcmp(want.data(), &got[i * size_t(D)], size_t(D) * 4), 0)
           << "sequence " << i << " step " << step;
     }
+  }
+}
+
+// A sequence whose forward fails in a batched pass gets its error and the others go on,
+// each with what it gets alone: one chunk with a token outside the vocabulary (refused before
+// the pass) and one sequence whose page pool runs out during the pass (its ratio-1 source
+// needs a page for every new entry, and its pool holds exactly what its prompt took).
+TEST(Fast, ForwardEachKeepsGoingPastAFailedSequence) {
+  const V41Model& m = fast_model();
+  const std::vector<int32_t> a = tokens_of("decode_9_33");
+  const std::vector<int32_t> prompt(a.begin(), a.begin() + 20);
+  const int64_t D = m.config().dim;
+  // The pages the prompt takes from a pool of one-entry pages.
+  kv::PagePool probe(m.page_bytes(1), 0);
+  auto counted = m.new_sequence(&probe);
+  ASSERT_TRUE(m.forward(*counted, prompt, nullptr, nullptr, false).is_ok());
+  const int64_t used = probe.stats().pages_in_use;
+  kv::PagePool tight(m.page_bytes(1), used);
+  auto starved = m.new_sequence(&tight);
+  ASSERT_TRUE(m.forward(*starved, prompt, nullptr, nullptr, false).is_ok());
+  std::vector<std::unique_ptr<SequenceState>> ok, alone;
+  for (int i = 0; i < 3; ++i) {
+    ok.push_back(m.new_sequence());
+    alone.push_back(m.new_sequence());
+    const std::vector<int32_t> p(a.begin() + i, a.begin() + 12 + i);
+    ASSERT_TRUE(m.forward(*ok.back(), p, nullptr, nullptr, false).is_ok());
+    ASSERT_TRUE(m.forward(*alone.back(), p, nullptr, nullptr, false).is_ok());
+  }
+  auto refused = m.new_sequence();
+  ASSERT_TRUE(m.forward(*refused, prompt, nullptr, nullptr, false).is_ok());
+  const std::vector<SequenceState*> states = {ok[0].get(), refused.get(), ok[1].get(),
+                                              starved.get(), ok[2].get()};
+  const int32_t outside = int32_t(m.config().vocab_size);
+  const std::vector<std::vector<int32_t>> chunks = {{5}, {outside}, {6, 7}, {8}, {9}};
+  std::vector<std::span<const int32_t>> spans(chunks.begin(), chunks.end());
+  std::vector<float> got(states.size() * size_t(D)), want(static_cast<size_t>(D));
+  const std::vector<Status> st = m.forward_each(states, spans, got.data());
+  EXPECT_EQ(st[1].code(), StatusCode::kOutOfRange) << st[1].to_string();
+  EXPECT_EQ(st[3].code(), StatusCode::kResourceExhausted) << st[3].to_string();
+  for (size_t i : {size_t(0), size_t(2), size_t(4)}) {
+    ASSERT_TRUE(st[i].is_ok()) << i << " " << st[i].to_string();
+    const size_t k = i / 2;
+    ASSERT_TRUE(m.forward(*alone[k], chunks[i], nullptr, nullptr, false, want.data()).is_ok());
+    EXPECT_EQ(std::memcmp(want.data(), &got[i * size_t(D)], size_t(D) * 4), 0) << "sequence " << i;
+    EXPECT_EQ(sequence_position(*ok[k]), sequence_position(*alone[k]));
   }
 }
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/attention.h"
+#include "kernels/cpu_features.h"
 #include "kernels/dot.h"
 #include "kernels/norm.h"
 
@@ -98,6 +100,15 @@ void sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const flo
     denom += std::exp(sink[h] - running_max);
     for (int64_t i = 0; i < dim; ++i) out[h * dim + i] = kernels::round_to_bf16(acc[i] / denom);
   }
+}
+
+void attend(bool fast, const float* q, int64_t heads, int64_t dim, const float* const* entries,
+            int64_t n_entries, const float* sink, float scale, float* out) {
+  if (!fast) return sparse_attention(q, heads, dim, entries, n_entries, sink, scale, out);
+  if (kernels::cpu_path() == kernels::CpuPath::kAmx &&
+      kernels::cpu::sparse_attention_amx_supported(heads, dim))
+    return kernels::cpu::sparse_attention_amx(q, heads, dim, entries, n_entries, sink, scale, out);
+  sparse_attention_fast(q, heads, dim, entries, n_entries, sink, scale, out);
 }
 
 }  // namespace fathom::model

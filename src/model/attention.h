@@ -21,4 +21,9 @@ void sparse_attention(const float* q, int64_t heads, int64_t dim, const float* c
 void sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const float* const* entries,
                            int64_t n_entries, const float* sink, float scale, float* out);
 
+// The row as the given numerics run it: strict, or fast — on AMX tiles where the kernel path
+// is AMX (kernels/attention.h), else sparse_attention_fast().
+void attend(bool fast, const float* q, int64_t heads, int64_t dim, const float* const* entries,
+            int64_t n_entries, const float* sink, float scale, float* out);
+
 }  // namespace fathom::model

@@ -90,9 +90,8 @@ Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) 
       for (int64_t k = 0; k < n_ring; ++k) entries.push_back(ring.row(k));
       for (int64_t i = 0; i < B; ++i) entries.push_back(&kv[size_t(i * hd)]);
       for (int64_t i = 0; i < B; ++i) {
-        (ex.fast ? sparse_attention_fast : sparse_attention)(
-            &q[size_t(i * H * hd)], H, hd, entries.data(), int64_t(entries.size()), b.attn.sink,
-            scale, o.data());
+        attend(ex.fast, &q[size_t(i * H * hd)], H, hd, entries.data(), int64_t(entries.size()),
+               b.attn.sink, scale, o.data());
         attention_output(ex, W, b.attn, rope, o.data(), 1, p0 + i, y + i * D);
       }
       return Status::ok();

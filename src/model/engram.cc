@@ -161,29 +161,34 @@ float rstd(const float* v, int64_t n, float eps) {
 
 void engram_forward(const EngramLayer& e, const EngramHasher& h, const int64_t* rows, int64_t T,
                     float* X, ThreadPool* pool, bool fast) {
-  const int64_t cols = h.columns(), L = h.layers(), hd = e.head_dim, D = e.dim;
-  std::vector<float> emb(static_cast<size_t>(cols * hd)), xq(static_cast<size_t>(cols * hd)),
-      kv(static_cast<size_t>(5 * D));
-  const float inv_sqrt_dim = float(std::pow(double(D), -0.5));
+  const int64_t cols = h.columns(), L = h.layers(), hd = e.head_dim, D = e.dim, in = cols * hd;
+  // Every row's embeddings, fake-quantised, then the projection over all rows at once (the
+  // fast kernels give each row what it gets alone).
+  std::vector<float> xq(static_cast<size_t>(T * in)), kv(static_cast<size_t>(T * 5 * D));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t* r = rows + (t * L + e.index) * cols;
+    float* emb = &xq[size_t(t * in)];
     for (int64_t c = 0; c < cols; ++c)
       for (int64_t i = 0; i < hd; ++i)
-        emb[size_t(c * hd + i)] =
+        emb[c * hd + i] =
             kernels::round_to_bf16(kernels::e4m3_to_float(e.table[r[c] * hd + i]) *
                                    kernels::e8m0_to_float(e.scale[r[c] * (hd / 32) + i / 32]));
-    (fast ? kernels::cpu::fake_quant_e4m3 : kernels::ref::fake_quant_e4m3)(emb.data(), cols * hd,
-                                                                           xq.data());
-    if (fast) {
-      kernels::cpu::matmul_fp8(e.wkv, xq.data(), 1, kv.data(), pool);
-      for (auto& v : kv) v = kernels::round_to_bf16(v);
-    } else {
-      kernels::ref::matmul_fp8(e.wkv, xq.data(), 1, kv.data(), kernels::OutRounding::kBF16);
-    }
-    const float* value = &kv[size_t(4 * D)];
+    (fast ? kernels::cpu::fake_quant_e4m3 : kernels::ref::fake_quant_e4m3)(emb, in, emb);
+  }
+  if (fast) {
+    kernels::cpu::matmul_fp8(e.wkv, xq.data(), T, kv.data(), pool);
+    for (auto& v : kv) v = kernels::round_to_bf16(v);
+  } else {
+    for (int64_t t = 0; t < T; ++t)
+      kernels::ref::matmul_fp8(e.wkv, &xq[size_t(t * in)], 1, &kv[size_t(t * 5 * D)],
+                               kernels::OutRounding::kBF16);
+  }
+  const float inv_sqrt_dim = float(std::pow(double(D), -0.5));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* value = &kv[size_t((t * 5 + 4) * D)];
     for (int64_t j = 0; j < 4; ++j) {
       float* x = X + (t * 4 + j) * D;
-      const float* key = &kv[size_t(j * D)];
+      const float* key = &kv[size_t((t * 5 + j) * D)];
       double dot = 0;
       for (int64_t i = 0; i < D; ++i) {
         const float w = e.q_weight[size_t(j * D + i)] * e.k_weight[size_t(j * D + i)];

@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "core/thread_pool.h"
+#include "kernels/attention.h"
+#include "kernels/cpu_features.h"
 #include "kernels/dot.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
@@ -530,10 +532,15 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
   const int64_t width = start == 0 ? std::min(T, win) : win;
   const kv::PagedRows* comp = b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].entries : nullptr;
   const float scale = float(std::pow(double(hd), -0.5));
+  // On AMX a row runs on one thread, alone or beside others (kernels/attention.h).
+  const bool amx_attention = ex.fast && kernels::cpu_path() == kernels::CpuPath::kAmx &&
+                             kernels::cpu::sparse_attention_amx_supported(H, hd);
   // Rows are independent: in fast numerics a prefill spreads them over the pool.
   auto row = [&](size_t ti) {
     const int64_t t = int64_t(ti), p = start + t;
-    std::vector<const float*> entries(static_cast<size_t>(width), nullptr);
+    thread_local std::vector<const float*> entries;
+    entries.assign(static_cast<size_t>(width), nullptr);
+    entries.reserve(size_t(width + f.topk_width));
     int64_t slot = 0;
     for (int64_t pos = std::max({int64_t(0), p - win + 1, floor}); pos <= p; ++pos, ++slot)
       entries[size_t(slot)] = pos >= start ? &kv[size_t((pos - start) * hd)] : ring.row(pos % win);
@@ -543,7 +550,7 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
         entries.push_back(j < 0 ? nullptr : comp->row(j));
       }
     }
-    if (ex.fast && ex.pool != nullptr && T == 1 && H >= 2) {
+    if (ex.fast && ex.pool != nullptr && T == 1 && H >= 2 && !amx_attention) {
       // Decode: the heads in two halves, one per thread.
       const int64_t half = H / 2;
       ex.pool->parallel_for(2, [&](size_t i) {
@@ -553,9 +560,8 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
       });
       return;
     }
-    (ex.fast ? sparse_attention_fast : sparse_attention)(&q[size_t(t * H * hd)], H, hd,
-                                                         entries.data(), int64_t(entries.size()),
-                                                         a.sink, scale, &o[size_t(t * H * hd)]);
+    attend(ex.fast, &q[size_t(t * H * hd)], H, hd, entries.data(), int64_t(entries.size()), a.sink,
+           scale, &o[size_t(t * H * hd)]);
   };
   if (ex.fast && ex.pool != nullptr && T > 1)
     ex.pool->parallel_for(size_t(T), row);

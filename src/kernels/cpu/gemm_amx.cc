@@ -495,22 +495,57 @@ void run_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, int64
 
 }  // namespace
 
+namespace {
+
+// r[k] = column k of the 16 x 16 dword matrix whose rows are r[0..15].
+FATHOM_INLINE void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+}  // namespace
+
 void pack_x(const float* x, int64_t batch, int64_t cols, uint16_t* out) {
   const int64_t kts = (cols + 31) / 32, nts = (batch + 15) / 16;
-  for (int64_t i = 0; i < nts * kts * kTileWords; i += 32)
-    _mm512_store_si512(out + i, _mm512_setzero_si512());
-  const __m512i idx =
-      _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
-  for (int64_t n = 0; n < batch; ++n) {
-    const float* xr = x + n * cols;
+  for (int64_t nt = 0; nt < nts; ++nt) {
+    const int64_t rows = min64(16, batch - nt * 16);
     for (int64_t kt = 0; kt < kts; ++kt) {
+      // Row i of 16 activation rows: its 32 columns as 16 bf16 pairs (dword j: columns 2j,
+      // 2j+1); transposed, tile row j holds pair j of every activation row.
       const int64_t k0 = kt * 32;
-      const __m512 lo = _mm512_maskz_loadu_ps(lanes16(cols - k0), xr + k0);
-      const __m512 hi = _mm512_maskz_loadu_ps(lanes16(cols - k0 - 16), xr + k0 + 16);
-      // Dword i holds columns 2i and 2i+1; it goes to row i, column n % 16 of the tile.
-      const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-      int* tile = reinterpret_cast<int*>(out + ((n / 16) * kts + kt) * kTileWords) + n % 16;
-      _mm512_i32scatter_epi32(tile, idx, v, 4);
+      const __mmask16 lo = lanes16(cols - k0), hi = lanes16(cols - k0 - 16);
+      __m512i r[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        if (i >= rows) {
+          r[i] = _mm512_setzero_si512();
+          continue;
+        }
+        const float* xr = x + (nt * 16 + i) * cols + k0;
+        r[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, xr + 16),
+                                            _mm512_maskz_loadu_ps(lo, xr));
+      }
+      transpose16(r);
+      uint16_t* tile = out + (nt * kts + kt) * kTileWords;
+      for (int64_t j = 0; j < 16; ++j) _mm512_store_si512(tile + j * 32, r[j]);
     }
   }
 }

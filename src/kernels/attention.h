@@ -1,0 +1,30 @@
+// Sparse attention of one query row on AMX tiles: H heads against a list of shared latent
+// KV entries (K = V, as V4.1's attention, shared/spec/model-v41.md §6.3), with an attention
+// sink per head. The scores q·e are tile products (bf16 operands, fp32 sums), scaled; the
+// softmax takes the row's maximum, exp in fp32, and sums the fp32 probabilities in entry
+// order (plus exp(sink - max)); the probabilities are rounded to bf16 (as the reference
+// rounds them) for the value product, another tile product over the entries in their order,
+// 32 at a time; the output is rounded to bf16. Its operands are exact in bf16 in V4.1 (the
+// query is rounded to bf16 after RoPE, the entries are fake-quantised to E4M3 or E2M1), so
+// it differs from model::sparse_attention_fast only in the order of the fp32 sums.
+//
+// A row's result depends only on its own query and entries (their order, not their place
+// in memory or the other rows), so a prompt row gets the same bits whatever its chunk and a
+// decode row alone or among others. Available on the AMX path (kernels/cpu_features.h).
+// Thread-safe: scratch is per thread.
+#pragma once
+
+#include <cstdint>
+
+namespace fathom::kernels::cpu {
+
+// Whether sparse_attention_amx() takes these shapes: dim a multiple of 32 up to 1024,
+// heads up to 64.
+bool sparse_attention_amx_supported(int64_t heads, int64_t dim);
+
+// q [heads, dim]; entries[i] points at a [dim] row or is null (skipped); sink [heads]; out
+// [heads, dim]. REQUIRES: cpu_path_available(CpuPath::kAmx) and the shapes supported.
+void sparse_attention_amx(const float* q, int64_t heads, int64_t dim, const float* const* entries,
+                          int64_t n_entries, const float* sink, float scale, float* out);
+
+}  // namespace fathom::kernels::cpu

@@ -1,0 +1,37 @@
+// kernels::cpu's sparse attention entry point: drops the empty slots from the entry list and
+// runs the AMX row (attention_amx.cc) with a thread-local scratch. Compiled for the baseline.
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/cpu/attention_amx.h"
+
+namespace fathom::kernels::cpu {
+
+bool sparse_attention_amx_supported(int64_t heads, int64_t dim) {
+  return heads >= 1 && heads <= 64 && dim >= 32 && dim % 32 == 0 && dim <= 1024;
+}
+
+void sparse_attention_amx(const float* q, int64_t heads, int64_t dim, const float* const* entries,
+                          int64_t n_entries, const float* sink, float scale, float* out) {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::vector<const float*> list;
+  thread_local std::unique_ptr<void, Free> scratch;
+  thread_local int64_t scratch_size = 0;
+  list.clear();
+  for (int64_t i = 0; i < n_entries; ++i)
+    if (entries[i] != nullptr) list.push_back(entries[i]);
+  const int64_t n = int64_t(list.size());
+  const int64_t need = amx::attention_scratch_bytes(heads, dim, std::max<int64_t>(n, 1));
+  if (need > scratch_size) {
+    scratch.reset(std::aligned_alloc(64, size_t((need + 63) / 64 * 64)));
+    scratch_size = need;
+  }
+  amx::attention_row(q, heads, dim, list.data(), n, sink, scale, out, scratch.get());
+}
+
+}  // namespace fathom::kernels::cpu

@@ -1,0 +1,253 @@
+// One query row of sparse attention on AMX tiles (kernels/attention.h for the contract).
+//
+// Scores: the entries are the tiles' A operand (16 entries x 32 dims, converted to bf16 as
+// they are read) and the heads' queries the B operand (packed once, as the GEMMs pack
+// activations), so a score is one chain of tile products over the dims. Softmax: sixteen
+// heads a vector, entries in order. Values: the bf16 probabilities are the A operand (16
+// heads x 32 entries) and the entries the B operand (pairs of entries interleaved, 16 dims
+// a tile), 32 entries a step in the list's order, so only the list decides the sums.
+// Tiles: C in tmm0..3, A in tmm4/5, B in tmm6/7, all 16 rows x 64 bytes.
+//
+// Compiled with -mamx-tile -mamx-bf16 -mavx512f/bw/vl/bf16/vbmi: includes only the private
+// AMX headers and defines nothing with linkage the baseline files could share.
+#include "kernels/cpu/attention_amx.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm_amx.h"
+
+#define FATHOM_INLINE inline __attribute__((always_inline))
+
+namespace fathom::kernels::cpu::amx {
+namespace {
+
+constexpr int64_t kTileWords = 512, kTileFloats = 256;
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+thread_local bool tiles_configured = false;
+
+void ensure_tiles() {
+  if (tiles_configured) return;
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = 16;
+    c.colsb[t] = 64;
+  }
+  _tile_loadconfig(&c);
+  tiles_configured = true;
+}
+
+FATHOM_INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+FATHOM_INLINE __mmask16 lanes16(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// e^x for x <= 88 (Cephes' expf: x = k ln2 + r, a degree-6 polynomial in r, times 2^k).
+FATHOM_INLINE __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, k);
+}
+
+FATHOM_INLINE __m512i to_bf16_pairs(__m512 lo, __m512 hi) {
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// The C tile i (0..3) += A tile a · B tile b, with i known only at run time.
+#define FATHOM_TDP(i, a, b)      \
+  do {                           \
+    switch (i) {                 \
+      case 0:                    \
+        _tile_dpbf16ps(0, a, b); \
+        break;                   \
+      case 1:                    \
+        _tile_dpbf16ps(1, a, b); \
+        break;                   \
+      case 2:                    \
+        _tile_dpbf16ps(2, a, b); \
+        break;                   \
+      default:                   \
+        _tile_dpbf16ps(3, a, b); \
+    }                            \
+  } while (0)
+
+void zero_c(int64_t n) {
+  _tile_zero(0);
+  if (n > 1) _tile_zero(1);
+  if (n > 2) _tile_zero(2);
+  if (n > 3) _tile_zero(3);
+}
+
+void store_c(int64_t i, float* dst, int64_t stride) {
+  switch (i) {
+    case 0:
+      _tile_stored(0, dst, stride);
+      break;
+    case 1:
+      _tile_stored(1, dst, stride);
+      break;
+    case 2:
+      _tile_stored(2, dst, stride);
+      break;
+    default:
+      _tile_stored(3, dst, stride);
+  }
+}
+
+struct Scratch {
+  uint16_t *qp, *abuf, *pt, *pa, *bbuf;
+  float *s, *cbuf, *denom;
+};
+
+Scratch carve(void* base, int64_t heads, int64_t dim, int64_t n) {
+  const int64_t hp = (heads + 15) / 16 * 16, ks = dim / 32, n16 = (n + 15) / 16 * 16,
+                n32 = (n + 31) / 32 * 32;
+  char* p = static_cast<char*>(base);
+  auto take = [&](int64_t bytes) {
+    char* at = p;
+    p += (bytes + 63) / 64 * 64;
+    return at;
+  };
+  Scratch s;
+  s.qp = reinterpret_cast<uint16_t*>(take(packed_x_bytes(heads, dim)));
+  s.abuf = reinterpret_cast<uint16_t*>(take(ks * kTileWords * 2));
+  s.pt = reinterpret_cast<uint16_t*>(take(n32 * hp * 2));
+  s.pa = reinterpret_cast<uint16_t*>(take((hp / 16) * (n32 / 32) * kTileWords * 2));
+  s.bbuf = reinterpret_cast<uint16_t*>(take(4 * kTileWords * 2));
+  s.s = reinterpret_cast<float*>(take(n16 * hp * 4));
+  s.cbuf = reinterpret_cast<float*>(take(4 * kTileFloats * 4));
+  s.denom = reinterpret_cast<float*>(take(hp * 4));
+  return s;
+}
+
+}  // namespace
+
+int64_t attention_scratch_bytes(int64_t heads, int64_t dim, int64_t n) {
+  Scratch s = carve(nullptr, heads, dim, n);
+  return int64_t(reinterpret_cast<char*>(s.denom)) + ((heads + 15) / 16 * 16) * 4 + 64;
+}
+
+void attention_row(const float* q, int64_t heads, int64_t dim, const float* const* entries,
+                   int64_t n, const float* sink, float scale, float* out, void* scratch) {
+  ensure_tiles();
+  const int64_t hp = (heads + 15) / 16 * 16, ht = hp / 16, ks = dim / 32, n32 = (n + 31) / 32 * 32;
+  Scratch sc = carve(scratch, heads, dim, n);
+  pack_x(q, heads, dim, sc.qp);
+
+  // Scores S[e][h], sixteen entries a tile.
+  for (int64_t e0 = 0; e0 < n; e0 += 16) {
+    const int64_t rows = min64(16, n - e0);
+    for (int64_t k = 0; k < ks; ++k) {
+      uint16_t* a = sc.abuf + k * kTileWords;
+      for (int64_t r = 0; r < 16; ++r) {
+        __m512i v = _mm512_setzero_si512();
+        if (r < rows) {
+          const float* e = entries[e0 + r] + k * 32;
+          v = to_bf16_pairs(_mm512_loadu_ps(e), _mm512_loadu_ps(e + 16));
+        }
+        _mm512_store_si512(a + r * 32, v);
+      }
+    }
+    zero_c(ht);
+    for (int64_t k = 0; k < ks; ++k) {
+      _tile_loadd(4, sc.abuf + k * kTileWords, 64);
+      for (int64_t t = 0; t < ht; ++t) {
+        _tile_loadd(6, sc.qp + (t * ks + k) * kTileWords, 64);
+        FATHOM_TDP(t, 4, 6);
+      }
+    }
+    for (int64_t t = 0; t < ht; ++t) store_c(t, sc.s + e0 * hp + t * 16, hp * 4);
+  }
+
+  // Softmax per head over the entries in order, sixteen heads a vector; the probabilities
+  // in bf16, P^T[e][h] (zero past n).
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int64_t t = 0; t < ht; ++t) {
+    __m512 mx = _mm512_set1_ps(-1e30f);
+    for (int64_t e = 0; e < n; ++e)
+      mx = _mm512_max_ps(mx, _mm512_mul_ps(_mm512_load_ps(sc.s + e * hp + t * 16), vscale));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t e = 0; e < n; ++e) {
+      const __m512 p =
+          exp_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(sc.s + e * hp + t * 16), vscale), mx));
+      sum = _mm512_add_ps(sum, p);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc.pt + e * hp + t * 16),
+                         (__m256i)_mm512_cvtneps_pbh(p));
+    }
+    for (int64_t e = n; e < n32; ++e)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc.pt + e * hp + t * 16),
+                         _mm256_setzero_si256());
+    const __m512 sk = _mm512_maskz_loadu_ps(lanes16(heads - t * 16), sink + t * 16);
+    _mm512_store_ps(sc.denom + t * 16, _mm512_add_ps(sum, exp_ps(_mm512_sub_ps(sk, mx))));
+    // The A tiles of the value product: P[h][e] for sixteen heads and 32 entries.
+    for (int64_t s = 0; s < n32 / 32; ++s) {
+      uint16_t* a = sc.pa + (t * (n32 / 32) + s) * kTileWords;
+      for (int64_t h = 0; h < 16; ++h)
+        for (int64_t j = 0; j < 32; ++j) a[h * 32 + j] = sc.pt[(s * 32 + j) * hp + t * 16 + h];
+    }
+  }
+
+  // Values: O[h][d] = sum_e P[h][e] entry_e[d], 32 entries a step; up to four C tiles (head
+  // tiles x dim tiles) a pass.
+  alignas(64) static const uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                       21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                       11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const int64_t dtb = ht == 1 ? 4 : ht == 2 ? 2 : 1;  // dim tiles a pass
+  for (int64_t d0 = 0; d0 < dim; d0 += 16 * dtb) {
+    const int64_t dts = min64(dtb, (dim - d0) / 16);
+    zero_c(ht * dts);
+    for (int64_t s = 0; s < n32 / 32; ++s) {
+      for (int64_t dt = 0; dt < dts; ++dt) {
+        uint16_t* b = sc.bbuf + dt * kTileWords;
+        const int64_t d = d0 + dt * 16;
+        for (int64_t kp = 0; kp < 16; ++kp) {
+          const int64_t e = s * 32 + 2 * kp;
+          const __m512 lo = e < n ? _mm512_loadu_ps(entries[e] + d) : _mm512_setzero_ps();
+          const __m512 hi = e + 1 < n ? _mm512_loadu_ps(entries[e + 1] + d) : _mm512_setzero_ps();
+          _mm512_store_si512(b + kp * 32,
+                             _mm512_permutexvar_epi16(interleave, to_bf16_pairs(lo, hi)));
+        }
+      }
+      for (int64_t t = 0; t < ht; ++t) {
+        _tile_loadd(4, sc.pa + (t * (n32 / 32) + s) * kTileWords, 64);
+        for (int64_t dt = 0; dt < dts; ++dt) {
+          _tile_loadd(6, sc.bbuf + dt * kTileWords, 64);
+          FATHOM_TDP(t * dts + dt, 4, 6);
+        }
+      }
+    }
+    for (int64_t t = 0; t < ht; ++t)
+      for (int64_t dt = 0; dt < dts; ++dt) {
+        store_c(t * dts + dt, sc.cbuf, 64);
+        for (int64_t h = 0; h < min64(16, heads - t * 16); ++h) {
+          // o / denom rounded to bf16 (ties to even), stored as fp32.
+          const __m512 o =
+              _mm512_div_ps(_mm512_load_ps(sc.cbuf + h * 16), _mm512_set1_ps(sc.denom[t * 16 + h]));
+          const __m256i b = (__m256i)_mm512_cvtneps_pbh(o);
+          _mm512_storeu_ps(out + (t * 16 + h) * dim + d0 + dt * 16,
+                           _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+        }
+      }
+  }
+}
+
+}  // namespace fathom::kernels::cpu::amx

@@ -4,8 +4,9 @@
 // p99, max), the server's resident memory (start, peak, end of each level; /proc/PID/status)
 // the server's CPU seconds and the failed requests — then the prefix-cache TTFT gain on a repeated 2k-token prompt
 // (cold vs warm), with where the engine thread spent each level's time (/metrics
-// fathom_engine_seconds_total). Each level starts requests for SECONDS_PER_LEVEL and waits for
-// the last ones. Prints one JSON object.
+// fathom_engine_seconds_total), and whether seeded sampling is batch-invariant: the same
+// seeded requests alone, one at a time, and then all at once (token ids compared). Each level
+// starts requests for SECONDS_PER_LEVEL and waits for the last ones. Prints one JSON object.
 // Usage: node bench/serve_load.js FATHOM [SECONDS_PER_LEVEL] [MODEL] [LEVELS] [MAX_TOKENS]
 //   LEVELS: comma-separated stream counts (e.g. 64,256,512); MODEL "" = the demo model.
 // FATHOM_SERVE_ARGS adds server flags (e.g. "--swa-side-objects" or "--no-async-scheduling").
@@ -97,6 +98,22 @@ const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s.length 
       rss_start_mb: Number(rssStart.toFixed(1)), rss_peak_mb: Number(rssPeak.toFixed(1)),
       rss_end_mb: Number(rssMb(proc.pid).toFixed(1)), server_cpu_s: r3(cpuS(proc.pid) - cpuStart), engine_s });
   }
+  // Seeded sampling alone vs batched: the largest level's count of seeded requests (temperature
+  // 0.9, each its own prompt and seed), first one at a time, then all together.
+  const seeded = async (i) => {
+    const prompt = [0, ...Array.from({ length: 48 }, (_, k) => 200 + ((i * 977 + k * 31) % 40000))];
+    const r = await fetch(base + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true, temperature: 0.9, seed: 1000 + i,
+                             return_token_ids: true }) });
+    const j = await r.json();
+    return JSON.stringify(j.choices[0].token_ids);
+  };
+  const count = Math.max(...levels);
+  const alone = [];
+  for (let i = 0; i < count; ++i) alone.push(await seeded(i));
+  const together = await Promise.all(Array.from({ length: count }, (_, i) => seeded(i)));
+  const same = alone.filter((a, i) => a === together[i]).length;
+  result.seeded = { requests: count, identical_alone_and_batched: same, all_identical: same === count };
   // Prefix cache: a 2,048-token prompt, cold then warm (same prefix, new last token).
   const long = [0, ...Array.from({ length: 2047 }, (_, i) => 1000 + (i * 7919) % 60000)];
   const cold = await stream(base, long, 1);

@@ -865,9 +865,9 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   }
   const Clock::time_point t_plan = Clock::now();
   int64_t replayed = 0;
-  // Bodies: the decoding sequences side by side, one per thread (forward_each gives each
-  // exactly what it gets alone), then the prefill chunks one at a time over the whole pool;
-  // the head once for every sequence that needs logits.
+  // Bodies: the decoding sequences and short prefill chunks in one pass (forward_each gives
+  // each exactly what it gets alone), then long prefill chunks one at a time over the whole
+  // pool; the head once for every sequence that needs logits.
   const int64_t D = runner_.hidden_size();
   size_t head_rows = work.size();  // every item completes at most one row, plus its siblings
   for (const Work& w : work) head_rows += w.s->siblings.size();
@@ -927,10 +927,12 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     mask_jobs.push_back({m, std::span(drafted[i].drafts).first(d), forced, &s.masks, &s.mask_rows});
   }
   masks_.start();
+  // Decodes and short prefill chunks run in one pass over the weights (forward_each gives
+  // each exactly what it gets alone); a long chunk runs alone with the pool inside it.
+  constexpr int64_t kBatchedChunkRows = 128;
   std::vector<size_t> decodes;
   for (size_t i = 0; i < work.size(); ++i)
-    if (!work[i].s->done && work[i].n == 1 &&
-        work[i].s->prefilled + 1 == int64_t(work[i].s->all.size()))
+    if (!work[i].s->done && work[i].drafts == 0 && work[i].n <= kBatchedChunkRows)
       decodes.push_back(i);
   // The speculative steps' verify rows' logits.
   struct Verified {
@@ -955,7 +957,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     for (size_t i : decodes) {
       Sequence& s = *work[i].s;
       states.push_back(s.state.get());
-      chunks.push_back(std::span(s.all).subspan(size_t(s.prefilled), 1));
+      chunks.push_back(std::span(s.all).subspan(size_t(s.prefilled), size_t(work[i].n)));
     }
     decoded_hidden.resize(decodes.size() * size_t(D));
     decoded = runner_.forward_each(states, chunks, decoded_hidden.data());

@@ -64,8 +64,9 @@ class ModelRunner {
   // receives the last row's head input.
   virtual Status forward(RunnerSequence& s, std::span<const int32_t> tokens,
                          float* hidden_out) const = 0;
-  // forward() of several sequences, one per thread, each exactly as alone; every sequence's
-  // last-row head input goes to hidden_out [n, hidden_size].
+  // forward() of several sequences in one pass over the weights, each exactly as alone (a
+  // sequence that fails gets its error, the others go on); every sequence's last-row head
+  // input goes to hidden_out [n, hidden_size].
   virtual std::vector<Status> forward_each(std::span<RunnerSequence* const> states,
                                            std::span<const std::span<const int32_t>> chunks,
                                            float* hidden_out) const = 0;

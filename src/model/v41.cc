@@ -551,12 +551,15 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
       }
     }
     if (ex.fast && ex.pool != nullptr && T == 1 && H >= 2 && !amx_attention) {
-      // Decode: the heads in two halves, one per thread.
+      // Decode: the heads in two halves, one per thread (which read this thread's list: a
+      // thread_local is not captured).
       const int64_t half = H / 2;
+      const float* const* list = entries.data();
+      const int64_t n = int64_t(entries.size());
       ex.pool->parallel_for(2, [&](size_t i) {
         const int64_t h0 = int64_t(i) * half, nh = i == 0 ? half : H - half;
-        sparse_attention_fast(&q[size_t(h0 * hd)], nh, hd, entries.data(), int64_t(entries.size()),
-                              a.sink + h0, scale, &o[size_t(h0 * hd)]);
+        sparse_attention_fast(&q[size_t(h0 * hd)], nh, hd, list, n, a.sink + h0, scale,
+                              &o[size_t(h0 * hd)]);
       });
       return;
     }

@@ -27,4 +27,15 @@ bool sparse_attention_amx_supported(int64_t heads, int64_t dim);
 void sparse_attention_amx(const float* q, int64_t heads, int64_t dim, const float* const* entries,
                           int64_t n_entries, const float* sink, float scale, float* out);
 
+// The indexer's scores of one query row (V4.1's lightning indexer, model-v41.md §6.4) against
+// n keys held as bf16 [n16, dim] (from keys_to_bf16): out[j] = bf16(sum_h bf16(relu(bf16(q_h ·
+// k_j)) * w_h)), the dots tile products, the head sum in fp32 in head order. As the
+// attention row, a key's score depends only on the query, the weights and that key.
+// q [heads, dim] (bf16 values), w [heads]. REQUIRES: the AMX path, and shapes supported.
+void index_scores_amx(const float* q, const float* w, int64_t heads, int64_t dim,
+                      const uint16_t* keys, int64_t n, float* out);
+// n key rows `stride` floats apart to bf16 [n, dim] (index_scores_amx wants the rows up to n
+// rounded up to 16 there: the caller zeroes those). REQUIRES: out holds n * dim values.
+void keys_to_bf16(const float* keys, int64_t n, int64_t stride, int64_t dim, uint16_t* out);
+
 }  // namespace fathom::kernels::cpu

@@ -429,13 +429,9 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
     return st.published_keys;
   };
   const int64_t hd = c.head_dim;
-  // The query and head-weight projections of all rows at once.
-  std::vector<float> qs(static_cast<size_t>(T * nh * ihd)), ws(static_cast<size_t>(T * nh)),
-      scores(static_cast<size_t>(compress_len));
-  fp8_linear(f.ex, b.attn.i_wq_b, qr, T, qs.data());
-  linear(f.ex, xn, b.attn.i_wproj, T, true, ws.data());
-  std::vector<int32_t> chosen;
-  const float wscale = float(std::pow(double(ihd), -0.5) * std::pow(double(nh), -0.5));
+  // Each row's key source, checked before any row runs.
+  std::vector<int> key_layers(static_cast<size_t>(T));
+  std::vector<int64_t> haves(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = start + t, visible = (p + 1) / r;
     const int key_layer = key_layer_of(p);
@@ -447,21 +443,63 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
     // keys published before it (the engine runs them one per call past that; a verify chunk
     // of a few rows always fits).
     const bool decode_rule = !own_keys && st.prompt_end > 0 && p >= st.prompt_end;
-    const int64_t have = decode_rule ? std::min(compress_len, keys.size()) : compress_len;
     if (keys.size() < (decode_rule ? visible : compress_len))
       return decode_rule ? invalid_argument("decode row at position " + std::to_string(p) +
                                             " reaches past the index keys published before "
                                             "the call: run it in a later call")
                          : internal_error("index keys shorter than the visible compressed entries");
+    key_layers[size_t(t)] = key_layer;
+    haves[size_t(t)] = decode_rule ? std::min(compress_len, keys.size()) : compress_len;
+  }
+  // On AMX the keys a row scores are tile operands: each source's keys in bf16, once.
+  const bool amx = f.ex.fast && kernels::cpu_path() == kernels::CpuPath::kAmx &&
+                   kernels::cpu::sparse_attention_amx_supported(nh, ihd);
+  std::map<int, std::vector<uint16_t>> bf16_keys;
+  if (amx) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<uint16_t>& kb = bf16_keys[key_layers[size_t(t)]];
+      const kv::PagedRows& keys = st.src[size_t(key_layers[size_t(t)])].entries;
+      const int64_t n = std::min(compress_len, keys.size()), per_page = keys.rows_per_page();
+      if (int64_t(kb.size()) >= n * ihd) continue;
+      kb.assign(size_t((n + 15) / 16 * 16 * ihd), 0);
+      for (int64_t j0 = 0; j0 < n; j0 += per_page)
+        kernels::cpu::keys_to_bf16(keys.row(j0) + hd, std::min(per_page, n - j0), hd + ihd, ihd,
+                                   &kb[size_t(j0 * ihd)]);
+    }
+  }
+  // The query and head-weight projections of all rows at once.
+  std::vector<float> qs(static_cast<size_t>(T * nh * ihd)), ws(static_cast<size_t>(T * nh));
+  fp8_linear(f.ex, b.attn.i_wq_b, qr, T, qs.data());
+  linear(f.ex, xn, b.attn.i_wproj, T, true, ws.data());
+  if (b.candidate_source) {
+    f.candidates_n = compress_len;
+    f.candidates.assign(size_t(T * compress_len), 0);
+  } else if (b.uses_candidates && f.candidates_n != compress_len) {
+    return internal_error("candidate pool does not cover layer " + std::to_string(b.id));
+  }
+  const float wscale = float(std::pow(double(ihd), -0.5) * std::pow(double(nh), -0.5));
+  // Rows are independent (each writes its own top-k and candidate rows): in fast numerics a
+  // prefill spreads them over the pool.
+  auto row = [&](int64_t t) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<int32_t> chosen;
+    scores.resize(size_t(compress_len));
+    const int64_t p = start + t, visible = (p + 1) / r, have = haves[size_t(t)];
+    const kv::PagedRows& keys = st.src[size_t(key_layers[size_t(t)])].entries;
     const int64_t per_page = keys.rows_per_page();
     float* q = &qs[size_t(t * nh * ihd)];
     float* w = &ws[size_t(t * nh)];
     for (int64_t h = 0; h < nh; ++h) rope.rotate(q + h * ihd + ihd - rd, p);
     kernels::ref::fake_quant_e2m1(q, nh * ihd, 32, false, q);
     for (int64_t h = 0; h < nh; ++h) w[h] = kernels::round_to_bf16(w[h] * wscale);
-    for (int64_t j0 = 0; j0 < have; j0 += per_page)
-      index_scores(f.ex, q, w, keys.row(j0) + hd, std::min(per_page, have - j0), hd + ihd, nh, ihd,
-                   &scores[size_t(j0)]);
+    if (amx) {
+      kernels::cpu::index_scores_amx(q, w, nh, ihd, bf16_keys.at(key_layers[size_t(t)]).data(),
+                                     have, scores.data());
+    } else {
+      for (int64_t j0 = 0; j0 < have; j0 += per_page)
+        index_scores(f.ex, q, w, keys.row(j0) + hd, std::min(per_page, have - j0), hd + ihd, nh,
+                     ihd, &scores[size_t(j0)]);
+    }
     for (int64_t j = visible; j < compress_len; ++j) scores[size_t(j)] = kNegInf;
     if (b.candidate_source) {
       // Block scores: the max over each block; the block of the newest entry is pinned.
@@ -472,18 +510,12 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
       if (visible > 0) block[size_t((visible - 1) / bs)] = std::numeric_limits<float>::infinity();
       std::vector<int32_t> top;
       top_k_indices(block.data(), nb, std::min(c.candidate_topk_blocks, nb), &top);
-      if (t == 0) {
-        f.candidates_n = compress_len;
-        f.candidates.assign(size_t(T * compress_len), 0);
-      }
       for (int32_t blk : top) {
         if (!(block[size_t(blk)] > kNegInf)) continue;
         for (int64_t j = blk * bs; j < std::min(compress_len, (blk + 1) * bs); ++j)
           f.candidates[size_t(t * compress_len + j)] = 1;
       }
     } else if (b.uses_candidates) {
-      if (f.candidates_n != compress_len)
-        return internal_error("candidate pool does not cover layer " + std::to_string(b.id));
       for (int64_t j = 0; j < compress_len; ++j)
         if (!f.candidates[size_t(t * compress_len + j)]) scores[size_t(j)] = kNegInf;
     }
@@ -491,7 +523,11 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
     std::sort(chosen.begin(), chosen.end());
     for (int64_t i = 0; i < k; ++i)
       f.topk[size_t(t * k + i)] = chosen[size_t(i)] < visible ? chosen[size_t(i)] : -1;
-  }
+  };
+  if (f.ex.fast && f.ex.pool != nullptr && T > 1)
+    f.ex.pool->parallel_for(size_t(T), [&](size_t t) { row(int64_t(t)); });
+  else
+    for (int64_t t = 0; t < T; ++t) row(t);
   if (trace) {
     trace->topk[b.id] = f.topk;
     trace->topk_width[b.id] = k;

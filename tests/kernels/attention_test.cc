@@ -3,10 +3,12 @@
 // list (empty slots, where the entries sit in memory and the thread do not matter).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -18,6 +20,11 @@ namespace fathom::kernels {
 namespace {
 
 float bf16(float v) { return round_to_bf16(v); }
+
+// Index queries and keys as the model has them: E2M1 values times a power-of-two scale per 32.
+void fake_quant_e2m1_like(std::vector<float>* v) {
+  ref::fake_quant_e2m1(v->data(), int64_t(v->size()), 32, false, v->data());
+}
 
 // out [h][d] = sum_e bf16(p_e) e_d / (sum_e p_e + exp(sink - max)), p_e = exp(s_e - max),
 // s_e = q·e * scale, all in double; and the magnitude sum_e |bf16(p_e) e_d| / denominator.
@@ -103,6 +110,53 @@ TEST(SparseAttentionAmx, MatchesTheDefinitionAndDependsOnlyOnTheList) {
     }).join();
     EXPECT_EQ(std::memcmp(again.data(), got.data(), got.size() * 4), 0)
         << "heads " << sh.heads << " dim " << sh.dim;
+  }
+}
+
+// The indexer's scores: each key's against the definition in double (the dots may land on
+// the neighbouring bf16 value, so a head's term may move by a bf16 step of it), and a key's
+// score the same bits whether it is scored among 300 keys or among the first 17.
+TEST(IndexScoresAmx, MatchTheDefinitionAndDependOnlyOnTheKey) {
+  if (!cpu_path_available(CpuPath::kAmx)) {
+    std::printf("the AMX indexer scores: untested (%s)\n", cpu_path_missing(CpuPath::kAmx).c_str());
+    GTEST_SKIP();
+  }
+  std::mt19937 rng(43);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto [heads, dim, n] : {std::tuple<int64_t, int64_t, int64_t>{16, 128, 300},
+                               {32, 128, 45},
+                               {16, 64, 17},
+                               {5, 32, 1}}) {
+    std::vector<float> q(static_cast<size_t>(heads * dim)), w(static_cast<size_t>(heads)),
+        keys(static_cast<size_t>(n * dim));
+    for (auto& v : q) v = g(rng);
+    fake_quant_e2m1_like(&q);
+    for (auto& v : keys) v = g(rng);
+    fake_quant_e2m1_like(&keys);
+    for (auto& v : w) v = bf16(g(rng) * 0.1f);
+    const int64_t n16 = (n + 15) / 16 * 16;
+    std::vector<uint16_t> kb(static_cast<size_t>(n16 * dim), 0);
+    cpu::keys_to_bf16(keys.data(), n, dim, dim, kb.data());
+    std::vector<float> got(static_cast<size_t>(n)), sub(static_cast<size_t>(n));
+    cpu::index_scores_amx(q.data(), w.data(), heads, dim, kb.data(), n, got.data());
+    for (int64_t j = 0; j < n; ++j) {
+      double total = 0, mag = 0;
+      for (int64_t h = 0; h < heads; ++h) {
+        double dot = 0;
+        for (int64_t i = 0; i < dim; ++i)
+          dot += double(q[size_t(h * dim + i)]) * double(keys[size_t(j * dim + i)]);
+        const double term = std::max(0.0, dot) * double(w[size_t(h)]);
+        total += term;
+        mag += std::fabs(term);
+      }
+      ASSERT_LE(std::fabs(double(got[size_t(j)]) - total), std::ldexp(mag, -6) + 1e-30)
+          << "heads " << heads << " dim " << dim << " key " << j;
+    }
+    const int64_t m = std::min<int64_t>(n, 17), m16 = (m + 15) / 16 * 16;
+    std::vector<uint16_t> kb2(static_cast<size_t>(m16 * dim), 0);
+    std::copy_n(kb.begin(), m * dim, kb2.begin());
+    cpu::index_scores_amx(q.data(), w.data(), heads, dim, kb2.data(), m, sub.data());
+    EXPECT_EQ(std::memcmp(sub.data(), got.data(), size_t(m) * 4), 0) << "heads " << heads;
   }
 }
 

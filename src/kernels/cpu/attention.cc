@@ -34,4 +34,23 @@ void sparse_attention_amx(const float* q, int64_t heads, int64_t dim, const floa
   amx::attention_row(q, heads, dim, list.data(), n, sink, scale, out, scratch.get());
 }
 
+void index_scores_amx(const float* q, const float* w, int64_t heads, int64_t dim,
+                      const uint16_t* keys, int64_t n, float* out) {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<void, Free> scratch;
+  thread_local int64_t scratch_size = 0;
+  const int64_t need = amx::index_scratch_bytes(heads, dim);
+  if (need > scratch_size) {
+    scratch.reset(std::aligned_alloc(64, size_t((need + 63) / 64 * 64)));
+    scratch_size = need;
+  }
+  amx::index_scores(q, w, heads, dim, keys, n, out, scratch.get());
+}
+
+void keys_to_bf16(const float* keys, int64_t n, int64_t stride, int64_t dim, uint16_t* out) {
+  amx::keys_to_bf16(keys, n, stride, dim, out);
+}
+
 }  // namespace fathom::kernels::cpu

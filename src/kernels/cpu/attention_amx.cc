@@ -250,4 +250,89 @@ void attention_row(const float* q, int64_t heads, int64_t dim, const float* cons
   }
 }
 
+namespace {
+
+// r[k] = column k of the 16 x 16 dword matrix whose rows are r[0..15].
+FATHOM_INLINE void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+// v rounded to bf16 (ties to even), as fp32.
+FATHOM_INLINE __m512 round_bf16(__m512 v) {
+  const __m256i b = (__m256i)_mm512_cvtneps_pbh(v);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
+}  // namespace
+
+int64_t index_scratch_bytes(int64_t heads, int64_t dim) {
+  return packed_x_bytes(heads, dim) + 4 * kTileFloats * 4;
+}
+
+void keys_to_bf16(const float* keys, int64_t n, int64_t stride, int64_t dim, uint16_t* out) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t k = 0; k < dim; k += 32) {
+      const float* r = keys + j * stride + k;
+      _mm512_storeu_si512(out + j * dim + k,
+                          to_bf16_pairs(_mm512_loadu_ps(r), _mm512_loadu_ps(r + 16)));
+    }
+}
+
+// Scores as tile products (keys the A operand, the heads' queries the B operand), then per
+// key: bf16(relu(bf16(s)) * w_h) for every head, summed over the heads in order (a 16 x 16
+// transpose puts the heads in rows and sixteen keys in the lanes), rounded to bf16.
+void index_scores(const float* q, const float* w, int64_t heads, int64_t dim, const uint16_t* keys,
+                  int64_t n, float* out, void* scratch) {
+  ensure_tiles();
+  const int64_t ht = (heads + 15) / 16, ks = dim / 32;
+  uint16_t* qp = static_cast<uint16_t*>(scratch);
+  float* cbuf = reinterpret_cast<float*>(static_cast<char*>(scratch) + packed_x_bytes(heads, dim));
+  pack_x(q, heads, dim, qp);
+  for (int64_t e0 = 0; e0 < n; e0 += 16) {
+    zero_c(ht);
+    for (int64_t k = 0; k < ks; ++k) {
+      _tile_loadd(4, keys + e0 * dim + k * 32, dim * 2);
+      for (int64_t t = 0; t < ht; ++t) {
+        _tile_loadd(6, qp + (t * ks + k) * kTileWords, 64);
+        FATHOM_TDP(t, 4, 6);
+      }
+    }
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t t = 0; t < ht; ++t) {
+      store_c(t, cbuf, 64);
+      const __m512 wv = _mm512_maskz_loadu_ps(lanes16(heads - t * 16), w + t * 16);
+      __m512i r[16];
+      for (int64_t key = 0; key < 16; ++key) {
+        const __m512 s =
+            _mm512_max_ps(round_bf16(_mm512_load_ps(cbuf + key * 16)), _mm512_setzero_ps());
+        r[key] = _mm512_castps_si512(round_bf16(_mm512_mul_ps(s, wv)));
+      }
+      transpose16(r);
+      for (int64_t h = 0; h < min64(16, heads - t * 16); ++h)
+        total = _mm512_add_ps(total, _mm512_castsi512_ps(r[h]));
+    }
+    _mm512_mask_storeu_ps(out + e0, lanes16(n - e0), round_bf16(total));
+  }
+}
+
 }  // namespace fathom::kernels::cpu::amx

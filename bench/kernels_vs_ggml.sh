@@ -4,7 +4,9 @@
 # (`test-backend-ops perf`, which picks the widest SIMD of this machine) on the same shape,
 # 4096 x 14336 weights times N activation rows, in one run: FP4 vs mxfp4, FP8 vs q8_0, BF16
 # vs bf16 and f16. Prints each figure with the load average when it was taken, then one
-# table of times and ratios (ggml time / Fathom time: > 1 means Fathom is faster).
+# table of times and ratios (ggml time / Fathom time: > 1 means Fathom is faster); then each
+# path's decode GEMV on a matrix too large for any cache (about 1 GB of weights in one pass)
+# beside this machine's read bandwidth measured in the same process.
 # ggml is built once into $FATHOM_CACHE/ggml (default ~/.cache/fathom/ggml) from
 # ../shared/anchors. ggml's perf list has no N = 32 case: that row has Fathom's figures only.
 # A shared machine gives meaningless figures while anything else runs: check the loads.
@@ -79,3 +81,15 @@ for f in fathom:
     print(row + f" {best[0]:>6} {t*1e3:9.3f} {flops/t/1e9:8.1f} | {t/f['seconds']:.2f}x")
 print(f"(ggml ran at load {sys.argv[3]}; bf16 is compared with ggml's faster of bf16 and f16)")
 PY
+
+echo
+echo "decode GEMV on ~1 GB of weights (N = 1), against the read bandwidth measured beside it:"
+for p in "${paths[@]}"; do
+  for shape in "fp4 131072" "fp8 65536" "bf16 32768"; do
+    set -- $shape
+    l="$(load)"
+    line="$(FATHOM_CPU=$p "$build/fathom" bench matmul --weights "$1" --m "$2" --k 16384 --n 1 \
+      --threads 2 --repeat 5 --bandwidth)"
+    echo "${line%\}},\"load\":$l}"
+  done
+done

@@ -163,7 +163,10 @@ struct BenchMatmulArgs {
   int64_t m = 4096, k = 14336, n = 1;
   int threads = 2;
   int repeat = 20;
+  bool bandwidth = false;  // also measure the machine's read bandwidth
 };
+
+double read_bandwidth(int threads);
 
 // Times the fast kernel for an [M x K] weight matrix in checkpoint format times N rows.
 int run_bench_matmul(const BenchMatmulArgs& a) {
@@ -211,15 +214,23 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
     best = std::min(best, seconds_since(t0));
   }
   double flops = 2.0 * double(a.m) * double(a.k) * double(a.n);
+  std::string extra;
+  if (a.bandwidth) {
+    const double machine = read_bandwidth(a.threads);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, ",\"machine_read_gb_per_s\":%.3f,\"fraction_of_machine\":%.3f",
+                  machine, double(weight_bytes) / best / 1e9 / machine);
+    extra = buf;
+  }
   std::printf(
       "{\"weights\":\"%s\",\"path\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,"
       "\"repeat\":%d,"
-      "\"seconds\":%.6f,\"weight_bytes\":%zu,\"gb_per_s\":%.3f,\"gflops\":%.3f,\"checksum\":%.6g}"
+      "\"seconds\":%.6f,\"weight_bytes\":%zu,\"gb_per_s\":%.3f,\"gflops\":%.3f,\"checksum\":%.6g%s}"
       "\n",
       a.weights.c_str(), kernels::cpu_path_name(kernels::cpu_path()), (long long)a.m,
       (long long)a.k, (long long)a.n, a.threads, a.repeat, best, weight_bytes,
-      double(weight_bytes) / best / 1e9, flops / best / 1e9,
-      double(y[0]) + double(y[y.size() - 1]));
+      double(weight_bytes) / best / 1e9, flops / best / 1e9, double(y[0]) + double(y[y.size() - 1]),
+      extra.c_str());
   return 0;
 }
 
@@ -490,6 +501,8 @@ void add_bench_commands(CLI::App& app, Runner* run) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   m->add_option("--threads", margs->threads, "Threads")->check(CLI::Range(1, 256));
   m->add_option("--repeat", margs->repeat, "Runs (best is reported)")->check(CLI::Range(1, 10000));
+  m->add_flag("--bandwidth", margs->bandwidth,
+              "Also measure this machine's read bandwidth (a 1 GiB sum) and print the fraction");
   m->callback([margs, run] { *run = [margs] { return run_bench_matmul(*margs); }; });
 
   auto dargs = std::make_shared<BenchDecodeArgs>();

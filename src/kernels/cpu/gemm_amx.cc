@@ -37,11 +37,12 @@
 namespace fathom::kernels::cpu::amx {
 namespace {
 
-constexpr int64_t kPanelTiles = 4;    // 16-row weight tiles decoded together (prefill)
-constexpr int64_t kSteps = 16;        // 32-column steps per chunk / decoded block
-constexpr int64_t kBlockTiles = 16;   // 16-row activation tiles per output block
-constexpr int64_t kTileWords = 512;   // bf16 values in a 16 x 64-byte tile
-constexpr int64_t kTileFloats = 256;  // fp32 values in a 16 x 64-byte tile
+constexpr int64_t kPanelTiles = 4;                 // 16-row weight tiles decoded together (prefill)
+constexpr int64_t kSteps = 16;                     // 32-column steps per chunk / decoded block
+constexpr int64_t kBlockTiles = 16;                // 16-row activation tiles per output block
+constexpr int64_t kTileWords = 512;                // bf16 values in a 16 x 64-byte tile
+constexpr int64_t kTileFloats = 256;               // fp32 values in a 16 x 64-byte tile
+constexpr int64_t kPrefetchPairBytes = 128 << 10;  // the largest next pair prefetched
 constexpr int64_t kABytes = kPanelTiles * kSteps * kTileWords * 2;
 constexpr int64_t kCBytes = kPanelTiles * (kBlockTiles + 1) * kTileFloats * 4;
 
@@ -325,20 +326,26 @@ FATHOM_INLINE void stream_step(ATile a0, const ATile* a1, const uint16_t* b0, co
   }
 }
 
-// Up to two activation tiles: each pair of weight tiles streams over K, a step decoded into
-// one of two slot pairs (used in turn) while the previous step's products run, C staying in
-// its tiles. Pairs of whole tiles whose chunk needs no scalar decode take the unrolled path.
+// Up to two activation tiles: each pair of weight tiles (or each tile, for long rows) streams
+// over K, a step decoded into one of two slot pairs (used in turn) while the previous step's
+// products run, C staying in its tiles. Whole tiles whose chunk needs no scalar decode take
+// the unrolled path.
 template <int NT, typename Source>
 void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, int64_t batch,
                  float* y, int64_t r0, int64_t r1, uint16_t* abuf, float* cbuf) {
   const int64_t kts = (K + 31) / 32;
   const uint16_t* b1 = xp + kts * kTileWords;
   typename Source::Chunk c0, c1;
-  for (int64_t m0 = r0; m0 < r1; m0 += 32) {
-    const int64_t rows0 = min64(16, M - m0), rows1 = min64(16, min64(r1, M) - m0 - 16);
-    // The next pair's rows (contiguous) are prefetched into L2 a few lines a step: a row is
-    // too short a stream for the hardware prefetcher when K is small.
-    const int64_t next_rows = min64(32, r1 - m0 - 32);
+  // Long rows (large K) are streams the hardware prefetcher follows, as long as there are not
+  // too many at once: one tile (16 rows) at a time. Short rows come in pairs of tiles (the
+  // activation tiles loaded once for both), the next pair's rows (contiguous) prefetched into
+  // L2 a few lines a step, as a short row is too short a stream for the hardware.
+  const bool long_rows = 32 * src.row_bytes() > kPrefetchPairBytes;
+  const int64_t group = long_rows ? 16 : 32;
+  for (int64_t m0 = r0; m0 < r1; m0 += group) {
+    const int64_t rows0 = min64(16, M - m0),
+                  rows1 = long_rows ? 0 : min64(16, min64(r1, M) - m0 - 16);
+    const int64_t next_rows = long_rows ? 0 : min64(32, r1 - m0 - 32);
     const char* next = next_rows > 0 ? static_cast<const char*>(src.row_base(m0 + 32)) : nullptr;
     const int64_t next_lines = next_rows > 0 ? (next_rows * src.row_bytes() + 63) / 64 : 0;
     const int64_t per_step = (next_lines + kts - 1) / kts;
@@ -361,6 +368,14 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, in
           const ATile a0 = src.template tile<true>(m0, 16, kt, s, c0, slot);
           const ATile a1 = src.template tile<true>(m0 + 16, 16, kt, s, c1, slot + kTileWords);
           stream_step<NT>(a0, &a1, xp + kt * kTileWords, b1 + kt * kTileWords);
+        }
+        continue;
+      }
+      if (long_rows && rows0 == 16 && Source::plain(c0)) {
+        for (int64_t s = 0; s < steps; ++s) {
+          const int64_t kt = kt0 + s;
+          const ATile a0 = src.template tile<true>(m0, 16, kt, s, c0, abuf + (s & 1) * kTileWords);
+          stream_step<NT>(a0, nullptr, xp + kt * kTileWords, b1 + kt * kTileWords);
         }
         continue;
       }

@@ -7,8 +7,8 @@
 // - up to 32 activation rows (decode): each pair of weight tiles streams over K, a step
 //   decoded while the previous steps' products run, C staying in its tiles;
 // - larger batches (prefill): the weight tiles of a panel (four 16-row tiles) are decoded
-//   kSteps steps at a time and every pair of activation tiles runs over them, C kept in a
-//   per-thread buffer between blocks.
+//   kPanelSteps steps at a time and every pair of activation tiles runs over them, C kept in
+//   a per-thread buffer between blocks.
 // Per-row scales are prepared for a chunk of kSteps steps at a time.
 //
 // Decoding is exact: a weight times its power-of-two scale is one bf16 value, built from
@@ -43,7 +43,8 @@ constexpr int64_t kBlockTiles = 16;                // 16-row activation tiles pe
 constexpr int64_t kTileWords = 512;                // bf16 values in a 16 x 64-byte tile
 constexpr int64_t kTileFloats = 256;               // fp32 values in a 16 x 64-byte tile
 constexpr int64_t kPrefetchPairBytes = 128 << 10;  // the largest next pair prefetched
-constexpr int64_t kABytes = kPanelTiles * kSteps * kTileWords * 2;
+constexpr int64_t kPanelSteps = 64;  // 32-column steps of a decoded panel block (prefill)
+constexpr int64_t kABytes = kPanelTiles * kPanelSteps * kTileWords * 2;
 constexpr int64_t kCBytes = kPanelTiles * (kBlockTiles + 1) * kTileFloats * 4;
 
 FATHOM_INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -445,34 +446,39 @@ void tile_block(const ATile* a0, const ATile* a1, const uint16_t* b0, const uint
   }
 }
 
-// Larger batches: panels of four weight tiles decoded kSteps steps at a time, every pair
-// of activation tiles run over them.
+// Larger batches: panels of four weight tiles decoded kPanelSteps steps at a time (long
+// blocks: each block of C tiles ends by waiting for its last products), every pair of
+// activation tiles run over them.
 template <typename Source>
 void panel_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, int64_t batch,
                 float* y, int64_t r0, int64_t r1, uint16_t* abuf, float* cbuf) {
   const int64_t kts = (K + 31) / 32, nts = (batch + 15) / 16;
   auto cslot = [&](int64_t mt, int64_t nt) { return cbuf + (mt * kBlockTiles + nt) * kTileFloats; };
-  ATile a[kPanelTiles][kSteps];
+  ATile a[kPanelTiles][kPanelSteps];
   typename Source::Chunk chunk;
   for (int64_t p0 = r0; p0 < r1; p0 += 16 * kPanelTiles) {
     const int64_t pt = min64(kPanelTiles, (r1 - p0 + 15) / 16);
     for (int64_t nb = 0; nb < nts; nb += kBlockTiles) {
       const int64_t nbt = min64(kBlockTiles, nts - nb);
-      for (int64_t k0 = 0; k0 < kts; k0 += kSteps) {
-        const int64_t steps = min64(kSteps, kts - k0);
+      for (int64_t k0 = 0; k0 < kts; k0 += kPanelSteps) {
+        const int64_t steps = min64(kPanelSteps, kts - k0);
         for (int64_t mt = 0; mt < kPanelTiles; ++mt) {
           if (mt >= pt) {
             for (int64_t s = 0; s < steps; ++s) a[mt][s] = {kZeroTile, 64};
             continue;
           }
           const int64_t m0 = p0 + 16 * mt, rows = min64(16, M - m0);
-          src.chunk(m0, rows, k0, steps, chunk);
-          for (int64_t s = 0; s < steps; ++s)
-            a[mt][s] = rows == 16 && Source::plain(chunk)
-                           ? src.template tile<true>(m0, 16, k0 + s, s, chunk,
-                                                     abuf + (mt * kSteps + s) * kTileWords)
-                           : src.template tile<false>(m0, rows, k0 + s, s, chunk,
-                                                      abuf + (mt * kSteps + s) * kTileWords);
+          // Scales are prepared kSteps steps at a time.
+          for (int64_t c0 = 0; c0 < steps; c0 += kSteps) {
+            const int64_t cs = min64(kSteps, steps - c0);
+            src.chunk(m0, rows, k0 + c0, cs, chunk);
+            for (int64_t s = c0; s < c0 + cs; ++s) {
+              uint16_t* slot = abuf + (mt * kPanelSteps + s) * kTileWords;
+              a[mt][s] = rows == 16 && Source::plain(chunk)
+                             ? src.template tile<true>(m0, 16, k0 + s, s - c0, chunk, slot)
+                             : src.template tile<false>(m0, rows, k0 + s, s - c0, chunk, slot);
+            }
+          }
         }
         for (int64_t nt = 0; nt < nbt; nt += 2) {
           const uint16_t* b0 = xp + ((nb + nt) * kts + k0) * kTileWords;

@@ -71,7 +71,7 @@ void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, 
 namespace cpu {
 // ref::fake_quant_e4m3 bit for bit, in branch-free arithmetic on the floats' bits (the
 // power-of-two scale from the exponent of amax / 448, E4M3 rounding by a carry into bit 20
-// above 2^-6 and by adding 2^14 below, where fp32's grid is E4M3's), which vectorises.
+// above 2^-6 and by adding 2^14 below, where fp32's grid is E4M3's), eight lanes at a time.
 // REQUIRES: n % 32 == 0. x and y may alias.
 void fake_quant_e4m3(const float* x, int64_t n, float* y);
 }  // namespace cpu

@@ -764,6 +764,27 @@ void for_rows(const Exec& ex, int64_t T, Fn fn) {
     for (int64_t t = 0; t < T; ++t) fn(t);
 }
 
+// The mixes of T rows of streams X [T, 4, D]: strict one by one; fast, a single row's dot
+// products spread over the pool, several rows four at a time over the pool (the same bits).
+void mixes_of(const Exec& ex, const float* X, int64_t T, int64_t D, const HcMixParams& p,
+              HcMix* out) {
+  if (!ex.fast) {
+    for (int64_t t = 0; t < T; ++t) out[t] = hc_mix(X + t * 4 * D, p);
+  } else if (T == 1) {
+    out[0] = hc_mix_fast(X, p, ex.pool);
+  } else {
+    const int64_t blocks = (T + 3) / 4;
+    auto block = [&](size_t i) {
+      const int64_t t0 = int64_t(i) * 4;
+      hc_mix_fast_rows(X + t0 * 4 * D, std::min<int64_t>(4, T - t0), p, out + t0);
+    };
+    if (ex.pool != nullptr)
+      ex.pool->parallel_for(size_t(blocks), block);
+    else
+      for (int64_t i = 0; i < blocks; ++i) block(size_t(i));
+  }
+}
+
 Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, int64_t T, float* X,
                  float* pre, const AttentionSublayer& attn, ForwardTrace* trace) {
   const int64_t D = W.cfg.dim;
@@ -771,13 +792,8 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
   std::vector<float> x(static_cast<size_t>(T * D)), xn(static_cast<size_t>(T * D)),
       y(static_cast<size_t>(T * D));
   std::vector<HcMix> mixes(static_cast<size_t>(T));
-  // A single row spreads its mix's dot products over the pool instead.
-  ThreadPool* mix_pool = T == 1 ? ex.pool : nullptr;
-  for_rows(ex, T, [&](int64_t t) {
-    mixes[size_t(t)] = ex.fast ? hc_mix_fast(X + t * 4 * D, b.hc_attn, mix_pool)
-                               : hc_mix(X + t * 4 * D, b.hc_attn);
-    hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]);
-  });
+  mixes_of(ex, X, T, D, b.hc_attn, mixes.data());
+  for_rows(ex, T, [&](int64_t t) { hc_pre(pre + t * 4, X + t * 4 * D, D, &x[size_t(t * D)]); });
   rmsnorm(ex, x.data(), b.attn_norm, T, eps, xn.data());
   FATHOM_RETURN_IF_ERROR(attn(xn.data(), y.data()));
   const std::string l = "layer" + std::to_string(b.id);
@@ -791,8 +807,8 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
     hc_post(mixes[size_t(t)], &y[size_t(t * D)], xt, D, mid.data());
     std::copy(mid.begin(), mid.end(), xt);
     hc_pre(mixes[size_t(t)].pre, xt, D, &x[size_t(t * D)]);
-    mixes[size_t(t)] = ex.fast ? hc_mix_fast(xt, b.hc_ffn, mix_pool) : hc_mix(xt, b.hc_ffn);
   });
+  mixes_of(ex, X, T, D, b.hc_ffn, mixes.data());
   rmsnorm(ex, x.data(), b.ffn_norm, T, eps, xn.data());
   MoeGateParams gp{b.gate_w.data(), b.gate_bias, D, b.n_experts, b.top_k, float(W.cfg.route_scale)};
   std::vector<int32_t> all_experts(size_t(T * b.top_k));

@@ -6,6 +6,8 @@
 // the final norm and head; all bit for bit.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -151,6 +153,31 @@ TEST(Mhc, CombIsDoublyStochastic) {
     EXPECT_NEAR(col, 1.0f, 1e-5f);
     EXPECT_GT(m.pre[a], 0.0f);
     EXPECT_LT(m.post[a], 2.0f);
+  }
+}
+
+// The batched fast mixes (four rows sharing each converted fn value) are hc_mix_fast's, bit
+// for bit, for every row of a batch of 1..9 rows; and within the fast band of the strict mix.
+TEST(Mhc, FastRowsAreFastMixBitForBit) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int64_t hidden = 40;  // 160 values a row: twenty 8-lane steps
+  std::vector<float> fn(size_t(24 * 4 * hidden)), scale = {0.7f, 1.1f, 0.9f}, base(24);
+  for (auto& v : fn) v = g(rng) * 0.05f;
+  for (auto& v : base) v = g(rng) * 0.1f;
+  const HcMixParams p{fn.data(), scale.data(), base.data(), hidden};
+  for (int64_t rows = 1; rows <= 9; ++rows) {
+    std::vector<float> streams(size_t(rows * 4 * hidden));
+    for (auto& v : streams) v = kernels::round_to_bf16(g(rng));
+    std::vector<HcMix> got(static_cast<size_t>(rows));
+    hc_mix_fast_rows(streams.data(), rows, p, got.data());
+    for (int64_t t = 0; t < rows; ++t) {
+      const HcMix want = hc_mix_fast(streams.data() + t * 4 * hidden, p);
+      EXPECT_EQ(std::memcmp(&want, &got[size_t(t)], sizeof(HcMix)), 0)
+          << rows << " rows, row " << t;
+      const HcMix strict = hc_mix(streams.data() + t * 4 * hidden, p);
+      for (int j = 0; j < 4; ++j) EXPECT_NEAR(got[size_t(t)].pre[j], strict.pre[j], 1e-5f);
+    }
   }
 }
 

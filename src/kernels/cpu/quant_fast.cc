@@ -1,6 +1,8 @@
 // The activation fake-quant of the fast numerics: ref::fake_quant_e4m3's values, computed on
-// the floats' bits without libm calls or branches (the compiler vectorises the loops).
-// Compiled for the baseline.
+// the floats' bits without libm calls or branches, eight lanes at a time (AVX2, the
+// baseline). Compiled for the baseline.
+#include <immintrin.h>
+
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -19,38 +21,49 @@ inline float from_bits(uint32_t u) {
   return f;
 }
 
-// |v| rounded to E4M3 (ties to even), saturated at 448 (NaN stays NaN). Above E4M3's smallest
-// normal 2^-6 the grid keeps 3 mantissa bits: add half a step (less one, plus the kept lsb)
-// at bit 20 and clear the bits below (a carry into the exponent is the right rounding).
-// Below it the grid is 2^-9 apart, fp32's own grid at 2^14: adding and subtracting 2^14
-// rounds there.
-inline float round_e4m3_abs(float a) {
-  const uint32_t u = bits(a);
-  const float normal = from_bits((u + 0x7FFFFu + ((u >> 20) & 1u)) & 0xFFF00000u);
-  const float sub = (a + 16384.0f) - 16384.0f;  // IEEE arithmetic: never folded to a
-  const float q = a < 0x1p-6f ? sub : normal;
-  return a != a ? a : q < 448.0f ? q : 448.0f;
-}
-
 }  // namespace
 
 void fake_quant_e4m3(const float* x, int64_t n, float* y) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i sign_mask = _mm256_set1_epi32(int(0x80000000u));
   for (int64_t b = 0; b < n; b += 32) {
-    float amax = 0.0f;
-    for (int64_t i = b; i < b + 32; ++i) {
-      const float a = from_bits(bits(x[i]) & 0x7FFFFFFFu);
-      amax = amax < a ? a : amax;  // std::max's choice, as the reference
+    __m256 v[4];
+    // amax as std::max keeps it (a NaN never replaces it: maxps returns its second operand
+    // when either is NaN).
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(x + b + 8 * j);
+      m = _mm256_max_ps(_mm256_and_ps(v[j], abs_mask), m);
     }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    float amax = 0.0f;
+    for (float l : lanes) amax = amax < l ? l : amax;
     // scale = 2^ceil(log2(v)), v = max(amax, 1e-4) / 448 (a normal float): the exponent of
     // v, one more unless v is a power of two.
-    const float v = (amax > 1e-4f ? amax : 1e-4f) * (1.0f / 448.0f);
-    const uint32_t vb = bits(v);
+    const float vs = (amax > 1e-4f ? amax : 1e-4f) * (1.0f / 448.0f);
+    const uint32_t vb = bits(vs);
     const uint32_t e = (vb >> 23) + ((vb & 0x7FFFFFu) != 0 ? 1u : 0u);
-    const float scale = from_bits(e << 23), inv = from_bits((254u - e) << 23);
-    for (int64_t i = b; i < b + 32; ++i) {
-      const uint32_t xb = bits(x[i]);
-      const float a = from_bits(xb & 0x7FFFFFFFu) * inv;  // |x| / scale, exact
-      y[i] = from_bits(bits(round_e4m3_abs(a) * scale) | (xb & 0x80000000u));
+    const __m256 scale = _mm256_set1_ps(from_bits(e << 23)),
+                 inv = _mm256_set1_ps(from_bits((254u - e) << 23));
+    for (int j = 0; j < 4; ++j) {
+      const __m256 a = _mm256_mul_ps(_mm256_and_ps(v[j], abs_mask), inv);  // |x| / scale, exact
+      // Above 2^-6: 3 mantissa bits, ties to even, by a carry into bit 20.
+      const __m256i ai = _mm256_castps_si256(a);
+      const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(ai, 20), _mm256_set1_epi32(1));
+      const __m256 normal = _mm256_castsi256_ps(
+          _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(ai, _mm256_set1_epi32(0x7FFFF)), lsb),
+                           _mm256_set1_epi32(int(0xFFF00000u))));
+      // Below: fp32's grid at 2^14 is E4M3's subnormal grid.
+      const __m256 big = _mm256_set1_ps(16384.0f);
+      const __m256 sub = _mm256_sub_ps(_mm256_add_ps(a, big), big);
+      __m256 q =
+          _mm256_blendv_ps(normal, sub, _mm256_cmp_ps(a, _mm256_set1_ps(0x1p-6f), _CMP_LT_OQ));
+      q = _mm256_min_ps(q, _mm256_set1_ps(448.0f));
+      q = _mm256_blendv_ps(q, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));  // NaN stays NaN
+      const __m256i out = _mm256_or_si256(_mm256_castps_si256(_mm256_mul_ps(q, scale)),
+                                          _mm256_and_si256(_mm256_castps_si256(v[j]), sign_mask));
+      _mm256_storeu_ps(y + b + 8 * j, _mm256_castsi256_ps(out));
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "kernels/activation.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "model/layout.h"
@@ -133,13 +134,7 @@ void run_expert_fast(const ExpertWeights& e, const float* xq, int64_t rows, cons
   for (int64_t r = 0; r < rows; ++r) {
     float* gr = &g[size_t(r * inter)];
     const float* ur = &u[size_t(r * inter)];
-    for (int64_t i = 0; i < inter; ++i) {
-      const float up = std::clamp(kernels::round_to_bf16(ur[i]), -limit, limit);
-      const float gate = std::min(kernels::round_to_bf16(gr[i]), limit);
-      float h = gate / (1.0f + std::exp(-gate)) * up;
-      if (weights != nullptr) h *= weights[r];
-      gr[i] = kernels::round_to_bf16(h);
-    }
+    kernels::cpu::swiglu_bf16(gr, ur, inter, limit, weights != nullptr ? weights[r] : 1.0f, gr);
     kernels::cpu::fake_quant_e4m3(gr, inter, gr);
   }
   project_fast(e, e.w2_fp4, e.w2_fp8, g.data(), rows, y, pool);

@@ -228,12 +228,16 @@ Status bind_block(const ModelWeights& W, int id, bool mtp, BlockWeights* b) {
   return Status::ok();
 }
 
-// Top-k with the golden tie rule: larger value first, equal values by lower index.
+// The k indices first under the golden tie rule (larger value first, equal values by lower
+// index), in no particular order.
 void top_k_indices(const float* v, int64_t n, int64_t k, std::vector<int32_t>* out) {
   out->resize(size_t(n));
   std::iota(out->begin(), out->end(), 0);
-  std::partial_sort(out->begin(), out->begin() + k, out->end(),
-                    [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  // The order is total (ties by index), so the first k are one set however they are found;
+  // callers use the set (in no particular order).
+  if (k < n)
+    std::nth_element(out->begin(), out->begin() + k, out->end(),
+                     [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   out->resize(size_t(k));
 }
 

@@ -9,46 +9,19 @@
 // Tiles: C in tmm0..3, A in tmm4/5, B in tmm6/7, all 16 rows x 64 bytes.
 //
 // Compiled with -mamx-tile -mamx-bf16 -mavx512f/bw/vl/bf16/vbmi: includes only the private
-// AMX headers and defines nothing with linkage the baseline files could share.
+// AMX headers (attention_amx.h, gemm_amx.h, amx_common.h) and defines nothing with linkage
+// the baseline files could share.
 #include "kernels/cpu/attention_amx.h"
 
 #include <immintrin.h>
 
 #include <cstdint>
 
+#include "kernels/cpu/amx_common.h"
 #include "kernels/cpu/gemm_amx.h"
-
-#define FATHOM_INLINE inline __attribute__((always_inline))
 
 namespace fathom::kernels::cpu::amx {
 namespace {
-
-constexpr int64_t kTileWords = 512, kTileFloats = 256;
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-thread_local bool tiles_configured = false;
-
-void ensure_tiles() {
-  if (tiles_configured) return;
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
-  }
-  _tile_loadconfig(&c);
-  tiles_configured = true;
-}
-
-FATHOM_INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-FATHOM_INLINE __mmask16 lanes16(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
 
 // e^x for x <= 88 (Cephes' expf: x = k ln2 + r, a degree-6 polynomial in r, times 2^k).
 FATHOM_INLINE __m512 exp_ps(__m512 x) {
@@ -65,10 +38,6 @@ FATHOM_INLINE __m512 exp_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(y, k);
-}
-
-FATHOM_INLINE __m512i to_bf16_pairs(__m512 lo, __m512 hi) {
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
 // The C tile i (0..3) += A tile a · B tile b, with i known only at run time.
@@ -242,48 +211,11 @@ void attention_row(const float* q, int64_t heads, int64_t dim, const float* cons
           // o / denom rounded to bf16 (ties to even), stored as fp32.
           const __m512 o =
               _mm512_div_ps(_mm512_load_ps(sc.cbuf + h * 16), _mm512_set1_ps(sc.denom[t * 16 + h]));
-          const __m256i b = (__m256i)_mm512_cvtneps_pbh(o);
-          _mm512_storeu_ps(out + (t * 16 + h) * dim + d0 + dt * 16,
-                           _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+          _mm512_storeu_ps(out + (t * 16 + h) * dim + d0 + dt * 16, round_bf16(o));
         }
       }
   }
 }
-
-namespace {
-
-// r[k] = column k of the 16 x 16 dword matrix whose rows are r[0..15].
-FATHOM_INLINE void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
-  }
-}
-
-// v rounded to bf16 (ties to even), as fp32.
-FATHOM_INLINE __m512 round_bf16(__m512 v) {
-  const __m256i b = (__m256i)_mm512_cvtneps_pbh(v);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-}
-
-}  // namespace
 
 int64_t index_scratch_bytes(int64_t heads, int64_t dim) {
   return packed_x_bytes(heads, dim) + 4 * kTileFloats * 4;

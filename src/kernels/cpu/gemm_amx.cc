@@ -25,14 +25,14 @@
 // extreme one for E4M3) take a scalar path with the same values.
 //
 // Compiled with -mamx-tile -mamx-bf16 -mavx512f/bw/vl/bf16/vbmi: this file includes only
-// gemm_amx.h and defines nothing with linkage the baseline files could share.
+// gemm_amx.h and amx_common.h and defines nothing with linkage the baseline files could share.
 #include "kernels/cpu/gemm_amx.h"
 
 #include <immintrin.h>
 
 #include <cstdint>
 
-#define FATHOM_INLINE inline __attribute__((always_inline))
+#include "kernels/cpu/amx_common.h"
 
 namespace fathom::kernels::cpu::amx {
 namespace {
@@ -40,41 +40,29 @@ namespace {
 constexpr int64_t kPanelTiles = 4;                 // 16-row weight tiles decoded together (prefill)
 constexpr int64_t kSteps = 16;                     // 32-column steps per chunk / decoded block
 constexpr int64_t kBlockTiles = 16;                // 16-row activation tiles per output block
-constexpr int64_t kTileWords = 512;                // bf16 values in a 16 x 64-byte tile
-constexpr int64_t kTileFloats = 256;               // fp32 values in a 16 x 64-byte tile
 constexpr int64_t kPrefetchPairBytes = 128 << 10;  // the largest next pair prefetched
 constexpr int64_t kPanelSteps = 64;  // 32-column steps of a decoded panel block (prefill)
 constexpr int64_t kABytes = kPanelTiles * kPanelSteps * kTileWords * 2;
 constexpr int64_t kCBytes = kPanelTiles * (kBlockTiles + 1) * kTileFloats * 4;
 
-FATHOM_INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 FATHOM_INLINE __mmask32 lanes32(int64_t n) {
   return n >= 32 ? __mmask32(0xFFFFFFFFu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
-FATHOM_INLINE __mmask16 lanes16(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
 
+// The LDTILECFG operand: palette 1, tiles 0..7 16 rows x 64 bytes. A constant, not a local
+// filled before the load: GCC 12's _tile_loadconfig declares its asm operand as one pointer
+// (8 bytes), so the compiler may drop the stores to the rest of a local config (then every
+// tile has zero rows and the first tile instruction faults).
 struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
+  uint8_t palette, start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
 };
+alignas(64) constexpr TileConfig kTileConfig = {
+    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 
 thread_local bool tiles_configured = false;
-
-void ensure_tiles() {
-  if (tiles_configured) return;
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.rows[t] = 16;
-    c.colsb[t] = 64;
-  }
-  _tile_loadconfig(&c);
-  tiles_configured = true;
-}
 
 alignas(64) const uint16_t kZeroTile[kTileWords] = {};
 
@@ -516,34 +504,11 @@ void run_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, int64
 
 }  // namespace
 
-namespace {
-
-// r[k] = column k of the 16 x 16 dword matrix whose rows are r[0..15].
-FATHOM_INLINE void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
-    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
-  }
+void ensure_tiles() {
+  if (tiles_configured) return;
+  _tile_loadconfig(&kTileConfig);
+  tiles_configured = true;
 }
-
-}  // namespace
 
 void pack_x(const float* x, int64_t batch, int64_t cols, uint16_t* out) {
   const int64_t kts = (cols + 31) / 32, nts = (batch + 15) / 16;
@@ -561,8 +526,7 @@ void pack_x(const float* x, int64_t batch, int64_t cols, uint16_t* out) {
           continue;
         }
         const float* xr = x + (nt * 16 + i) * cols + k0;
-        r[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, xr + 16),
-                                            _mm512_maskz_loadu_ps(lo, xr));
+        r[i] = to_bf16_pairs(_mm512_maskz_loadu_ps(lo, xr), _mm512_maskz_loadu_ps(hi, xr + 16));
       }
       transpose16(r);
       uint16_t* tile = out + (nt * kts + kt) * kTileWords;

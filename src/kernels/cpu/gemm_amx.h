@@ -2,7 +2,8 @@
 //
 // gemm_amx.cc is compiled with -mamx-* and -mavx512*: like gemv_avx512.cc it must not define
 // or instantiate anything the linker could share with baseline files, so it includes only
-// this header and holds kernels over raw pointers; threading and scratch live in dispatch.cc.
+// this header and amx_common.h and holds kernels over raw pointers; threading and scratch live in
+// dispatch.cc.
 #pragma once
 
 #include <cstdint>

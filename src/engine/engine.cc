@@ -438,11 +438,14 @@ void Engine::prefetch(const Sequence& s) {
     std::lock_guard<std::mutex> lock(l1_mu_);
     while (l1 < max_blocks && l1_view_.count(s.block_hashes[size_t(l1)])) ++l1;
   }
-  std::vector<kv::StoreKey> keys;
-  for (int64_t b = l1 + 1; b <= max_blocks; ++b)
-    keys.push_back(
-        kv::store_key(fingerprint_, s.block_hashes[size_t(b - 1)], kv::ObjectKind::kBlock));
-  prefetch_->start(s.id, l1 + 1, std::move(keys), s.req.retention);
+  std::vector<kv::StoreKey> keys, window_keys;
+  for (int64_t b = l1 + 1; b <= max_blocks; ++b) {
+    const uint64_t hash = s.block_hashes[size_t(b - 1)];
+    keys.push_back(kv::store_key(fingerprint_, hash, kv::ObjectKind::kBlock));
+    if (!opt_.swa_bounded_replay)
+      window_keys.push_back(kv::store_key(fingerprint_, hash, kv::ObjectKind::kWindow));
+  }
+  prefetch_->start(s.id, l1 + 1, std::move(keys), std::move(window_keys), s.req.retention);
 }
 
 void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
@@ -582,18 +585,24 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
     }
   }
   const int64_t n = l1 + int64_t(got.size());
-  int64_t end = n;  // the deepest block a resume can start from
-  while (side && end > l1 && !opt_.store->contains(key(end, kv::ObjectKind::kWindow))) --end;
+  int64_t end = n;  // the deepest block a resume can start from (its window prefetched, or held)
+  while (side && end > l1 && end != pre.window_block &&
+         !opt_.store->contains(key(end, kv::ObjectKind::kWindow)))
+    --end;
+  const bool window_prefetched = side && end > l1 && end == pre.window_block;
+  bool prefetched_window_used = false;
   if (side && end > l1) {
     const kv::ObjectHeader w = store_header(s, end, kv::ObjectKind::kWindow);
     Result<std::string> wbytes =
-        opt_.store->get(key(end, kv::ObjectKind::kWindow), s.req.retention);
+        window_prefetched ? Result<std::string>(std::move(pre.window))
+                          : opt_.store->get(key(end, kv::ObjectKind::kWindow), s.req.retention);
     if (wbytes.is_ok()) {
       CachedBlock& block = *got[size_t(end - l1 - 1)];
       Status st = runner_.decode_window(*wbytes, w, pool_.get(), block);
       while (st.code() == StatusCode::kResourceExhausted && cache_.evict_one(true))
         st = runner_.decode_window(*wbytes, w, pool_.get(), block);
       if (st.code() == StatusCode::kCorrupt) store_corrupt(w, st);
+      prefetched_window_used = window_prefetched && st.is_ok();
     }
   }
   int64_t loaded = 0, loaded_prefetched = 0;
@@ -607,6 +616,7 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.store_hit_blocks += loaded;
   stats_.store_prefetched_blocks += loaded_prefetched;
+  if (prefetched_window_used) ++stats_.store_prefetched_windows;
   if (loaded == 0) ++stats_.store_misses;
 }
 

@@ -142,7 +142,8 @@ struct EngineStats {
   // recomputed and removed from the store); the tier's own counters.
   bool store_on = false;
   int64_t store_hit_blocks = 0, store_misses = 0, store_corrupt = 0;
-  int64_t store_prefetched_blocks = 0;  // of store_hit_blocks, read while the request queued
+  int64_t store_prefetched_blocks = 0;   // of store_hit_blocks, read while the request queued
+  int64_t store_prefetched_windows = 0;  // window side objects of hits read while it queued
   std::vector<std::pair<std::string, kv::StoreStats>> store_tiers;  // by tier: "disk", "redis"
 };
 

@@ -82,6 +82,9 @@ std::string Engine::metrics_text() const {
     gauge("fathom_kv_store_prefetched_blocks_total",
           "Of those, blocks whose objects were read while the request queued (prefetch)",
           double(e.store_prefetched_blocks), "counter");
+    gauge("fathom_kv_store_prefetched_windows_total",
+          "Window side objects of store hits read while the request queued (prefetch)",
+          double(e.store_prefetched_windows), "counter");
     gauge("fathom_kv_store_misses_total",
           "Admissions that looked in the KV store past the prefix cache and found no block",
           double(e.store_misses), "counter");
@@ -143,6 +146,35 @@ std::string Engine::metrics_text() const {
             "KV store objects evicted for the byte budget, by their class (disk)", &R::evictions);
     classes("fathom_kv_store_class_written_bytes_total",
             "Bytes written to a KV store tier, by the objects' retention class", &R::bytes_written);
+    // Latency histograms by tier and class (cumulative buckets, as Prometheus reads them).
+    auto latencies = [&](const char* name, const char* help, kv::LatencyHistogram R::*field) {
+      o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+      for (const auto& [tier, st] : e.store_tiers)
+        for (const kv::RetentionStats& c : st.classes) {
+          const kv::LatencyHistogram& h = c.*field;
+          const std::string labels = "tier=\"" + tier + "\",class=\"" + c.name + "\"";
+          int64_t cumulative = 0;
+          for (size_t b = 0; b < h.counts.size(); ++b) {
+            cumulative += h.counts[b];
+            o << name << "_bucket{" << labels << ",le=\"";
+            if (b < kv::LatencyHistogram::kBounds.size())
+              o << kv::LatencyHistogram::kBounds[b];
+            else
+              o << "+Inf";
+            o << "\"} " << cumulative << "\n";
+          }
+          o << name << "_sum{" << labels << "} " << h.sum << "\n";
+          o << name << "_count{" << labels << "} " << h.count << "\n";
+        }
+    };
+    latencies("fathom_kv_store_read_seconds",
+              "Seconds a KV store tier's reads took: one per get, or per pipelined multi-object "
+              "get (Redis), by the retention class of the request that asked",
+              &R::read_seconds);
+    latencies("fathom_kv_store_write_seconds",
+              "Seconds a KV store tier took to write one object (on its writer thread), by the "
+              "object's retention class",
+              &R::write_seconds);
     for (const auto& [tier, st] : e.store_tiers)
       if (tier == "redis")
         gauge("fathom_kv_store_redis_round_trips_total",

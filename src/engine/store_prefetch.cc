@@ -18,7 +18,7 @@ StorePrefetcher::~StorePrefetcher() {
 }
 
 void StorePrefetcher::start(uint64_t id, int64_t first_block, std::vector<kv::StoreKey> keys,
-                            kv::RetentionClass cls) {
+                            std::vector<kv::StoreKey> window_keys, kv::RetentionClass cls) {
   if (keys.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -34,6 +34,7 @@ void StorePrefetcher::start(uint64_t id, int64_t first_block, std::vector<kv::St
     j.id = id;
     j.first_block = first_block;
     j.keys = std::move(keys);
+    if (window_keys.size() == j.keys.size()) j.window_keys = std::move(window_keys);
     j.cls = cls;
     jobs_.push_back(std::move(j));
   }
@@ -56,7 +57,7 @@ StorePrefetcher::Prefetched StorePrefetcher::take(uint64_t id) {
     return it == jobs_.end() || it->state == Job::State::kRead;
   });
   if (it == jobs_.end()) return {};
-  Prefetched out{it->first_block, std::move(it->bytes)};
+  Prefetched out{it->first_block, std::move(it->bytes), it->window_block, std::move(it->window)};
   held_bytes_ -= it->held;
   jobs_.erase(it);
   return out;
@@ -77,7 +78,8 @@ void StorePrefetcher::loop() {
     // Read without the lock, from a copy of the keys: start() and take() never erase a job
     // under way (take() waits for it), so it is found again by its id afterwards.
     const uint64_t id = it->id;
-    const std::vector<kv::StoreKey> keys = it->keys;
+    const int64_t job_first_block = it->first_block;
+    const std::vector<kv::StoreKey> keys = it->keys, window_keys = it->window_keys;
     const kv::RetentionClass cls = it->cls;
     const int64_t others = held_bytes_;  // read and not taken
     lock.unlock();
@@ -96,10 +98,26 @@ void StorePrefetcher::loop() {
       if (hits < n) break;
       first += n;
     }
+    // The window side object where the request will resume: the deepest block read that has
+    // one (as the executor looks for it), within the byte bound.
+    int64_t window_block = 0;
+    std::string window;
+    for (size_t i = std::min(bytes.size(), window_keys.size()); i > 0; --i) {
+      if (!store_->contains(window_keys[i - 1])) continue;
+      Result<std::string> got = store_->get(window_keys[i - 1], cls);
+      if (got.is_ok() && others + held + int64_t(got->size()) <= limits_.max_bytes) {
+        held += int64_t(got->size());
+        window_block = job_first_block + int64_t(i) - 1;
+        window = std::move(*got);
+      }
+      break;
+    }
     lock.lock();
     auto job = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.id == id; });
     if (job == jobs_.end()) continue;  // never: a job under way is not erased
     job->bytes = std::move(bytes);
+    job->window_block = window_block;
+    job->window = std::move(window);
     job->held = held;
     job->state = Job::State::kRead;
     held_bytes_ += held;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -260,6 +261,7 @@ bool DiskStore::contains(const StoreKey& key) {
 }
 
 Result<std::string> DiskStore::get(const StoreKey& key, RetentionClass cls) {
+  const auto start = std::chrono::steady_clock::now();
   cls = opt_.retention.resolve(cls);
   std::string path;
   {
@@ -275,6 +277,7 @@ Result<std::string> DiskStore::get(const StoreKey& key, RetentionClass cls) {
     if (it == index_.end()) {
       ++stats_.misses;
       ++stats_.classes[cls].misses;
+      stats_.classes[cls].read_seconds.observe(seconds_since(start));
       return not_found("no KV object " + key.hex());
     }
     // The hit refreshes the object: last use now, in the longer of its class and the
@@ -295,6 +298,7 @@ Result<std::string> DiskStore::get(const StoreKey& key, RetentionClass cls) {
   }
   Result<std::string> r = read_all(path);
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.classes[cls].read_seconds.observe(seconds_since(start));
   if (!r.is_ok()) {
     ++stats_.misses;
     ++stats_.classes[cls].misses;
@@ -332,11 +336,7 @@ StoreStats DiskStore::stats() const {
   const WriteQueue::Stats w = writes_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   StoreStats s = stats_;
-  s.queued_bytes = w.queued_bytes;
-  s.dropped_writes += w.dropped;
-  s.writes = w.writes;
-  s.write_errors = w.errors;
-  s.bytes_written = w.bytes_written;
+  w.add_to(&s);
   return s;
 }
 

@@ -416,6 +416,7 @@ bool RedisClusterStore::contains(const StoreKey& key) {
 }
 
 Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass cls) {
+  const auto start = std::chrono::steady_clock::now();
   cls = opt_.retention.resolve(cls);
   const std::string k = object_key(key), ttl = std::to_string(opt_.retention.ttl_ms(cls));
   Result<Reply> r = io_error("unset");
@@ -428,6 +429,7 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass c
     reads_failing_ = !r.is_ok();
   }
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.classes[cls].read_seconds.observe(seconds_since(start));
   if (!r.is_ok() || (*r)->type != REDIS_REPLY_STRING) {
     ++stats_.misses;
     ++stats_.classes[cls].misses;
@@ -442,6 +444,7 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass c
 
 std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const StoreKey> keys,
                                                              RetentionClass cls) {
+  const auto start = std::chrono::steady_clock::now();
   cls = opt_.retention.resolve(cls);
   const std::string ttl = std::to_string(opt_.retention.ttl_ms(cls));
   std::vector<std::string> ks;
@@ -463,6 +466,7 @@ std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const Sto
   std::vector<Result<std::string>> out;
   out.reserve(keys.size());
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.classes[cls].read_seconds.observe(seconds_since(start));
   for (size_t i = 0; i < keys.size(); ++i) {
     Result<Reply>& r = replies[i];
     if (!r.is_ok() || (*r)->type != REDIS_REPLY_STRING) {
@@ -499,11 +503,7 @@ StoreStats RedisClusterStore::stats() const {
   const WriteQueue::Stats w = writes_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   StoreStats s = stats_;
-  s.queued_bytes = w.queued_bytes;
-  s.dropped_writes = w.dropped;
-  s.writes = w.writes;
-  s.write_errors = w.errors;
-  s.bytes_written = w.bytes_written;
+  w.add_to(&s);
   s.redirects = reader_->redirects.load(std::memory_order_relaxed) +
                 writer_client_->redirects.load(std::memory_order_relaxed);
   s.round_trips = reader_->round_trips.load(std::memory_order_relaxed);

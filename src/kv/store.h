@@ -21,6 +21,7 @@
 
 #include "core/status.h"
 #include "kv/block_format.h"
+#include "kv/latency.h"
 #include "kv/retention.h"
 
 namespace fathom::kv {
@@ -45,10 +46,12 @@ StoreKey store_key(const Fingerprint& model, uint64_t chain_hash, ObjectKind kin
 
 // One retention class's counters in one tier. Hits and misses count by the class of the
 // request that asked; expirations and evictions by the object's class; bytes written by the
-// class the object was written with.
+// class the object was written with. Latencies: one read per get() and per get_many() call
+// (by the asking request's class), one write per object written (by its class).
 struct RetentionStats {
   std::string name;  // the class
   int64_t hits = 0, misses = 0, expirations = 0, evictions = 0, bytes_written = 0;
+  LatencyHistogram read_seconds, write_seconds;
 };
 
 struct StoreStats {

@@ -98,6 +98,8 @@ StoreStats TieredStore::stats() const {
       d.expirations += x.classes[c].expirations;
       d.evictions += x.classes[c].evictions;
       d.bytes_written += x.classes[c].bytes_written;
+      d.read_seconds.merge(x.classes[c].read_seconds);
+      d.write_seconds.merge(x.classes[c].write_seconds);
     }
   }
   return s;

@@ -1,6 +1,7 @@
 #include "kv/write_queue.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace fathom::kv {
 
@@ -52,6 +53,16 @@ WriteQueue::Stats WriteQueue::stats() const {
   return stats_;
 }
 
+void WriteQueue::Stats::add_to(StoreStats* s) const {
+  s->queued_bytes = queued_bytes;
+  s->dropped_writes += dropped;
+  s->writes = writes;
+  s->write_errors = errors;
+  s->bytes_written = bytes_written;
+  for (size_t c = 0; c < write_seconds.size() && c < s->classes.size(); ++c)
+    s->classes[c].write_seconds = write_seconds[c];
+}
+
 void WriteQueue::loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -62,13 +73,17 @@ void WriteQueue::loop() {
     writing_ = true;
     const RetentionClass cls = pending_[key];
     lock.unlock();
+    const auto start = std::chrono::steady_clock::now();
     const Status st = write_(key, value, cls);
+    const double took = seconds_since(start);
     lock.lock();
     stats_.queued_bytes -= int64_t(value.size());
     pending_.erase(key);
     if (st.is_ok()) {
       ++stats_.writes;
       stats_.bytes_written += int64_t(value.size());
+      if (stats_.write_seconds.size() <= cls) stats_.write_seconds.resize(size_t(cls) + 1);
+      stats_.write_seconds[cls].observe(took);
     } else {
       ++stats_.errors;
     }

@@ -17,7 +17,9 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
+#include "kv/latency.h"
 #include "kv/store.h"
 
 namespace fathom::kv {
@@ -40,6 +42,9 @@ class WriteQueue {
 
   struct Stats {
     int64_t queued_bytes = 0, dropped = 0, writes = 0, errors = 0, bytes_written = 0;
+    std::vector<LatencyHistogram> write_seconds;  // by class; of the writes that succeeded
+    // Puts these into a tier's stats (its write counters, and its classes' write latencies).
+    void add_to(StoreStats* s) const;
   };
   Stats stats() const;
 

@@ -190,9 +190,10 @@ class RecordingStore final : public kv::Store {
   std::map<std::string, std::vector<std::thread::id>> reads_;  // guarded by mu_
 };
 
-// Prefetch: a request queued behind a running one (max_running 1) has its prompt blocks read
-// from the store while it waits, and its admission uses those bytes (no second read of them)
-// with the answer of an engine without cache or store.
+// Prefetch: a request queued behind a running one (max_running 1) has its prompt blocks and the
+// window side object where it resumes read from the store while it waits, and its admission
+// uses those bytes (no second read of them) with the answer of an engine without cache or
+// store.
 TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   first_life();
   auto disk = open();
@@ -224,7 +225,11 @@ TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   r.sampling.temperature = 0.0f;
   auto queued = e.submit(r);
   ASSERT_TRUE(queued.is_ok());
+  const kv::StoreKey window =
+      kv::store_key(runner().fingerprint(), hashes[3], kv::ObjectKind::kWindow);
+  ASSERT_TRUE(store.contains(window));
   ASSERT_TRUE(store.wait_read(keys));
+  ASSERT_TRUE(store.wait_read({window}));
   // Read while it waits: the other request still runs, and this one is not admitted.
   EXPECT_EQ(e.stats().running, 1);
   EXPECT_EQ(e.stats().waiting, 1);
@@ -243,9 +248,11 @@ TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   EXPECT_EQ(a.cached, 64);
   EXPECT_EQ(e.stats().store_hit_blocks, 4);
   EXPECT_EQ(e.stats().store_prefetched_blocks, 4);
-  // Each block was read once, all by the one thread that read them before the admission.
+  EXPECT_EQ(e.stats().store_prefetched_windows, 1);
+  // Each object was read once, all by the one thread that read them before the admission.
   const std::thread::id prefetcher = store.readers(keys[0]).at(0);
   EXPECT_NE(prefetcher, std::this_thread::get_id());
+  keys.push_back(window);
   for (const auto& k : keys)
     EXPECT_EQ(store.readers(k), std::vector<std::thread::id>{prefetcher}) << k.hex();
 }

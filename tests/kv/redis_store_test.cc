@@ -154,6 +154,11 @@ TEST_F(RedisClusterStoreLive, GetManyPipelinesPerMasterAndFollowsAskAndMoved) {
   EXPECT_EQ(s.stats().round_trips - trips0, 2);  // one pipeline to each master
   EXPECT_EQ(s.stats().hits, 24);
   EXPECT_EQ(s.stats().misses, 1);
+  // Latencies: the 24 writes (of the default class), and the one get_many as one read.
+  const RetentionClass chat = *RetentionPolicy().find("chat");
+  EXPECT_EQ(s.stats().classes[chat].write_seconds.count, 24);
+  EXPECT_EQ(s.stats().classes[chat].read_seconds.count, 1);
+  EXPECT_GT(s.stats().classes[chat].read_seconds.sum, 0);
 
   // Migrating keys[0]'s slot from A to B, with the key already moved: A answers ASK for it.
   const std::string k0 = "fkv:" + keys[0].hex();

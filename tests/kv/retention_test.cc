@@ -143,6 +143,48 @@ TEST_F(DiskStoreRetentionTest, AgentObjectsExpireBeforeChatObjects) {
   EXPECT_EQ(st.classes[chat_].misses, 1);
 }
 
+// The latency histograms: a value equal to a bucket's bound counts in that bucket, past the
+// last bound in +Inf; the disk tier observes one read per get (hit or miss) by the asking
+// request's class and one write per object by the object's class, on the steady clock (the
+// test clock does not move while they are measured).
+TEST(KvLatencyHistogram, BucketsByUpperBound) {
+  LatencyHistogram h;
+  h.observe(0);
+  h.observe(LatencyHistogram::kBounds[0]);
+  h.observe(LatencyHistogram::kBounds[0] * 1.01);
+  h.observe(LatencyHistogram::kBounds.back() + 1);
+  EXPECT_EQ(h.counts[0], 2);
+  EXPECT_EQ(h.counts[1], 1);
+  EXPECT_EQ(h.counts.back(), 1);
+  EXPECT_EQ(h.count, 4);
+  EXPECT_DOUBLE_EQ(h.sum,
+                   LatencyHistogram::kBounds[0] * 2.01 + LatencyHistogram::kBounds.back() + 1);
+  LatencyHistogram m;
+  m.merge(h);
+  m.merge(h);
+  EXPECT_EQ(m.counts[0], 4);
+  EXPECT_EQ(m.count, 8);
+}
+
+TEST_F(DiskStoreRetentionTest, ReadsAndWritesAreTimedByClass) {
+  auto s = open();
+  put(*s, 1, agent_);
+  put(*s, 2, chat_);
+  put(*s, 3, chat_);
+  EXPECT_TRUE(hit(*s, 1, chat_));    // a chat request's read (moves the object into chat)
+  EXPECT_FALSE(hit(*s, 9, agent_));  // a miss is a read too
+  EXPECT_TRUE(hit(*s, 2, agent_));
+  const StoreStats st = s->stats();
+  EXPECT_EQ(st.classes[agent_].write_seconds.count, 1);
+  EXPECT_EQ(st.classes[chat_].write_seconds.count, 2);
+  EXPECT_EQ(st.classes[agent_].read_seconds.count, 2);
+  EXPECT_EQ(st.classes[chat_].read_seconds.count, 1);
+  EXPECT_GT(st.classes[chat_].write_seconds.sum, 0);
+  int64_t in_buckets = 0;
+  for (int64_t c : st.classes[agent_].read_seconds.counts) in_buckets += c;
+  EXPECT_EQ(in_buckets, 2);
+}
+
 TEST_F(DiskStoreRetentionTest, AHitRefreshesTheExpiry) {
   auto s = open();
   put(*s, 1, agent_);

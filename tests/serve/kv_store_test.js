@@ -94,6 +94,23 @@ async function writtenBytes(base, cls) {
   }
 }
 
+// The Prometheus histogram `name` for the disk tier and class `cls`: its buckets must rise to
+// +Inf, which equals its count; returns the count.
+function histogramCount(text, name, cls) {
+  const labels = `tier="disk",class="${cls}"`;
+  const buckets = [...text.matchAll(new RegExp(`^${name}_bucket\\{${labels},le="([^"]+)"\\} (\\d+)$`, 'gm'))];
+  assert.ok(buckets.length > 1, `${name} has no buckets for ${cls}`);
+  for (let i = 1; i < buckets.length; i++) {
+    assert.ok(Number(buckets[i][2]) >= Number(buckets[i - 1][2]), `${name} buckets fall`);
+    assert.ok(buckets[i][1] === '+Inf' || Number(buckets[i][1]) > Number(buckets[i - 1][1]), `${name} bounds`);
+  }
+  assert.equal(buckets[buckets.length - 1][1], '+Inf');
+  const count = text.match(new RegExp(`^${name}_count\\{${labels}\\} (\\d+)$`, 'm'));
+  assert.ok(count && text.match(new RegExp(`^${name}_sum\\{${labels}\\} \\S+$`, 'm')), `${name} sum/count`);
+  assert.equal(Number(buckets[buckets.length - 1][2]), Number(count[1]));
+  return Number(count[1]);
+}
+
 // Retention classes end to end (see the header).
 async function retentionChecks() {
   const rdir = fs.mkdtempSync(path.join(os.tmpdir(), 'fathom-kv-retention-'));
@@ -131,6 +148,12 @@ async function retentionChecks() {
           cold[name] = a.json.choices[0].token_ids.join(',');
         }
         assert.ok(await writtenBytes(base, 'agent') > 0 && await writtenBytes(base, 'chat') > 0);
+        // Each object written is timed in its class; each admission looked in the store
+        // (reads by the asking request's class: the agent prompt's misses are agent reads).
+        const text = await (await fetch(base + '/metrics')).text();
+        assert.ok(histogramCount(text, 'fathom_kv_store_write_seconds', 'agent') >= 2);
+        assert.ok(histogramCount(text, 'fathom_kv_store_write_seconds', 'chat') >= 2);
+        assert.ok(histogramCount(text, 'fathom_kv_store_read_seconds', 'agent') >= 1);
       } finally {
         proc.kill('SIGTERM');
         await new Promise((res) => proc.on('exit', res));

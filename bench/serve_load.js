@@ -4,7 +4,8 @@
 // p99, max), the server's resident memory (start, peak, end of each level; /proc/PID/status)
 // the server's CPU seconds and the failed requests — then the prefix-cache TTFT gain on a repeated 2k-token prompt
 // (cold vs warm), with where the engine thread spent each level's time (/metrics
-// fathom_engine_seconds_total), and whether seeded sampling is batch-invariant: the same
+// fathom_engine_seconds_total; with --speculative dspark, the drafts proposed, the K chosen and
+// the mean accepted length), and whether seeded sampling is batch-invariant: the same
 // seeded requests alone, one at a time, and then all at once (token ids compared). Each level
 // starts requests for SECONDS_PER_LEVEL and waits for the last ones. Prints one JSON object.
 // Usage: node bench/serve_load.js FATHOM [SECONDS_PER_LEVEL] [MODEL] [LEVELS] [MAX_TOKENS]
@@ -50,6 +51,13 @@ async function phases(base) {
   const m = await (await fetch(base + '/metrics')).text();
   const out = {};
   for (const x of m.matchAll(/fathom_engine_seconds_total\{phase="(\w+)"\} ([\d.e+-]+)/g)) out[x[1]] = Number(x[2]);
+  // Speculative decoding's counters (--speculative dspark): drafted, chosen, accepted.
+  for (const [k, name] of [['spec_steps', 'fathom_spec_steps_total'], ['spec_draft', 'fathom_spec_draft_tokens_total'],
+    ['spec_verified', 'fathom_spec_verified_tokens_total'], ['spec_accepted', 'fathom_spec_accepted_tokens_total'],
+    ['spec_drafting_steps', 'fathom_spec_chosen_per_step_count']]) {
+    const x = m.match(new RegExp('^' + name + ' ([\\d.e+-]+)$', 'm'));
+    if (x) out[k] = Number(x[1]);
+  }
   return out;
 }
 
@@ -90,13 +98,25 @@ const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s.length 
     clearInterval(sampler);
     const after = await phases(base);
     const engine_s = {};
-    for (const k of Object.keys(after)) engine_s[k] = Number((after[k] - (before[k] || 0)).toFixed(3));
+    const spec = {};
+    for (const k of Object.keys(after)) {
+      const d = Number((after[k] - (before[k] || 0)).toFixed(3));
+      if (k.startsWith('spec_')) spec[k.slice(5)] = d; else engine_s[k] = d;
+    }
+    // Per sequence step that drafted: tokens proposed and verified (the chosen K); per step
+    // that verified: tokens emitted (accepted + the target's own).
+    if (spec.drafting_steps > 0) {
+      spec.mean_drafted = Number((spec.draft / spec.drafting_steps).toFixed(3));
+      spec.mean_chosen_k = Number((spec.verified / spec.drafting_steps).toFixed(3));
+    }
+    if (spec.steps > 0) spec.mean_accepted_length = Number((1 + spec.accepted / spec.steps).toFixed(3));
     const r3 = (x) => (x === null ? null : Number(x.toFixed(3)));
     result.levels.push({ concurrency: n, requests: ttfts.length, failed, errors, seconds: r3(el),
       generated_tokens: tokens, tokens_per_s: Number((tokens / el).toFixed(1)), ttft_median_s: r3(pct(ttfts, 0.5)),
       ttft_p99_s: r3(pct(ttfts, 0.99)), ttft_max_s: r3(Math.max(...ttfts)),
       rss_start_mb: Number(rssStart.toFixed(1)), rss_peak_mb: Number(rssPeak.toFixed(1)),
-      rss_end_mb: Number(rssMb(proc.pid).toFixed(1)), server_cpu_s: r3(cpuS(proc.pid) - cpuStart), engine_s });
+      rss_end_mb: Number(rssMb(proc.pid).toFixed(1)), server_cpu_s: r3(cpuS(proc.pid) - cpuStart), engine_s,
+      ...(Object.keys(spec).length ? { speculative: spec } : {}) });
   }
   // Seeded sampling alone vs batched: the largest level's count of seeded requests (temperature
   // 0.9, each its own prompt and seed), first one at a time, then all together.

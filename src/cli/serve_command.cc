@@ -69,12 +69,12 @@ bool exists(const std::string& p) {
 }
 
 // "; verify ms by rows: a b c" for the prefix draft scheduler's profiled costs.
-std::string verify_costs(const std::vector<double>& seconds) {
-  if (seconds.empty()) return "";
-  std::string out = "; verify ms by rows:";
-  char buf[32];
-  for (double s : seconds) {
-    std::snprintf(buf, sizeof buf, " %.2f", s * 1e3);
+std::string verify_costs(const std::vector<engine::DraftScheduler::CostPoint>& cost) {
+  if (cost.empty()) return "";
+  std::string out = "; pass ms by rows:";
+  char buf[48];
+  for (const auto& p : cost) {
+    std::snprintf(buf, sizeof buf, " %lld:%.2f", static_cast<long long>(p.rows), p.seconds * 1e3);
     out += buf;
   }
   return out;
@@ -228,7 +228,9 @@ int run_serve(const ServeArgs& a) {
                                    ": the model drafts at most " + std::to_string(block)));
     eo.speculative_tokens = a.speculative_tokens > 0 ? a.speculative_tokens : block;
     eo.speculative_schedule = a.speculative_scheduler == "prefix" ? engine::DraftSchedule::kPrefix
-                                                                  : engine::DraftSchedule::kFixed;
+                              : a.speculative_scheduler == "stale-global"
+                                  ? engine::DraftSchedule::kStaleGlobal
+                                  : engine::DraftSchedule::kFixed;
   }
   engine::Engine eng(model_runner, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
@@ -295,7 +297,7 @@ int run_serve(const ServeArgs& a) {
                            : "",
         eo.speculative_tokens > 0
             ? (", speculative dspark (" + std::to_string(eo.speculative_tokens) + " drafts, " +
-               a.speculative_scheduler + verify_costs(es.spec_cost_seconds) + ")")
+               a.speculative_scheduler + verify_costs(es.spec_cost) + ")")
                   .c_str()
             : "",
         a.numerics.c_str(), kernels::cpu_path_name(kernels::cpu_path()), secs, a.host.c_str(),
@@ -364,10 +366,12 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "draft block, 5 on V4.1)")
       ->check(CLI::PositiveNumber);
   c->add_option("--speculative-scheduler", a->speculative_scheduler,
-                "How many drafts each step verifies: fixed (all of them) or prefix (the paper's "
-                "Algorithm 1 per sequence, from the drafts' confidence calibrated on live traffic "
-                "and verify costs profiled at start; none when speculation would lose)")
-      ->check(CLI::IsMember({"fixed", "prefix"}));
+                "How many drafts each step verifies: fixed (all of them), prefix (the paper's "
+                "Algorithm 1 over the step's drafts, from their confidence calibrated on live "
+                "traffic and pass costs profiled at start; none when speculation would lose) or "
+                "stale-global (the paper's variant B: the step's capacity from confidences two "
+                "steps old by a global search, filled with the drafts of largest live confidence)")
+      ->check(CLI::IsMember({"fixed", "prefix", "stale-global"}));
   c->add_flag("--swa-bounded-replay", a->swa_bounded_replay,
               "Prefix-cache hits replay the last window instead of restoring each block's window "
               "state (less memory; an approximation: a hit may change the output)");

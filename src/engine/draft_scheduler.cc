@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace fathom::engine {
 namespace {
@@ -12,13 +13,38 @@ constexpr double kDecay = 0.995;
 constexpr double kPrior = 8.0;
 }  // namespace
 
-DraftScheduler::DraftScheduler(DraftSchedule kind, int64_t drafts, std::vector<double> cost_seconds)
-    : kind_(kind),
-      drafts_(std::clamp<int64_t>(drafts, 0, kMaxDrafts)),
-      cost_(std::move(cost_seconds)) {
-  for (size_t i = 1; i < cost_.size(); ++i) cost_[i] = std::max(cost_[i], cost_[i - 1]);
+DraftScheduler::DraftScheduler(DraftSchedule kind, int64_t drafts, std::vector<CostPoint> cost)
+    : kind_(kind), drafts_(std::clamp<int64_t>(drafts, 0, kMaxDrafts)) {
+  std::sort(cost.begin(), cost.end(),
+            [](const CostPoint& a, const CostPoint& b) { return a.rows < b.rows; });
+  for (const CostPoint& p : cost) {
+    if (p.rows < 1) continue;
+    if (!cost_.empty() && cost_.back().rows == p.rows) {
+      cost_.back().seconds = std::max(cost_.back().seconds, p.seconds);
+      continue;
+    }
+    cost_.push_back(p);
+  }
+  for (size_t i = 1; i < cost_.size(); ++i)
+    cost_[i].seconds = std::max(cost_[i].seconds, cost_[i - 1].seconds);
   accepted_.fill(kPrior / 2);
   predicted_.fill(kPrior / 2);
+}
+
+double DraftScheduler::cost(int64_t rows) const {
+  rows = std::max<int64_t>(rows, 1);
+  if (cost_.empty()) return double(rows);
+  if (rows <= cost_.front().rows) return cost_.front().seconds;
+  for (size_t i = 1; i < cost_.size(); ++i)
+    if (rows <= cost_[i].rows) {
+      const CostPoint &a = cost_[i - 1], &b = cost_[i];
+      return a.seconds + (b.seconds - a.seconds) * double(rows - a.rows) / double(b.rows - a.rows);
+    }
+  const CostPoint& last = cost_.back();
+  const double slope = cost_.size() >= 2 ? (last.seconds - cost_[cost_.size() - 2].seconds) /
+                                               double(last.rows - cost_[cost_.size() - 2].rows)
+                                         : last.seconds / double(last.rows);
+  return last.seconds + slope * double(rows - last.rows);
 }
 
 double DraftScheduler::acceptance(int64_t depth, float c) const {
@@ -26,48 +52,98 @@ double DraftScheduler::acceptance(int64_t depth, float c) const {
   return std::clamp(sigmoid(c) * accepted_[d] / std::max(predicted_[d], 1e-9), 0.0, 1.0);
 }
 
-int64_t DraftScheduler::admit(std::span<const float> conf, int64_t most) const {
-  auto cost = [&](int64_t rows) {
-    return cost_.empty() ? double(rows)
-                         : cost_[size_t(std::min<int64_t>(rows, int64_t(cost_.size())) - 1)];
-  };
-  double survive = 1.0, expected = 1.0;
-  double best = expected / cost(1);
+int64_t DraftScheduler::admit_prefix(std::span<const double> sorted, int64_t tokens,
+                                     int64_t rows) const {
+  double expected = double(tokens);
+  double best = expected / cost(rows);
   int64_t k = 0;
-  for (int64_t j = 1; j <= most; ++j) {
-    survive *= acceptance(j, conf[size_t(j - 1)]);
-    const double next = (expected + survive) / cost(1 + j);
+  for (double a : sorted) {
+    const double next = (expected + a) / cost(rows + k + 1);
     if (next < best) break;  // the early stop: never look past the first drop
-    expected += survive;
+    expected += a;
     best = next;
-    k = j;
+    ++k;
   }
   return k;
 }
 
-bool DraftScheduler::should_draft(int64_t max_drafts) {
+int64_t DraftScheduler::best_capacity(std::span<const double> sorted, int64_t tokens,
+                                      int64_t rows) const {
+  double sum = double(tokens);
+  double best = sum / cost(rows);
+  int64_t best_k = 0;
+  for (size_t k = 0; k < sorted.size(); ++k) {
+    sum += sorted[k];
+    const double v = sum / cost(rows + int64_t(k) + 1);
+    if (v > best) {  // a global search: past drops too
+      best = v;
+      best_k = int64_t(k) + 1;
+    }
+  }
+  return best_k;
+}
+
+bool DraftScheduler::should_draft(int64_t tokens, int64_t rows, int64_t most) {
   exploring_ = false;
-  const int64_t most = std::min(max_drafts, drafts_);
+  most = std::min(most, drafts_);
   if (most <= 0) return false;
   if (kind_ == DraftSchedule::kFixed) return true;
-  const std::array<float, kMaxDrafts> certain = [] {
-    std::array<float, kMaxDrafts> a;
-    a.fill(40.0f);  // sigmoid = 1
-    return a;
-  }();
-  if (admit(certain, most) > 0) return true;
+  // One sequence whose drafts the calibrated head is certain of.
+  std::vector<double> certain;
+  double survive = 1.0;
+  for (int64_t j = 1; j <= most; ++j) certain.push_back(survive *= acceptance(j, 40.0f));
+  const int64_t k = kind_ == DraftSchedule::kPrefix ? admit_prefix(certain, tokens, rows)
+                                                    : best_capacity(certain, tokens, rows);
+  if (k > 0) return true;
   if (++since_explore_ < explore_every) return false;
   since_explore_ = 0;
   exploring_ = true;
   return true;
 }
 
-int64_t DraftScheduler::choose(std::span<const float> conf, int64_t max_drafts) {
-  const int64_t most = std::min({max_drafts, drafts_, int64_t(conf.size())});
-  if (most <= 0) return 0;
-  if (kind_ == DraftSchedule::kFixed) return most;
-  const int64_t k = admit(conf, most);
-  return exploring_ ? std::max<int64_t>(k, 1) : k;
+std::vector<int64_t> DraftScheduler::choose(std::span<const Candidate> candidates, int64_t tokens,
+                                            int64_t rows) {
+  std::vector<int64_t> out(candidates.size(), 0);
+  // Every candidate draft's survival probability, with its sequence.
+  std::vector<std::pair<double, size_t>> live;
+  for (size_t r = 0; r < candidates.size(); ++r) {
+    const Candidate& c = candidates[r];
+    const int64_t most = std::min({c.most, drafts_, int64_t(c.confidence.size())});
+    if (kind_ == DraftSchedule::kFixed) {
+      out[r] = std::max<int64_t>(most, 0);
+      continue;
+    }
+    double survive = 1.0;
+    for (int64_t j = 1; j <= most; ++j)
+      live.emplace_back(survive *= acceptance(j, c.confidence[size_t(j - 1)]), r);
+  }
+  if (kind_ == DraftSchedule::kFixed) return out;
+  // Largest first; equal values keep their order, so each sequence's drafts stay in order.
+  std::stable_sort(live.begin(), live.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<double> values;
+  values.reserve(live.size());
+  for (const auto& [a, r] : live) values.push_back(a);
+  int64_t k = 0;
+  if (kind_ == DraftSchedule::kPrefix) {
+    k = admit_prefix(values, tokens, rows);
+  } else {
+    // The capacity from the step two before (while there is none: the newest there is, or
+    // this step's own).
+    const std::vector<double>& sized = stale_steps_ >= 2   ? stale_[1]
+                                       : stale_steps_ == 1 ? stale_[0]
+                                                           : values;
+    k = std::min<int64_t>(best_capacity(sized, tokens, rows), int64_t(values.size()));
+    stale_[1] = std::move(stale_[0]);
+    stale_[0] = values;
+    ++stale_steps_;
+  }
+  for (int64_t i = 0; i < k; ++i) ++out[live[size_t(i)].second];
+  if (exploring_)
+    for (size_t r = 0; r < candidates.size(); ++r)
+      if (std::min({candidates[r].most, drafts_, int64_t(candidates[r].confidence.size())}) > 0)
+        out[r] = std::max<int64_t>(out[r], 1);
+  return out;
 }
 
 void DraftScheduler::observe(std::span<const float> conf, int64_t verified, int64_t accepted) {

@@ -1,17 +1,31 @@
-// DraftScheduler: how many of a sequence's DSpark drafts a speculative step verifies.
+// DraftScheduler: how many of each decoding sequence's DSpark drafts a speculative step
+// verifies (shared/spec/algorithms.md §1.4–1.5). A step runs all its rows — every sequence's
+// next token, the drafts admitted, other sequences' rows — in one pass over the weights, so
+// the choice is global: a draft is worth its row when the step's expected tokens per second
+// grows with it.
 //
-// `fixed` verifies every draft. `prefix` is the paper's hardware-aware prefix scheduler
-// (shared/spec/algorithms.md §1.4, Algorithm 1) for one sequence: drafts are admitted in order
-// while the expected tokens per second of the step grows — with a_j = the survival probability
-// of draft j (the product of the first j acceptance probabilities) and cost(n) the profiled
-// seconds of a verify call of n rows, draft j is admitted while
-// (1 + a_1 + ... + a_j) / cost(1 + j) >= (1 + a_1 + ... + a_{j-1}) / cost(j), stopping at the
-// first drop (the early stop the paper requires). It may admit none: speculation that would
-// lose on this machine is not run. The acceptance probability of draft j is the draft stages'
-// confidence sigmoid(c_j) times a calibration learnt on live traffic (accepted / predicted at
-// depth j, decayed), so an uncalibrated or untrained confidence head (random weights) is
-// corrected by what the target actually accepts. A sequence that admits nothing still
-// verifies one draft every `explore_every` steps, to keep measuring.
+// With a_{r,j} = the survival probability of sequence r's draft j (the product of its first j
+// acceptance probabilities), `tokens` the tokens the step emits without drafts and `rows` the
+// rows its pass runs without them, and cost(B) the profiled seconds of a pass of B rows:
+//   - `fixed` verifies every draft;
+//   - `prefix` is the paper's Algorithm 1: every (r, j) in order of a, admitted while
+//     (tokens + Σ a) / cost(rows + admitted) grows, stopping at the first drop (the early stop
+//     the paper requires);
+//   - `stale-global` is the paper's production variant B: the step's capacity K is the
+//     argmax over K of (tokens + the K largest a of the step two before) / cost(rows + K) — a
+//     global search without the early stop, from confidences two steps old, as an
+//     asynchronous scheduler must size a step before the previous one ends — and the step
+//     then verifies the K drafts of largest live a.
+// a_{r,j} is non-increasing in j, so both admit a prefix of each sequence's drafts. Any
+// choice leaves the output unchanged (a draft is kept only while it equals the token the
+// request samples without speculation): the scheduler decides speed, never tokens.
+//
+// The acceptance probability of draft j is the draft stages' confidence sigmoid(c_j) times a
+// calibration learnt on live traffic (accepted / predicted at depth j, decayed), so an
+// uncalibrated or untrained confidence head (random weights) is corrected by what the target
+// actually accepts. When no confidence could make a draft pay at the step's size the step does
+// not draft at all, except every `explore_every` steps, when each sequence verifies at least
+// one draft, to keep measuring.
 //
 // Owned by the Engine; used by its executor thread only.
 #pragma once
@@ -23,38 +37,62 @@
 
 namespace fathom::engine {
 
-enum class DraftSchedule { kFixed, kPrefix };
+enum class DraftSchedule { kFixed, kPrefix, kStaleGlobal };
 
 class DraftScheduler {
  public:
   static constexpr int kMaxDrafts = 8;
-  // `cost_seconds[n - 1]`: a verify call of n rows (n = 1..drafts + 1), made non-decreasing.
-  DraftScheduler(DraftSchedule kind, int64_t drafts, std::vector<double> cost_seconds);
+  // A profiled pass: `rows` rows took `seconds`.
+  struct CostPoint {
+    int64_t rows = 0;
+    double seconds = 0;
+  };
+  // A sequence that may draft this step: its drafts' confidence logits and the most drafts it
+  // may verify.
+  struct Candidate {
+    std::span<const float> confidence;
+    int64_t most = 0;
+  };
 
-  // Whether a decoding sequence's step should draft at all: false when no confidence could
-  // make a draft pay (then the step is a plain decode), except every `explore_every` steps.
-  bool should_draft(int64_t max_drafts);
-  // Drafts to verify (0..min(max_drafts, drafts)) given the stages' confidence logits; at
-  // least one on an exploring step.
-  int64_t choose(std::span<const float> confidence_logits, int64_t max_drafts);
-  // What a step verified: `verified` drafts with these confidence logits, `accepted` of them.
+  // `cost`: passes by rows (any order; made increasing in rows and non-decreasing in seconds),
+  // interpolated linearly between points and extended past the last by its last slope; with
+  // no points a pass costs its rows (seconds = rows).
+  DraftScheduler(DraftSchedule kind, int64_t drafts, std::vector<CostPoint> cost);
+
+  // Whether a step emitting `tokens` tokens in `rows` rows without drafts should draft at all
+  // (candidates drafting at most `most` each): false when no confidence could make one draft
+  // pay, except every `explore_every` steps.
+  bool should_draft(int64_t tokens, int64_t rows, int64_t most);
+  // Drafts each candidate verifies (0..min(most, drafts, its confidences)); at least one each
+  // on an exploring step.
+  std::vector<int64_t> choose(std::span<const Candidate> candidates, int64_t tokens, int64_t rows);
+  // What a sequence's step verified: `verified` drafts with these confidence logits, `accepted`
+  // of them.
   void observe(std::span<const float> confidence_logits, int64_t verified, int64_t accepted);
 
   // The acceptance probability the scheduler assumes for draft `depth` (1-based) with
   // confidence logit `c`.
   double acceptance(int64_t depth, float c) const;
-  const std::vector<double>& cost_seconds() const { return cost_; }
+  // Seconds of a pass of `rows` rows.
+  double cost(int64_t rows) const;
+  const std::vector<CostPoint>& cost_points() const { return cost_; }
 
  private:
+  // Drafts admitted from a's sorted by value (largest first) for a step of `tokens`, `rows`.
+  int64_t admit_prefix(std::span<const double> sorted, int64_t tokens, int64_t rows) const;
+  int64_t best_capacity(std::span<const double> sorted, int64_t tokens, int64_t rows) const;
+
   DraftSchedule kind_;
   int64_t drafts_;
-  std::vector<double> cost_;
+  std::vector<CostPoint> cost_;
   // Per depth: accepted and predicted acceptances (decayed sums).
   std::array<double, kMaxDrafts> accepted_{}, predicted_{};
   int64_t since_explore_ = 0;
   bool exploring_ = false;
-  // Drafts admitted when the draft stages' confidence is `conf` at every depth
-  int64_t admit(std::span<const float> conf, int64_t most) const;
+  // stale-global: the survival probabilities of the last two steps' candidates, sorted
+  // (largest first); stale_[1] is the older.
+  std::array<std::vector<double>, 2> stale_;
+  int64_t stale_steps_ = 0;
   static constexpr int64_t explore_every = 16;
 };
 

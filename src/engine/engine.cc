@@ -62,27 +62,64 @@ void RequestStream::push(const StreamEvent& ev) {
 }
 
 namespace {
-// Seconds of a verify call of n = 1..rows rows at a decoding position past the window (the
-// median of 5 calls each; the rows are then dropped), for the prefix draft scheduler.
-std::vector<double> profile_verify(const ModelRunner& r, kv::PagePool* pool, int64_t rows) {
-  std::vector<double> cost;
+// The draft schedulers' cost table: seconds of a step's pass by rows, each the median of 5
+// runs at a decoding position past the window (the rows are then dropped): a verify call of
+// n = 1..rows rows (a sequence speculating alone), and batched passes of m = 2, 4, 8 (at most
+// `sequences`) copies of that sequence verifying `rows` rows each, with the head over all
+// rows, as a step of several speculating sequences runs.
+std::vector<DraftScheduler::CostPoint> profile_passes(const ModelRunner& r, kv::PagePool* pool,
+                                                      int64_t rows, int64_t sequences) {
+  std::vector<DraftScheduler::CostPoint> cost;
   auto s = r.new_sequence(pool);
   const int64_t prompt_len = r.window_size() + rows + 8;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   for (int64_t i = 0; i < prompt_len; ++i) prompt[size_t(i)] = int32_t(1 + i % 97);
   r.set_prompt_end(*s, prompt_len);
   if (!r.forward(*s, prompt, nullptr).is_ok() || r.max_verify_rows(*s, rows) < rows) return cost;
-  std::vector<float> logits(size_t(rows * r.vocab_size()));
+  auto median = [](std::vector<double>& t) {
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  std::vector<float> logits(size_t(8 * rows * r.vocab_size()));
   for (int64_t n = 1; n <= rows; ++n) {
     std::vector<double> t;
     for (int rep = 0; rep < 5; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
       const Status st = r.verify(*s, std::span(prompt).first(size_t(n)), logits.data());
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      if (!st.is_ok() || !r.keep_rows(*s, 0).is_ok()) return {};
+      t.push_back(since(t0));
+      if (!st.is_ok() || !r.keep_rows(*s, 0).is_ok()) return cost;
     }
-    std::sort(t.begin(), t.end());
-    cost.push_back(t[2]);
+    cost.push_back({n, median(t)});
+  }
+  std::vector<std::unique_ptr<RunnerSequence>> copies;
+  for (int64_t m = 2; m <= std::min<int64_t>(8, sequences); m *= 2) {
+    while (int64_t(copies.size()) < m - 1) {
+      auto c = r.fork(*s);
+      if (!c.is_ok()) return cost;  // the pool is too small for more
+      copies.push_back(std::move(*c));
+    }
+    std::vector<RunnerSequence*> states = {s.get()};
+    for (int64_t i = 0; i < m - 1; ++i) states.push_back(copies[size_t(i)].get());
+    const std::span<const int32_t> rows_of_each = std::span(prompt).first(size_t(rows));
+    const std::vector<std::span<const int32_t>> chunks(size_t(m), rows_of_each);
+    const std::unique_ptr<bool[]> verify(new bool[size_t(m)]);
+    std::fill_n(verify.get(), m, true);
+    std::vector<float> hidden(size_t(m * rows * r.hidden_size()));
+    std::vector<double> t;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = Clock::now();
+      const std::vector<Status> st = r.forward_each(states, chunks, hidden.data(),
+                                                    std::span<const bool>(verify.get(), size_t(m)));
+      r.head_logits(hidden.data(), m * rows, logits.data());
+      t.push_back(since(t0));
+      for (size_t i = 0; i < states.size(); ++i)
+        if (!st[i].is_ok() || !r.keep_rows(*states[i], 0).is_ok()) return cost;
+    }
+    cost.push_back({m * rows, median(t)});
   }
   return cost;
 }
@@ -108,12 +145,12 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
       std::clamp<int64_t>(opt_.speculative_tokens, 0,
                           std::min<int64_t>(runner.draft_block_size(), DraftScheduler::kMaxDrafts));
   if (opt_.speculative_tokens > 0) {
-    std::vector<double> cost;
+    std::vector<DraftScheduler::CostPoint> cost;
     if (opt_.speculative_schedule != DraftSchedule::kFixed)
-      cost = profile_verify(runner, pool_.get(), opt_.speculative_tokens + 1);
+      cost = profile_passes(runner, pool_.get(), opt_.speculative_tokens + 1, opt_.max_running);
     draft_sched_ = std::make_unique<DraftScheduler>(opt_.speculative_schedule,
                                                     opt_.speculative_tokens, std::move(cost));
-    stats_.spec_cost_seconds = draft_sched_->cost_seconds();
+    stats_.spec_cost = draft_sched_->cost_points();
   }
   stats_.store_on = opt_.store != nullptr;
   if (opt_.store) fingerprint_ = runner.fingerprint();
@@ -816,9 +853,10 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   int64_t step_tokens = 0, batch = 0;
   struct Work {
     Sequence* s;
-    int64_t n;           // tokens run (a speculative step: its next token and its drafts)
-    int64_t drafts = 0;  // at most this many drafts verified (speculative decoding)
-    bool jump = false;   // the drafts are the grammar's jump-forward tokens (s->jump)
+    int64_t n;              // tokens run (a speculative step: its next token and its drafts)
+    int64_t drafts = 0;     // at most this many drafts verified (speculative decoding)
+    bool jump = false;      // the drafts are the grammar's jump-forward tokens (s->jump)
+    bool decoding = false;  // its step samples a token after the prompt
   };
   std::vector<Work> work;
   for (const auto& [sp, want] : plan.work) {
@@ -836,7 +874,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     if (decoding && opt_.grammar_jump_forward) drafts = jump_forward(*s);
     if (drafts == 0 && opt_.speculative_tokens > 0 && decoding)
       drafts = rows_after_next(*s, opt_.speculative_tokens);  // drafts after its next token
-    work.push_back({s, n + drafts, drafts, !s->jump.empty()});
+    work.push_back({s, n + drafts, drafts, !s->jump.empty(), decoding});
   }
   // Pages for the step: evict cached blocks, then preempt the newest sequences (dropped and
   // recomputed later) until the step fits the pool.
@@ -883,36 +921,65 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   for (const Work& w : work) head_rows += w.s->siblings.size();
   if (hidden_.size() < head_rows * size_t(D)) hidden_.resize(head_rows * size_t(D));
   float* hidden = hidden_.data();
-  // Speculative steps: draft, then choose how many drafts the step verifies (none: a plain
-  // decode, batched with the other decodes).
+  // Speculative steps: draft, then choose how many drafts each sequence verifies (none: a
+  // plain decode, batched with the other decodes). The scheduler sees the whole step: the
+  // tokens it emits and the rows its pass runs without drafts.
+  constexpr int64_t kBatchedChunkRows = 128;
   struct Drafted {
     std::vector<int32_t> drafts;
     std::vector<float> confidence;
   };
   std::vector<Drafted> drafted(work.size());
+  std::vector<size_t> drafting;  // work items whose drafts the scheduler chooses
+  int64_t base_tokens = 0, base_rows = 0, most = 0;
   for (size_t i = 0; i < work.size(); ++i) {
-    Work& w = work[i];
+    const Work& w = work[i];
+    if (w.n - w.drafts <= kBatchedChunkRows) base_rows += w.jump ? w.n : w.n - w.drafts;
+    if (w.decoding) base_tokens += w.jump ? 1 + w.drafts : 1;
     if (w.drafts == 0) continue;
-    Sequence& s = *w.s;
     if (w.jump) {
-      drafted[i].drafts = s.jump;
+      drafted[i].drafts = w.s->jump;
       continue;
     }
-    int64_t k = 0;
-    if (draft_sched_->should_draft(w.drafts)) {
+    drafting.push_back(i);
+    most = std::max(most, w.drafts);
+  }
+  const bool draft_now =
+      !drafting.empty() && draft_sched_->should_draft(base_tokens, base_rows, most);
+  std::vector<DraftScheduler::Candidate> candidates;
+  std::vector<size_t> candidate_items;
+  for (size_t i : drafting) {
+    Work& w = work[i];
+    Sequence& s = *w.s;
+    if (draft_now) {
       const Status st =
           runner_.draft(*s.state, s.all.back(), &drafted[i].drafts, &drafted[i].confidence);
       if (!st.is_ok()) {
         finish(s, FinishCause::kError, st);
         continue;
       }
-      k = std::min(draft_sched_->choose(drafted[i].confidence, w.drafts),
-                   int64_t(drafted[i].drafts.size()));
+      candidates.push_back(
+          {drafted[i].confidence, std::min(w.drafts, int64_t(drafted[i].drafts.size()))});
+      candidate_items.push_back(i);
     }
-    drafted[i].drafts.resize(size_t(k));
-    w.drafts = k;
-    w.n = 1 + k;
+    w.drafts = 0;  // until chosen
+    w.n = 1;
   }
+  int64_t draft_tokens = 0;
+  std::array<int64_t, 9> chosen_hist{};
+  if (!candidates.empty()) {
+    const std::vector<int64_t> k = draft_sched_->choose(candidates, base_tokens, base_rows);
+    for (size_t c = 0; c < candidate_items.size(); ++c) {
+      draft_tokens += candidates[c].most;
+      ++chosen_hist[size_t(std::clamp<int64_t>(k[c], 0, 8))];
+      Work& w = work[candidate_items[c]];
+      drafted[candidate_items[c]].drafts.resize(size_t(k[c]));
+      w.drafts = k[c];
+      w.n = 1 + k[c];
+    }
+  }
+  for (size_t i : drafting)
+    if (work[i].drafts == 0) drafted[i].drafts.clear();
   // Structured-output masks for the rows this step samples, computed by the mask worker while
   // the forward runs (a verify step's rows after its drafts; the drafts' buffers move into
   // `verified` below, which keeps them where the jobs' spans point).
@@ -937,10 +1004,18 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     mask_jobs.push_back({m, std::span(drafted[i].drafts).first(d), forced, &s.masks, &s.mask_rows});
   }
   masks_.start();
-  // Decodes and short prefill chunks run in one pass over the weights (forward_each gives
-  // each exactly what it gets alone); a long chunk runs alone with the pool inside it.
-  constexpr int64_t kBatchedChunkRows = 128;
-  std::vector<size_t> decodes;
+  // Verify rows, decodes and short prefill chunks run in one pass over the weights
+  // (forward_each gives each exactly what it gets alone); a long chunk runs alone with the
+  // pool inside it. The verifying sequences come first, in work order, so that their rows'
+  // head inputs are one block for one head call.
+  std::vector<size_t> decodes;  // work items in the pass: the verifying ones first
+  size_t verifies = 0, verify_rows = 0;
+  for (size_t i = 0; i < work.size(); ++i)
+    if (!work[i].s->done && work[i].drafts > 0) {
+      decodes.push_back(i);
+      ++verifies;
+      verify_rows += size_t(work[i].n);
+    }
   for (size_t i = 0; i < work.size(); ++i)
     if (!work[i].s->done && work[i].drafts == 0 && work[i].n <= kBatchedChunkRows)
       decodes.push_back(i);
@@ -959,21 +1034,40 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   if (spec_logits_.size() < spec_rows * size_t(vocab_))
     spec_logits_.resize(spec_rows * size_t(vocab_));
   size_t spec_at = 0;
-  std::vector<Status> decoded;
+  std::vector<Status> decoded;  // by position in `decodes`, when the pass ran
   std::vector<float> decoded_hidden;
+  // A verifying sequence's rows: its next token and its drafts.
+  std::vector<std::vector<int32_t>> verify_tokens(work.size());
+  for (size_t k = 0; k < verifies; ++k) {
+    const size_t i = decodes[k];
+    verify_tokens[i] = {work[i].s->all.back()};
+    verify_tokens[i].insert(verify_tokens[i].end(), drafted[i].drafts.begin(),
+                            drafted[i].drafts.end());
+  }
   if (decodes.size() >= 2) {
     std::vector<RunnerSequence*> states;
     std::vector<std::span<const int32_t>> chunks;
-    for (size_t i : decodes) {
+    const std::unique_ptr<bool[]> verify(new bool[decodes.size()]);
+    for (size_t k = 0; k < decodes.size(); ++k) {
+      const size_t i = decodes[k];
       Sequence& s = *work[i].s;
       states.push_back(s.state.get());
-      chunks.push_back(std::span(s.all).subspan(size_t(s.prefilled), size_t(work[i].n)));
+      verify[k] = k < verifies;
+      chunks.push_back(k < verifies
+                           ? std::span<const int32_t>(verify_tokens[i])
+                           : std::span(s.all).subspan(size_t(s.prefilled), size_t(work[i].n)));
     }
-    decoded_hidden.resize(decodes.size() * size_t(D));
-    decoded = runner_.forward_each(states, chunks, decoded_hidden.data());
+    decoded_hidden.resize((verify_rows + decodes.size() - verifies) * size_t(D));
+    decoded = runner_.forward_each(states, chunks, decoded_hidden.data(),
+                                   std::span<const bool>(verify.get(), decodes.size()));
+    // The verify rows' logits, in work order as spec_at counts them below.
+    if (verify_rows > 0)
+      runner_.head_logits(decoded_hidden.data(), int64_t(verify_rows), spec_logits_.data());
   }
+  // Where a work item's result is in `decoded` (or none: it runs on its own below).
+  std::vector<int64_t> pass_slot(work.size(), -1);
+  for (size_t k = 0; k < decoded.size(); ++k) pass_slot[decodes[k]] = int64_t(k);
   std::vector<Sequence*> heads;
-  size_t next_decoded = 0;
   for (size_t wi = 0; wi < work.size(); ++wi) {
     const Work& w = work[wi];
     Sequence& s = *w.s;
@@ -983,9 +1077,11 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
       // The next token and the drafts in one call.
       Verified v{&s, std::move(drafted[wi].drafts), std::move(drafted[wi].confidence), spec_at,
                  w.jump};
-      std::vector<int32_t> rows = {s.all.back()};
-      rows.insert(rows.end(), v.drafts.begin(), v.drafts.end());
-      const Status st = runner_.verify(*s.state, rows, &spec_logits_[spec_at * size_t(vocab_)]);
+      const std::vector<int32_t>& rows = verify_tokens[wi];
+      const Status st =
+          pass_slot[wi] >= 0
+              ? decoded[size_t(pass_slot[wi])]
+              : runner_.verify(*s.state, rows, &spec_logits_[spec_at * size_t(vocab_)]);
       spec_at += rows.size();
       step_tokens += int64_t(v.drafts.size()) + 1;
       ++batch;
@@ -999,10 +1095,10 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     }
     const bool completes = s.prefilled + w.n == int64_t(s.all.size());
     Status st;
-    if (next_decoded < decoded.size() && decodes[next_decoded] == wi) {
-      st = decoded[next_decoded];
-      std::copy_n(&decoded_hidden[next_decoded * size_t(D)], D, &hidden[heads.size() * size_t(D)]);
-      ++next_decoded;
+    if (pass_slot[wi] >= 0) {
+      st = decoded[size_t(pass_slot[wi])];
+      const size_t row = verify_rows + size_t(pass_slot[wi]) - verifies;
+      std::copy_n(&decoded_hidden[row * size_t(D)], D, &hidden[heads.size() * size_t(D)]);
     } else {
       st = runner_.forward(*s.state, std::span(s.all).subspan(size_t(s.prefilled), size_t(w.n)),
                            completes ? &hidden[heads.size() * size_t(D)] : nullptr);
@@ -1121,6 +1217,8 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   stats_.spec_verified_tokens += spec_verified;
   stats_.spec_accepted_tokens += spec_accepted;
   for (size_t i = 0; i < spec_hist.size(); ++i) stats_.spec_accepted_hist[i] += spec_hist[i];
+  stats_.spec_draft_tokens += draft_tokens;
+  for (size_t i = 0; i < chosen_hist.size(); ++i) stats_.spec_chosen_hist[i] += chosen_hist[i];
   return out;
 }
 

@@ -136,7 +136,12 @@ struct EngineStats {
   // accepted, and the steps by accepted drafts (0..8).
   int64_t spec_steps = 0, spec_verified_tokens = 0, spec_accepted_tokens = 0;
   std::array<int64_t, 9> spec_accepted_hist{};
-  std::vector<double> spec_cost_seconds;  // the prefix scheduler's verify cost by rows (1..)
+  // Draft tokens the stages proposed to the scheduler, and the sequence steps that drafted by
+  // how many of them the scheduler chose to verify (K, 0 included).
+  int64_t spec_draft_tokens = 0;
+  std::array<int64_t, 9> spec_chosen_hist{};
+  // The draft scheduler's cost table: seconds of a step's pass by rows (profiled at start).
+  std::vector<DraftScheduler::CostPoint> spec_cost;
   // The KV store (when there is one): blocks read from it into the prefix cache; admissions that
   // looked past the prefix cache and found nothing to use; objects that failed their checks (each
   // recomputed and removed from the store); the tier's own counters.

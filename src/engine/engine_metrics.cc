@@ -28,19 +28,27 @@ std::string Engine::metrics_text() const {
         double(e.spec_verified_tokens), "counter");
   gauge("fathom_spec_accepted_tokens_total", "Draft tokens accepted",
         double(e.spec_accepted_tokens), "counter");
-  o << "# HELP fathom_spec_accepted_per_step Sequence steps by draft tokens accepted\n# TYPE "
-       "fathom_spec_accepted_per_step histogram\n";
-  {
+  gauge("fathom_spec_draft_tokens_total",
+        "Draft tokens the DSpark stages proposed to the draft scheduler",
+        double(e.spec_draft_tokens), "counter");
+  // Histograms of small counts (0..8), one bucket each.
+  auto counts = [&](const char* name, const char* help, const std::array<int64_t, 9>& hist) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
     int64_t cumulative = 0, sum = 0;
-    for (size_t i = 0; i < e.spec_accepted_hist.size(); ++i) {
-      cumulative += e.spec_accepted_hist[i];
-      sum += int64_t(i) * e.spec_accepted_hist[i];
-      o << "fathom_spec_accepted_per_step_bucket{le=\"" << i << "\"} " << cumulative << "\n";
+    for (size_t i = 0; i < hist.size(); ++i) {
+      cumulative += hist[i];
+      sum += int64_t(i) * hist[i];
+      o << name << "_bucket{le=\"" << i << "\"} " << cumulative << "\n";
     }
-    o << "fathom_spec_accepted_per_step_bucket{le=\"+Inf\"} " << cumulative << "\n"
-      << "fathom_spec_accepted_per_step_sum " << sum << "\n"
-      << "fathom_spec_accepted_per_step_count " << cumulative << "\n";
-  }
+    o << name << "_bucket{le=\"+Inf\"} " << cumulative << "\n"
+      << name << "_sum " << sum << "\n"
+      << name << "_count " << cumulative << "\n";
+  };
+  counts("fathom_spec_accepted_per_step", "Sequence steps by draft tokens accepted",
+         e.spec_accepted_hist);
+  counts("fathom_spec_chosen_per_step",
+         "Sequence steps that drafted, by draft tokens the scheduler chose to verify (K)",
+         e.spec_chosen_hist);
   gauge("fathom_grammar_masks_total", "Tokens sampled under a structured-output grammar",
         double(e.grammar_masks), "counter");
   gauge("fathom_grammar_masks_ahead_total",

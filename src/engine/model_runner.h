@@ -66,10 +66,14 @@ class ModelRunner {
                          float* hidden_out) const = 0;
   // forward() of several sequences in one pass over the weights, each exactly as alone (a
   // sequence that fails gets its error, the others go on); every sequence's last-row head
-  // input goes to hidden_out [n, hidden_size].
+  // input goes to hidden_out [n, hidden_size]. A sequence whose `verify` entry is true
+  // (`verify` empty, or one per sequence) runs its chunk as verify() does (keep_rows then
+  // keeps some of its rows; after a failure none are kept) and gets the head input of every
+  // row: sequence i's rows start after the rows of those before it (one each, or all theirs).
   virtual std::vector<Status> forward_each(std::span<RunnerSequence* const> states,
                                            std::span<const std::span<const int32_t>> chunks,
-                                           float* hidden_out) const = 0;
+                                           float* hidden_out,
+                                           std::span<const bool> verify) const = 0;
   // logits [rows, vocab] = head · hidden [rows, hidden_size]; each row as a batch of one.
   virtual void head_logits(const float* hidden, int64_t rows, float* logits) const = 0;
 

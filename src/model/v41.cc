@@ -1357,23 +1357,32 @@ Status V41Model::forward(SequenceState& st, std::span<const int32_t> tokens, flo
 
 std::vector<Status> V41Model::forward_each(std::span<SequenceState* const> states,
                                            std::span<const std::span<const int32_t>> chunks,
-                                           float* hidden_out) const {
+                                           float* hidden_out,
+                                           std::span<const bool> all_rows) const {
   std::vector<Status> out(states.size());
-  if (states.size() != chunks.size()) {
+  if (states.size() != chunks.size() || (!all_rows.empty() && all_rows.size() != states.size())) {
     for (auto& s : out) s = invalid_argument("forward_each needs one chunk per sequence");
     return out;
   }
   const int64_t D = w_->cfg.dim;
-  if (states.size() == 1) {
-    out[0] = forward_on(pool_.get(), *states[0], chunks[0], nullptr, nullptr, false, hidden_out);
-    return out;
+  // Where each sequence's hidden rows start in hidden_out.
+  std::vector<int64_t> out_row(states.size());
+  for (size_t i = 0, row = 0; i < states.size(); ++i) {
+    out_row[i] = int64_t(row);
+    row += !all_rows.empty() && all_rows[i] ? chunks[i].size() : 1;
   }
-  std::vector<Status> run = forward_rows(states, chunks, hidden_out);
+  std::vector<Status> run;
+  if (states.size() == 1 && (all_rows.empty() || !all_rows[0]))
+    run.push_back(unsupported("one sequence: forward() with the pool inside"));
+  else
+    run = forward_rows(states, chunks, hidden_out, out_row, all_rows);
   for (size_t i = 0; i < states.size(); ++i) {
     out[i] = run[i];
-    if (out[i].code() == StatusCode::kUnsupported)  // a chunk the batched pass does not run
+    // A chunk the batched pass does not run (one that needs every row's hidden never is one:
+    // bounded replay is a prompt's, and all rows are asked for decode rows).
+    if (out[i].code() == StatusCode::kUnsupported && (all_rows.empty() || !all_rows[i]))
       out[i] = forward_on(pool_.get(), *states[i], chunks[i], nullptr, nullptr, false,
-                          hidden_out + int64_t(i) * D);
+                          hidden_out + out_row[i] * D);
   }
   return out;
 }
@@ -1514,7 +1523,8 @@ Status RowsPass::run(std::vector<float>* hn, int64_t* first) {
 
 std::vector<Status> V41Model::forward_rows(std::span<SequenceState* const> states,
                                            std::span<const std::span<const int32_t>> chunks,
-                                           float* hidden_out) const {
+                                           float* hidden_out, std::span<const int64_t> out_row,
+                                           std::span<const bool> all_rows) const {
   const ModelWeights& W = *w_;
   const ModelConfig& c = W.cfg;
   const int64_t D = c.dim;
@@ -1563,7 +1573,10 @@ std::vector<Status> V41Model::forward_rows(std::span<SequenceState* const> state
     out[i] = st.is_ok() ? g.status : st;
     if (!out[i].is_ok()) continue;
     g.st->pos += g.f.T;
-    std::copy_n(&hn[size_t((g.row0 + g.f.T - 1) * D)], D, hidden_out + int64_t(i) * D);
+    if (!all_rows.empty() && all_rows[i])
+      std::copy_n(&hn[size_t(g.row0 * D)], size_t(g.f.T * D), hidden_out + out_row[i] * D);
+    else
+      std::copy_n(&hn[size_t((g.row0 + g.f.T - 1) * D)], D, hidden_out + out_row[i] * D);
   }
   return out;
 }

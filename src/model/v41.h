@@ -185,10 +185,13 @@ class V41Model {
   // sequence's rows on one thread of the pool: bit for bit what forward() gives each alone,
   // since no kernel's per-row arithmetic depends on the other rows or the thread split.
   // A sequence whose forward fails gets its error (its state is then unusable) and the
-  // others go on. Writes every sequence's last-row normed hidden to hidden_out [n, dim].
+  // others go on. Writes every sequence's last-row normed hidden to hidden_out [n, dim], or,
+  // for a sequence whose `all_rows` entry is true (`all_rows` empty, or one per sequence), the
+  // normed hidden of each of its rows: sequence i's rows then start after the rows of those
+  // before it (one each, or all theirs).
   std::vector<Status> forward_each(std::span<SequenceState* const> states,
                                    std::span<const std::span<const int32_t>> chunks,
-                                   float* hidden_out) const;
+                                   float* hidden_out, std::span<const bool> all_rows = {}) const;
   // logits [rows, vocab] = head · hidden [rows, dim].
   void head_logits(const float* hidden, int64_t rows, float* logits) const;
 
@@ -214,11 +217,12 @@ class V41Model {
 
  private:
   V41Model() = default;
-  // forward_each() of two or more sequences in one pass (kUnsupported for a chunk the pass
-  // does not run: bounded replay).
+  // forward_each() in one pass (kUnsupported for a chunk the pass does not run: bounded
+  // replay); sequence i's hidden rows go to hidden_out from row out_row[i].
   std::vector<Status> forward_rows(std::span<SequenceState* const> states,
                                    std::span<const std::span<const int32_t>> chunks,
-                                   float* hidden_out) const;
+                                   float* hidden_out, std::span<const int64_t> out_row,
+                                   std::span<const bool> all_rows) const;
   Status forward_on(ThreadPool* pool, SequenceState& state, std::span<const int32_t> tokens,
                     float* logits, ForwardTrace* trace, bool all_rows, float* hidden_out) const;
   ModelOptions options_;

@@ -1,6 +1,7 @@
 #include "runner/v41_runner.h"
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 
 #include "model/v41.h"
@@ -115,11 +116,50 @@ Status V41Runner::forward(engine::RunnerSequence& s, std::span<const int32_t> to
 
 std::vector<Status> V41Runner::forward_each(std::span<engine::RunnerSequence* const> states,
                                             std::span<const std::span<const int32_t>> chunks,
-                                            float* hidden_out) const {
+                                            float* hidden_out, std::span<const bool> verify) const {
+  if (verify.empty()) {
+    std::vector<model::SequenceState*> raw;
+    raw.reserve(states.size());
+    for (engine::RunnerSequence* s : states) raw.push_back(&state(*s));
+    return model_.forward_each(raw, chunks, hidden_out);
+  }
+  // The verify sequences' rows are marked first, as verify() marks them; one whose mark is
+  // refused gets that error and stays out of the pass (its hidden rows are left as they are).
+  // The pass writes the others' rows packed; they move to the caller's layout after it.
+  const int64_t D = hidden_size();
+  std::vector<Status> out(states.size());
   std::vector<model::SequenceState*> raw;
-  raw.reserve(states.size());
-  for (engine::RunnerSequence* s : states) raw.push_back(&state(*s));
-  return model_.forward_each(raw, chunks, hidden_out);
+  std::vector<std::span<const int32_t>> run_chunks;
+  std::vector<size_t> index;  // pass -> sequence
+  const std::unique_ptr<bool[]> run_all(new bool[states.size()]);
+  std::vector<int64_t> out_row(states.size());
+  size_t rows = 0;
+  for (size_t i = 0, row = 0; i < states.size(); ++i) {
+    const bool v = i < verify.size() && verify[i];
+    const size_t n = v ? chunks[i].size() : 1;
+    out_row[i] = int64_t(row);
+    row += n;
+    if (v) out[i] = model_.mark_rows(state(*states[i]), int64_t(chunks[i].size()));
+    if (!out[i].is_ok()) continue;
+    run_all[index.size()] = v;
+    raw.push_back(&state(*states[i]));
+    run_chunks.push_back(chunks[i]);
+    index.push_back(i);
+    rows += n;
+  }
+  std::vector<float> hidden(rows * size_t(D));
+  const std::vector<Status> ran = model_.forward_each(
+      raw, run_chunks, hidden.data(), std::span<const bool>(run_all.get(), index.size()));
+  for (size_t k = 0, from = 0; k < index.size(); ++k) {
+    const size_t i = index[k], n = run_all[k] ? run_chunks[k].size() : 1;
+    out[i] = ran[k];
+    if (out[i].is_ok())
+      std::copy_n(&hidden[from * size_t(D)], n * size_t(D), hidden_out + out_row[i] * D);
+    else if (run_all[k])
+      (void)model_.keep_rows(*raw[k], 0);
+    from += n;
+  }
+  return out;
 }
 
 void V41Runner::head_logits(const float* hidden, int64_t rows, float* logits) const {

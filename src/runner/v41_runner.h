@@ -33,7 +33,7 @@ class V41Runner : public engine::ModelRunner {
                  float* hidden_out) const override;
   std::vector<Status> forward_each(std::span<engine::RunnerSequence* const> states,
                                    std::span<const std::span<const int32_t>> chunks,
-                                   float* hidden_out) const override;
+                                   float* hidden_out, std::span<const bool> verify) const override;
   void head_logits(const float* hidden, int64_t rows, float* logits) const override;
 
   int64_t draft_block_size() const override;

@@ -1079,13 +1079,17 @@ TEST(EngineSpeculative, RealDraftStagesChangeNothingAloneOrAmongOthers) {
     for (const auto& r : reqs) streams.push_back(*e.submit(r));
     for (auto& s : streams) plain.push_back(answer(*s));
   }
-  for (int variant = 0; variant < 3; ++variant) {
-    // Alone and together with the fixed scheduler; together with the prefix scheduler (its
-    // choices depend on the verify costs measured on this machine, the output must not).
+  const DraftSchedule kinds[] = {DraftSchedule::kFixed, DraftSchedule::kFixed,
+                                 DraftSchedule::kPrefix, DraftSchedule::kStaleGlobal};
+  const char* names[] = {"fixed", "fixed", "prefix", "stale-global"};
+  for (int variant = 0; variant < 4; ++variant) {
+    // Alone and together with the fixed scheduler; together with the prefix and stale-global
+    // schedulers (their choices depend on the pass costs measured on this machine, the output
+    // must not).
     const bool together = variant > 0;
     EngineOptions o;
     o.speculative_tokens = 5;
-    o.speculative_schedule = variant == 2 ? DraftSchedule::kPrefix : DraftSchedule::kFixed;
+    o.speculative_schedule = kinds[variant];
     Engine e(runner(), o, -1);
     std::vector<Answer> got;
     if (together) {
@@ -1100,12 +1104,25 @@ TEST(EngineSpeculative, RealDraftStagesChangeNothingAloneOrAmongOthers) {
     EXPECT_EQ(got[2].cause, FinishCause::kStopToken);
     const EngineStats st = idle_stats(e);
     std::printf("%s, %s: %ld speculative steps, %ld drafts verified, %ld accepted\n",
-                together ? "together" : "alone", variant == 2 ? "prefix" : "fixed",
-                long(st.spec_steps), long(st.spec_verified_tokens), long(st.spec_accepted_tokens));
-    if (variant == 2)
-      EXPECT_EQ(st.spec_cost_seconds.size(), 6u);
-    else
+                together ? "together" : "alone", names[variant], long(st.spec_steps),
+                long(st.spec_verified_tokens), long(st.spec_accepted_tokens));
+    // The K chosen per sequence step that drafted add up to the drafts verified, never more
+    // than the stages proposed (all of them with the fixed scheduler).
+    int64_t chosen = 0;
+    for (size_t k = 0; k < st.spec_chosen_hist.size(); ++k)
+      chosen += int64_t(k) * st.spec_chosen_hist[k];
+    EXPECT_EQ(chosen, st.spec_verified_tokens);
+    EXPECT_GE(st.spec_draft_tokens, st.spec_verified_tokens);
+    if (variant < 2) {
+      EXPECT_EQ(st.spec_draft_tokens, st.spec_verified_tokens);
+    }
+    if (variant >= 2) {
+      // Verify calls of 1..6 rows, and passes of 2, 4 and 8 sequences verifying 6 rows each.
+      ASSERT_EQ(st.spec_cost.size(), 9u);
+      EXPECT_EQ(st.spec_cost[8].rows, 48);
+    } else {
       EXPECT_GT(st.spec_steps, 0);
+    }
   }
 }
 

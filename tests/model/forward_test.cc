@@ -331,6 +331,50 @@ TEST_P(DecodeCase, KeptRowsOfAMarkedCallAreTheReferencesDecodeSteps) {
   EXPECT_EQ(m.keep_rows(*st, 0).code(), StatusCode::kInvalidArgument);
 }
 
+// The same marked calls run in a batched pass (forward_each with every row's hidden, as the
+// engine verifies several sequences' drafts in one pass) beside another sequence decoding,
+// with the head applied to the rows afterwards: the kept rows are still the reference's decode
+// steps bit for bit, and the other sequence gets what it gets alone.
+TEST_P(DecodeCase, MarkedRowsInABatchedPassAreTheReferencesDecodeSteps) {
+#ifdef FATHOM_TEST_LIGHT
+  if (GetParam().own_keys) GTEST_SKIP() << "own keys: the optimised build runs it";
+#endif
+  const V41Model& m = *model_;
+  const int64_t V = 1024, D = m.config().dim;
+  auto st = m.new_sequence();
+  set_prompt_end(*st, P);
+  ASSERT_TRUE(m.forward(*st, std::span(tokens).first(size_t(P)), nullptr).is_ok());
+  const std::vector<int32_t> other_prompt(tokens.begin(), tokens.begin() + 7);
+  auto other = m.new_sequence(), other_alone = m.new_sequence();
+  ASSERT_TRUE(m.forward(*other, other_prompt, nullptr).is_ok());
+  ASSERT_TRUE(m.forward(*other_alone, other_prompt, nullptr).is_ok());
+  std::vector<float> step_logits;
+  const int64_t pattern[] = {2, 6, 1, 4, 3};
+  for (int64_t at = 0, i = 0; at < steps; ++i) {
+    const int64_t k = std::min(pattern[i % 5], steps - at);
+    std::vector<int32_t> rows(tokens.begin() + P + at, tokens.begin() + P + at + k);
+    for (int64_t j = k; j < 5; ++j) rows.push_back(int32_t((rows.back() * 5 + 11 * j + 3) % V));
+    const std::vector<int32_t> next = {int32_t((i * 37 + 5) % V)};
+    ASSERT_TRUE(m.mark_rows(*st, int64_t(rows.size())).is_ok());
+    const std::vector<SequenceState*> states = {other.get(), st.get()};
+    const std::vector<std::span<const int32_t>> chunks = {next, rows};
+    const bool all_rows[] = {false, true};
+    std::vector<float> hidden(size_t((1 + rows.size()) * D));
+    for (const Status& r : m.forward_each(states, chunks, hidden.data(), all_rows))
+      ASSERT_TRUE(r.is_ok()) << r.to_string();
+    std::vector<float> logits(rows.size() * size_t(V));
+    m.head_logits(&hidden[size_t(D)], int64_t(rows.size()), logits.data());
+    ASSERT_TRUE(m.keep_rows(*st, k).is_ok());
+    step_logits.insert(step_logits.end(), logits.begin(), logits.begin() + k * V);
+    at += k;
+    std::vector<float> want_hidden(static_cast<size_t>(D));
+    ASSERT_TRUE(m.forward(*other_alone, next, nullptr, nullptr, false, want_hidden.data()).is_ok());
+    EXPECT_EQ(std::memcmp(want_hidden.data(), hidden.data(), size_t(D) * 4), 0) << "step " << i;
+  }
+  EXPECT_EQ(bit_differences(step_logits, want.f32), 0u) << want_dir;
+  EXPECT_EQ(sequence_position(*st), P + steps);
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, DecodeCase,
                          ::testing::Values(DecodeParam{"decode_9_33", false},
                                            DecodeParam{"decode_9_33", true},

@@ -69,13 +69,18 @@ bool exists(const std::string& p) {
 }
 
 // "; verify ms by rows: a b c" for the prefix draft scheduler's profiled costs.
-std::string verify_costs(const std::vector<engine::DraftScheduler::CostPoint>& cost) {
-  if (cost.empty()) return "";
-  std::string out = "; pass ms by rows:";
+std::string verify_costs(const std::vector<engine::DraftScheduler::CostPoint>& pass,
+                         const std::vector<engine::DraftScheduler::CostPoint>& draft) {
+  std::string out;
   char buf[48];
-  for (const auto& p : cost) {
-    std::snprintf(buf, sizeof buf, " %lld:%.2f", static_cast<long long>(p.rows), p.seconds * 1e3);
-    out += buf;
+  for (const auto& [points, what] :
+       {std::pair{&pass, "; pass ms by rows:"}, std::pair{&draft, "; draft ms by sequences:"}}) {
+    if (points->empty()) continue;
+    out += what;
+    for (const auto& p : *points) {
+      std::snprintf(buf, sizeof buf, " %lld:%.2f", static_cast<long long>(p.rows), p.seconds * 1e3);
+      out += buf;
+    }
   }
   return out;
 }
@@ -297,7 +302,7 @@ int run_serve(const ServeArgs& a) {
                            : "",
         eo.speculative_tokens > 0
             ? (", speculative dspark (" + std::to_string(eo.speculative_tokens) + " drafts, " +
-               a.speculative_scheduler + verify_costs(es.spec_cost) + ")")
+               a.speculative_scheduler + verify_costs(es.spec_cost, es.spec_draft_cost) + ")")
                   .c_str()
             : "",
         a.numerics.c_str(), kernels::cpu_path_name(kernels::cpu_path()), secs, a.host.c_str(),

@@ -11,40 +11,61 @@ double sigmoid(float c) { return 1.0 / (1.0 + std::exp(-double(c))); }
 constexpr double kDecay = 0.995;
 // The prior: as if 8 predictions at each depth had been accepted as predicted.
 constexpr double kPrior = 8.0;
-}  // namespace
 
-DraftScheduler::DraftScheduler(DraftSchedule kind, int64_t drafts, std::vector<CostPoint> cost)
-    : kind_(kind), drafts_(std::clamp<int64_t>(drafts, 0, kMaxDrafts)) {
-  std::sort(cost.begin(), cost.end(),
+using CostPoint = DraftScheduler::CostPoint;
+
+// Points sorted by rows (the larger of two at one row count), seconds made non-decreasing.
+std::vector<CostPoint> monotonic(std::vector<CostPoint> in) {
+  std::sort(in.begin(), in.end(),
             [](const CostPoint& a, const CostPoint& b) { return a.rows < b.rows; });
-  for (const CostPoint& p : cost) {
+  std::vector<CostPoint> out;
+  for (const CostPoint& p : in) {
     if (p.rows < 1) continue;
-    if (!cost_.empty() && cost_.back().rows == p.rows) {
-      cost_.back().seconds = std::max(cost_.back().seconds, p.seconds);
+    if (!out.empty() && out.back().rows == p.rows) {
+      out.back().seconds = std::max(out.back().seconds, p.seconds);
       continue;
     }
-    cost_.push_back(p);
+    out.push_back(p);
   }
-  for (size_t i = 1; i < cost_.size(); ++i)
-    cost_[i].seconds = std::max(cost_[i].seconds, cost_[i - 1].seconds);
+  for (size_t i = 1; i < out.size(); ++i)
+    out[i].seconds = std::max(out[i].seconds, out[i - 1].seconds);
+  return out;
+}
+
+// The seconds at `x` (>= 1): linear between points, the first point's below it, the last two
+// points' slope past the last (a single point: proportional).
+double interpolate(const std::vector<CostPoint>& p, int64_t x) {
+  x = std::max<int64_t>(x, 1);
+  if (x <= p.front().rows) return p.front().seconds;
+  for (size_t i = 1; i < p.size(); ++i)
+    if (x <= p[i].rows) {
+      const CostPoint &a = p[i - 1], &b = p[i];
+      return a.seconds + (b.seconds - a.seconds) * double(x - a.rows) / double(b.rows - a.rows);
+    }
+  const CostPoint& last = p.back();
+  const double slope = p.size() >= 2 ? (last.seconds - p[p.size() - 2].seconds) /
+                                           double(last.rows - p[p.size() - 2].rows)
+                                     : last.seconds / double(last.rows);
+  return last.seconds + slope * double(x - last.rows);
+}
+}  // namespace
+
+DraftScheduler::DraftScheduler(DraftSchedule kind, int64_t drafts, std::vector<CostPoint> cost,
+                               std::vector<CostPoint> draft_cost)
+    : kind_(kind),
+      drafts_(std::clamp<int64_t>(drafts, 0, kMaxDrafts)),
+      cost_(monotonic(std::move(cost))),
+      draft_cost_(monotonic(std::move(draft_cost))) {
   accepted_.fill(kPrior / 2);
   predicted_.fill(kPrior / 2);
 }
 
 double DraftScheduler::cost(int64_t rows) const {
-  rows = std::max<int64_t>(rows, 1);
-  if (cost_.empty()) return double(rows);
-  if (rows <= cost_.front().rows) return cost_.front().seconds;
-  for (size_t i = 1; i < cost_.size(); ++i)
-    if (rows <= cost_[i].rows) {
-      const CostPoint &a = cost_[i - 1], &b = cost_[i];
-      return a.seconds + (b.seconds - a.seconds) * double(rows - a.rows) / double(b.rows - a.rows);
-    }
-  const CostPoint& last = cost_.back();
-  const double slope = cost_.size() >= 2 ? (last.seconds - cost_[cost_.size() - 2].seconds) /
-                                               double(last.rows - cost_[cost_.size() - 2].rows)
-                                         : last.seconds / double(last.rows);
-  return last.seconds + slope * double(rows - last.rows);
+  return cost_.empty() ? double(std::max<int64_t>(rows, 1)) : interpolate(cost_, rows);
+}
+
+double DraftScheduler::draft_cost(int64_t sequences) const {
+  return draft_cost_.empty() || sequences <= 0 ? 0.0 : interpolate(draft_cost_, sequences);
 }
 
 double DraftScheduler::acceptance(int64_t depth, float c) const {
@@ -83,18 +104,25 @@ int64_t DraftScheduler::best_capacity(std::span<const double> sorted, int64_t to
   return best_k;
 }
 
-bool DraftScheduler::should_draft(int64_t tokens, int64_t rows, int64_t most) {
+bool DraftScheduler::should_draft(int64_t tokens, int64_t rows, int64_t most, int64_t sequences) {
   exploring_ = false;
   most = std::min(most, drafts_);
-  if (most <= 0) return false;
+  if (most <= 0 || sequences <= 0) return false;
   if (kind_ == DraftSchedule::kFixed) return true;
-  // One sequence whose drafts the calibrated head is certain of.
+  // Every drafting sequence's drafts as the calibrated head would rate them were it certain:
+  // does some number of them repay the drafting and their rows?
   std::vector<double> certain;
   double survive = 1.0;
-  for (int64_t j = 1; j <= most; ++j) certain.push_back(survive *= acceptance(j, 40.0f));
-  const int64_t k = kind_ == DraftSchedule::kPrefix ? admit_prefix(certain, tokens, rows)
-                                                    : best_capacity(certain, tokens, rows);
-  if (k > 0) return true;
+  for (int64_t j = 1; j <= most; ++j) {
+    survive *= acceptance(j, 40.0f);
+    certain.insert(certain.end(), size_t(sequences), survive);
+  }
+  const double without = double(tokens) / cost(rows), drafting = draft_cost(sequences);
+  double sum = double(tokens);
+  for (size_t k = 0; k < certain.size(); ++k) {
+    sum += certain[k];
+    if (sum / (drafting + cost(rows + int64_t(k) + 1)) > without) return true;
+  }
   if (++since_explore_ < explore_every) return false;
   since_explore_ = 0;
   exploring_ = true;

@@ -23,9 +23,10 @@
 // The acceptance probability of draft j is the draft stages' confidence sigmoid(c_j) times a
 // calibration learnt on live traffic (accepted / predicted at depth j, decayed), so an
 // uncalibrated or untrained confidence head (random weights) is corrected by what the target
-// actually accepts. When no confidence could make a draft pay at the step's size the step does
-// not draft at all, except every `explore_every` steps, when each sequence verifies at least
-// one draft, to keep measuring.
+// actually accepts. Drafting has its own cost: the stages run for every drafting sequence
+// before any draft is chosen. When no confidence (the calibrated certainty) could repay that
+// and the verify rows at the step's size, the step does not draft at all, except every
+// `explore_every` steps, when each sequence verifies at least one draft, to keep measuring.
 //
 // Owned by the Engine; used by its executor thread only.
 #pragma once
@@ -54,15 +55,18 @@ class DraftScheduler {
     int64_t most = 0;
   };
 
-  // `cost`: passes by rows (any order; made increasing in rows and non-decreasing in seconds),
-  // interpolated linearly between points and extended past the last by its last slope; with
-  // no points a pass costs its rows (seconds = rows).
-  DraftScheduler(DraftSchedule kind, int64_t drafts, std::vector<CostPoint> cost);
+  // `cost`: passes by rows; `draft_cost`: the draft stages run for `rows` sequences at once
+  // (any order; made increasing in rows and non-decreasing in seconds), interpolated linearly
+  // between points and extended past the last by its last slope. With no pass points a pass
+  // costs its rows (seconds = rows); with no draft points drafting costs nothing.
+  DraftScheduler(DraftSchedule kind, int64_t drafts, std::vector<CostPoint> cost,
+                 std::vector<CostPoint> draft_cost = {});
 
-  // Whether a step emitting `tokens` tokens in `rows` rows without drafts should draft at all
-  // (candidates drafting at most `most` each): false when no confidence could make one draft
-  // pay, except every `explore_every` steps.
-  bool should_draft(int64_t tokens, int64_t rows, int64_t most);
+  // Whether a step emitting `tokens` tokens in `rows` rows without drafts should draft at all,
+  // with `sequences` sequences drafting at most `most` each: false when even drafts the
+  // calibrated head is certain of would not repay the drafting and their rows, except every
+  // `explore_every` steps.
+  bool should_draft(int64_t tokens, int64_t rows, int64_t most, int64_t sequences = 1);
   // Drafts each candidate verifies (0..min(most, drafts, its confidences)); at least one each
   // on an exploring step.
   std::vector<int64_t> choose(std::span<const Candidate> candidates, int64_t tokens, int64_t rows);
@@ -73,9 +77,11 @@ class DraftScheduler {
   // The acceptance probability the scheduler assumes for draft `depth` (1-based) with
   // confidence logit `c`.
   double acceptance(int64_t depth, float c) const;
-  // Seconds of a pass of `rows` rows.
+  // Seconds of a pass of `rows` rows, and of drafting for `sequences` sequences.
   double cost(int64_t rows) const;
+  double draft_cost(int64_t sequences) const;
   const std::vector<CostPoint>& cost_points() const { return cost_; }
+  const std::vector<CostPoint>& draft_cost_points() const { return draft_cost_; }
 
  private:
   // Drafts admitted from a's sorted by value (largest first) for a step of `tokens`, `rows`.
@@ -84,7 +90,7 @@ class DraftScheduler {
 
   DraftSchedule kind_;
   int64_t drafts_;
-  std::vector<CostPoint> cost_;
+  std::vector<CostPoint> cost_, draft_cost_;
   // Per depth: accepted and predicted acceptances (decayed sums).
   std::array<double, kMaxDrafts> accepted_{}, predicted_{};
   int64_t since_explore_ = 0;

@@ -62,41 +62,51 @@ void RequestStream::push(const StreamEvent& ev) {
 }
 
 namespace {
-// The draft schedulers' cost table: seconds of a step's pass by rows, each the median of 5
-// runs at a decoding position past the window (the rows are then dropped): a verify call of
-// n = 1..rows rows (a sequence speculating alone), and batched passes of m = 2, 4, 8 (at most
-// `sequences`) copies of that sequence verifying `rows` rows each, with the head over all
-// rows, as a step of several speculating sequences runs.
-std::vector<DraftScheduler::CostPoint> profile_passes(const ModelRunner& r, kv::PagePool* pool,
-                                                      int64_t rows, int64_t sequences) {
-  std::vector<DraftScheduler::CostPoint> cost;
+// The draft schedulers' cost tables, each point the median of 5 runs at a decoding position
+// past the window (rows verified are then dropped; drafting leaves no trace): seconds of a
+// step's pass by rows — a verify call of n = 1..rows rows (a sequence speculating alone), and
+// batched passes of m = 2, 4, 8 (at most `sequences`) copies of that sequence verifying `rows`
+// rows each with the head over all rows — and seconds of drafting for m = 1, 2, 4, 8 copies.
+struct CostTables {
+  std::vector<DraftScheduler::CostPoint> pass, draft;
+};
+CostTables profile_costs(const ModelRunner& r, kv::PagePool* pool, int64_t rows,
+                         int64_t sequences) {
+  CostTables cost;
   auto s = r.new_sequence(pool);
   const int64_t prompt_len = r.window_size() + rows + 8;
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   for (int64_t i = 0; i < prompt_len; ++i) prompt[size_t(i)] = int32_t(1 + i % 97);
   r.set_prompt_end(*s, prompt_len);
   if (!r.forward(*s, prompt, nullptr).is_ok() || r.max_verify_rows(*s, rows) < rows) return cost;
-  auto median = [](std::vector<double>& t) {
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  };
   using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
-  std::vector<float> logits(size_t(8 * rows * r.vocab_size()));
-  for (int64_t n = 1; n <= rows; ++n) {
+  // The median of 5 runs of `run` (false: stop profiling).
+  auto median5 = [](auto&& run, double* seconds) {
     std::vector<double> t;
     for (int rep = 0; rep < 5; ++rep) {
       const auto t0 = Clock::now();
-      const Status st = r.verify(*s, std::span(prompt).first(size_t(n)), logits.data());
-      t.push_back(since(t0));
-      if (!st.is_ok() || !r.keep_rows(*s, 0).is_ok()) return cost;
+      if (!run()) return false;
+      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    cost.push_back({n, median(t)});
+    std::sort(t.begin(), t.end());
+    *seconds = t[2];
+    return true;
+  };
+  std::vector<float> logits(size_t(8 * rows * r.vocab_size()));
+  for (int64_t n = 1; n <= rows; ++n) {
+    double sec = 0;
+    if (!median5(
+            [&] {
+              return r.verify(*s, std::span(prompt).first(size_t(n)), logits.data()).is_ok() &&
+                     r.keep_rows(*s, 0).is_ok();
+            },
+            &sec))
+      return cost;
+    cost.pass.push_back({n, sec});
   }
   std::vector<std::unique_ptr<RunnerSequence>> copies;
-  for (int64_t m = 2; m <= std::min<int64_t>(8, sequences); m *= 2) {
+  const std::span<const int32_t> rows_of_each = std::span(prompt).first(size_t(rows));
+  for (int64_t m = 1; m <= std::min<int64_t>(8, sequences); m *= 2) {
     while (int64_t(copies.size()) < m - 1) {
       auto c = r.fork(*s);
       if (!c.is_ok()) return cost;  // the pool is too small for more
@@ -104,22 +114,40 @@ std::vector<DraftScheduler::CostPoint> profile_passes(const ModelRunner& r, kv::
     }
     std::vector<RunnerSequence*> states = {s.get()};
     for (int64_t i = 0; i < m - 1; ++i) states.push_back(copies[size_t(i)].get());
-    const std::span<const int32_t> rows_of_each = std::span(prompt).first(size_t(rows));
+    if (r.draft_block_size() > 0) {
+      const std::vector<int32_t> main(size_t(m), prompt[0]);
+      std::vector<std::vector<int32_t>> ids(static_cast<size_t>(m));
+      std::vector<std::vector<float>> conf(static_cast<size_t>(m));
+      double sec = 0;
+      if (!median5(
+              [&] {
+                for (const Status& st : r.draft_each(states, main, ids, conf))
+                  if (!st.is_ok()) return false;
+                return true;
+              },
+              &sec))
+        return cost;
+      cost.draft.push_back({m, sec});
+    }
+    if (m == 1) continue;
     const std::vector<std::span<const int32_t>> chunks(size_t(m), rows_of_each);
     const std::unique_ptr<bool[]> verify(new bool[size_t(m)]);
     std::fill_n(verify.get(), m, true);
     std::vector<float> hidden(size_t(m * rows * r.hidden_size()));
-    std::vector<double> t;
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto t0 = Clock::now();
-      const std::vector<Status> st = r.forward_each(states, chunks, hidden.data(),
-                                                    std::span<const bool>(verify.get(), size_t(m)));
-      r.head_logits(hidden.data(), m * rows, logits.data());
-      t.push_back(since(t0));
-      for (size_t i = 0; i < states.size(); ++i)
-        if (!st[i].is_ok() || !r.keep_rows(*states[i], 0).is_ok()) return cost;
-    }
-    cost.push_back({m * rows, median(t)});
+    double sec = 0;
+    if (!median5(
+            [&] {
+              const std::vector<Status> st = r.forward_each(
+                  states, chunks, hidden.data(), std::span<const bool>(verify.get(), size_t(m)));
+              r.head_logits(hidden.data(), m * rows, logits.data());
+              bool ok = true;
+              for (size_t i = 0; i < states.size(); ++i)
+                ok = st[i].is_ok() && r.keep_rows(*states[i], 0).is_ok() && ok;
+              return ok;
+            },
+            &sec))
+      return cost;
+    cost.pass.push_back({m * rows, sec});
   }
   return cost;
 }
@@ -145,12 +173,14 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
       std::clamp<int64_t>(opt_.speculative_tokens, 0,
                           std::min<int64_t>(runner.draft_block_size(), DraftScheduler::kMaxDrafts));
   if (opt_.speculative_tokens > 0) {
-    std::vector<DraftScheduler::CostPoint> cost;
+    CostTables cost;
     if (opt_.speculative_schedule != DraftSchedule::kFixed)
-      cost = profile_passes(runner, pool_.get(), opt_.speculative_tokens + 1, opt_.max_running);
-    draft_sched_ = std::make_unique<DraftScheduler>(opt_.speculative_schedule,
-                                                    opt_.speculative_tokens, std::move(cost));
+      cost = profile_costs(runner, pool_.get(), opt_.speculative_tokens + 1, opt_.max_running);
+    draft_sched_ =
+        std::make_unique<DraftScheduler>(opt_.speculative_schedule, opt_.speculative_tokens,
+                                         std::move(cost.pass), std::move(cost.draft));
     stats_.spec_cost = draft_sched_->cost_points();
+    stats_.spec_draft_cost = draft_sched_->draft_cost_points();
   }
   stats_.store_on = opt_.store != nullptr;
   if (opt_.store) fingerprint_ = runner.fingerprint();
@@ -945,17 +975,34 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     most = std::max(most, w.drafts);
   }
   const bool draft_now =
-      !drafting.empty() && draft_sched_->should_draft(base_tokens, base_rows, most);
+      !drafting.empty() &&
+      draft_sched_->should_draft(base_tokens, base_rows, most, int64_t(drafting.size()));
+  // Every drafting sequence's stages in one pass (draft_each: each gets what it gets alone).
+  std::vector<Status> draft_status(drafting.size());
+  if (draft_now) {
+    std::vector<RunnerSequence*> states;
+    std::vector<int32_t> main_tokens;
+    std::vector<std::vector<int32_t>> ids(drafting.size());
+    std::vector<std::vector<float>> conf(drafting.size());
+    for (size_t i : drafting) {
+      states.push_back(work[i].s->state.get());
+      main_tokens.push_back(work[i].s->all.back());
+    }
+    draft_status = runner_.draft_each(states, main_tokens, ids, conf);
+    for (size_t d = 0; d < drafting.size(); ++d) {
+      drafted[drafting[d]].drafts = std::move(ids[d]);
+      drafted[drafting[d]].confidence = std::move(conf[d]);
+    }
+  }
   std::vector<DraftScheduler::Candidate> candidates;
   std::vector<size_t> candidate_items;
-  for (size_t i : drafting) {
+  for (size_t d = 0; d < drafting.size(); ++d) {
+    const size_t i = drafting[d];
     Work& w = work[i];
     Sequence& s = *w.s;
     if (draft_now) {
-      const Status st =
-          runner_.draft(*s.state, s.all.back(), &drafted[i].drafts, &drafted[i].confidence);
-      if (!st.is_ok()) {
-        finish(s, FinishCause::kError, st);
+      if (!draft_status[d].is_ok()) {
+        finish(s, FinishCause::kError, draft_status[d]);
         continue;
       }
       candidates.push_back(

@@ -142,6 +142,8 @@ struct EngineStats {
   std::array<int64_t, 9> spec_chosen_hist{};
   // The draft scheduler's cost table: seconds of a step's pass by rows (profiled at start).
   std::vector<DraftScheduler::CostPoint> spec_cost;
+  // Seconds of drafting by sequences drafting together (`rows` = sequences).
+  std::vector<DraftScheduler::CostPoint> spec_draft_cost;
   // The KV store (when there is one): blocks read from it into the prefix cache; admissions that
   // looked past the prefix cache and found nothing to use; objects that failed their checks (each
   // recomputed and removed from the store); the tier's own counters.

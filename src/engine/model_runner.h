@@ -85,6 +85,12 @@ class ModelRunner {
   // logits (before the sigmoid). Leaves nothing in the state a rejected draft would undo.
   virtual Status draft(RunnerSequence& s, int32_t main_token, std::vector<int32_t>* drafts,
                        std::vector<float>* confidence) const = 0;
+  // draft() of several sequences at once, each getting what it gets alone (the stages' weights
+  // read once for all); a sequence that fails gets its error and the others go on.
+  virtual std::vector<Status> draft_each(std::span<RunnerSequence* const> states,
+                                         std::span<const int32_t> main_tokens,
+                                         std::span<std::vector<int32_t>> drafts,
+                                         std::span<std::vector<float>> confidence) const = 0;
   // The most rows (up to `want`) a verify() at the sequence's position computes exactly as
   // one-token decode steps; 0 before the prompt's end.
   virtual int64_t max_verify_rows(const RunnerSequence& s, int64_t want) const = 0;

@@ -13,7 +13,11 @@
 //   fp32(proj · [hidden_k (before the norm), markov_embed[prev]]).
 #include <algorithm>
 #include <cmath>
+#include <span>
+#include <string>
+#include <vector>
 
+#include "core/thread_pool.h"
 #include "kernels/gemv.h"
 #include "kernels/quant.h"
 #include "model/attention.h"
@@ -30,12 +34,21 @@ using detail::rmsnorm;
 using detail::window_kv;
 
 Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) const {
+  if (out == nullptr) return invalid_argument("draft needs a DraftResult");
+  SequenceState* const states[] = {&st};
+  return draft_each(states, std::span(&main_token, 1), std::span(out, 1)).front();
+}
+
+std::vector<Status> V41Model::draft_each(std::span<SequenceState* const> states,
+                                         std::span<const int32_t> main_tokens,
+                                         std::span<DraftResult> out) const {
   const ModelWeights& W = *w_;
   const ModelConfig& c = W.cfg;
-  if (out == nullptr) return invalid_argument("draft needs a DraftResult");
-  if (c.n_mtp_layers <= 0) return unsupported("the checkpoint has no DSpark stages");
-  if (main_token < 0 || main_token >= c.vocab_size)
-    return out_of_range("token id " + std::to_string(main_token) + " outside the vocabulary");
+  std::vector<Status> status(states.size());
+  if (main_tokens.size() != states.size() || out.size() != states.size()) {
+    for (auto& s : status) s = invalid_argument("draft_each needs one token and result each");
+    return status;
+  }
   const int64_t D = c.dim, H = c.n_heads, hd = c.head_dim, win = c.window_size,
                 B = c.dspark_block_size, V = c.vocab_size, R = c.dspark_markov_rank;
   const int64_t L = c.n_layers, S = c.n_mtp_layers;
@@ -43,98 +56,133 @@ Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) 
   const float eps = float(c.norm_eps);
   const Exec ex{options_.numerics == Numerics::kFast, pool_.get()};
 
-  // The rows the rings have not taken yet: main_x = main_norm(main_proj(main_hidden)), and
-  // each stage's window KV of it (E4M3 fake-quant, as the backbone's window) at the rows' main
-  // positions. Every row of a prefill enters, as the reference's prefill forward_spec does.
-  const int64_t in = D * int64_t(c.dspark_target_layer_ids.size());
-  const int64_t n = int64_t(st.main_hidden.size()) / in;
-  if (n > 0) {
-    std::vector<float> proj(size_t(n * D)), main_x(size_t(n * D)), kv(size_t(n * hd));
-    fp8_linear(ex, W.main_proj, st.main_hidden.data(), n, proj.data());
-    rmsnorm(ex, proj.data(), W.main_norm, n, eps, main_x.data());
-    for (int64_t s = 0; s < S; ++s) {
-      const BlockWeights& b = W.blocks[size_t(L + s)];
-      FATHOM_RETURN_IF_ERROR(ensure_ring(st, size_t(L + s), win, hd));
-      kv::PagedRows& ring = st.ring[size_t(L + s)];
-      window_kv(ex, W, b.attn, rope, main_x.data(), n, st.main_hidden_pos, kv.data());
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t p = st.main_hidden_pos + t;
-        std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)], ring.row(p % win));
+  // The sequences that draft: each one's rows the rings have not taken yet enter them first:
+  // main_x = main_norm(main_proj(main_hidden)), and each stage's window KV of it (E4M3
+  // fake-quant, as the backbone's window) at the rows' main positions. Every row of a prefill
+  // enters, as the reference's prefill forward_spec does.
+  std::vector<size_t> drafting;
+  for (size_t r = 0; r < states.size(); ++r) {
+    SequenceState& st = *states[r];
+    const int32_t main_token = main_tokens[r];
+    Status& bad = status[r];
+    if (c.n_mtp_layers <= 0) bad = unsupported("the checkpoint has no DSpark stages");
+    if (bad.is_ok() && (main_token < 0 || main_token >= c.vocab_size))
+      bad = out_of_range("token id " + std::to_string(main_token) + " outside the vocabulary");
+    for (int64_t s = 0; bad.is_ok() && s < S; ++s) bad = ensure_ring(st, size_t(L + s), win, hd);
+    if (!bad.is_ok()) continue;
+    const int64_t in = D * int64_t(c.dspark_target_layer_ids.size());
+    const int64_t n = int64_t(st.main_hidden.size()) / in;
+    if (n > 0) {
+      std::vector<float> proj(size_t(n * D)), main_x(size_t(n * D)), kv(size_t(n * hd));
+      fp8_linear(ex, W.main_proj, st.main_hidden.data(), n, proj.data());
+      rmsnorm(ex, proj.data(), W.main_norm, n, eps, main_x.data());
+      for (int64_t s = 0; s < S; ++s) {
+        const BlockWeights& b = W.blocks[size_t(L + s)];
+        kv::PagedRows& ring = st.ring[size_t(L + s)];
+        window_kv(ex, W, b.attn, rope, main_x.data(), n, st.main_hidden_pos, kv.data());
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t p = st.main_hidden_pos + t;
+          std::copy(&kv[size_t(t * hd)], &kv[size_t((t + 1) * hd)], ring.row(p % win));
+        }
       }
+      st.main_hidden.clear();
+      st.main_hidden_pos = st.pos;
     }
-    st.main_hidden.clear();
-    st.main_hidden_pos = st.pos;
+    drafting.push_back(r);
   }
+  if (drafting.empty()) return status;
 
-  // The block [main_token, noise x (B-1)] at positions pos.., broadcast to the 4 streams.
-  const int64_t p0 = st.pos;
-  const int64_t n_ring = std::min(win, p0);
-  std::vector<float> X(size_t(B * 4 * D)), pre(size_t(B * 4), 0.0f);
-  for (int64_t i = 0; i < B; ++i) {
-    const int32_t id = i == 0 ? main_token : int32_t(c.dspark_noise_token_id);
-    const uint16_t* e = W.embed + size_t(id) * size_t(D);
-    for (int j = 0; j < 4; ++j)
-      for (int64_t k = 0; k < D; ++k) X[size_t((i * 4 + j) * D + k)] = kernels::bf16_to_float(e[k]);
-    pre[size_t(i * 4)] = 1.0f;
-  }
+  // Each sequence's block [main_token, noise x (B-1)] at its positions pos.., broadcast to the
+  // 4 streams; the stages run every sequence's block as rows of one mHC block (the row-wise
+  // work over all of them at once), each sequence's attention over its own ring.
+  const int64_t N = int64_t(drafting.size()), T = N * B;
+  std::vector<float> X(size_t(T * 4 * D)), pre(size_t(T * 4), 0.0f);
+  for (int64_t q = 0; q < N; ++q)
+    for (int64_t i = 0; i < B; ++i) {
+      const int32_t id =
+          i == 0 ? main_tokens[drafting[size_t(q)]] : int32_t(c.dspark_noise_token_id);
+      const uint16_t* e = W.embed + size_t(id) * size_t(D);
+      const int64_t row = q * B + i;
+      for (int j = 0; j < 4; ++j)
+        for (int64_t k = 0; k < D; ++k)
+          X[size_t((row * 4 + j) * D + k)] = kernels::bf16_to_float(e[k]);
+      pre[size_t(row * 4)] = 1.0f;
+    }
   const float scale = float(std::pow(double(hd), -0.5));
   for (int64_t s = 0; s < S; ++s) {
     const BlockWeights& b = W.blocks[size_t(L + s)];
-    FATHOM_RETURN_IF_ERROR(ensure_ring(st, size_t(L + s), win, hd));
-    const kv::PagedRows& ring = st.ring[size_t(L + s)];
     auto attn = [&](const float* xn, float* y) -> Status {
       std::vector<float> qr(size_t(B * c.q_lora_rank)), q(size_t(B * H * hd)), kv(size_t(B * hd)),
           o(size_t(H * hd));
-      attention_inputs(ex, W, b.attn, rope, xn, B, p0, qr.data(), q.data(), kv.data());
       std::vector<const float*> entries;
-      for (int64_t k = 0; k < n_ring; ++k) entries.push_back(ring.row(k));
-      for (int64_t i = 0; i < B; ++i) entries.push_back(&kv[size_t(i * hd)]);
-      for (int64_t i = 0; i < B; ++i) {
-        attend(ex.fast, &q[size_t(i * H * hd)], H, hd, entries.data(), int64_t(entries.size()),
-               b.attn.sink, scale, o.data());
-        attention_output(ex, W, b.attn, rope, o.data(), 1, p0 + i, y + i * D);
+      for (int64_t g = 0; g < N; ++g) {
+        const SequenceState& st = *states[drafting[size_t(g)]];
+        const kv::PagedRows& ring = st.ring[size_t(L + s)];
+        const int64_t p0 = st.pos, n_ring = std::min(win, p0);
+        attention_inputs(ex, W, b.attn, rope, xn + g * B * D, B, p0, qr.data(), q.data(),
+                         kv.data());
+        entries.clear();
+        for (int64_t k = 0; k < n_ring; ++k) entries.push_back(ring.row(k));
+        for (int64_t i = 0; i < B; ++i) entries.push_back(&kv[size_t(i * hd)]);
+        for (int64_t i = 0; i < B; ++i) {
+          attend(ex.fast, &q[size_t(i * H * hd)], H, hd, entries.data(), int64_t(entries.size()),
+                 b.attn.sink, scale, o.data());
+          attention_output(ex, W, b.attn, rope, o.data(), 1, p0 + i, y + (g * B + i) * D);
+        }
       }
       return Status::ok();
     };
-    FATHOM_RETURN_IF_ERROR(detail::mhc_block(ex, W, b, B, X.data(), pre.data(), attn, nullptr));
+    const Status st = detail::mhc_block(ex, W, b, T, X.data(), pre.data(), attn, nullptr);
+    if (!st.is_ok()) {
+      for (size_t r : drafting) status[r] = st;
+      return status;
+    }
   }
 
-  // The head: the stage-2 streams reduced with the last pre, mtp norm, the shared head.
-  std::vector<float> h(size_t(B * D)), hn(size_t(B * D));
-  for (int64_t i = 0; i < B; ++i)
+  // The head over every sequence's rows: the stage-2 streams reduced with the last pre, mtp
+  // norm, the shared head.
+  std::vector<float> h(size_t(T * D)), hn(size_t(T * D)), logits(size_t(T * V));
+  for (int64_t i = 0; i < T; ++i)
     hc_pre(&pre[size_t(i * 4)], &X[size_t(i * 4 * D)], D, &h[size_t(i * D)]);
-  rmsnorm(ex, h.data(), W.mtp_norm, B, eps, hn.data());
-  out->logits.assign(size_t(B * V), 0.0f);
+  rmsnorm(ex, h.data(), W.mtp_norm, T, eps, hn.data());
   kernels::Bf16Matrix head{W.head, V, D};
   if (ex.fast)
-    kernels::cpu::matmul_bf16(head, hn.data(), B, out->logits.data(), ex.pool);
+    kernels::cpu::matmul_bf16(head, hn.data(), T, logits.data(), ex.pool);
   else
-    kernels::ref::matmul_bf16(head, hn.data(), B, out->logits.data());
+    kernels::ref::matmul_bf16(head, hn.data(), T, logits.data());
 
-  // Sequential greedy sampling with the Markov bias of the previous token.
-  out->ids.assign(size_t(B + 1), 0);
-  out->ids[0] = main_token;
-  out->confidence.assign(size_t(B), 0.0f);
-  for (int64_t i = 0; i < B; ++i) {
-    const int32_t prev = out->ids[size_t(i)];
-    const float* me = &W.markov_embed[size_t(prev) * size_t(R)];
-    float* lg = &out->logits[size_t(i * V)];
-    int32_t best = 0;
-    for (int64_t v = 0; v < V; ++v) {
+  // Per sequence, sequential greedy sampling with the Markov bias of the previous token.
+  auto sample = [&](int64_t g) {
+    DraftResult& d = out[drafting[size_t(g)]];
+    d.logits.assign(logits.begin() + g * B * V, logits.begin() + (g + 1) * B * V);
+    d.ids.assign(size_t(B + 1), 0);
+    d.ids[0] = main_tokens[drafting[size_t(g)]];
+    d.confidence.assign(size_t(B), 0.0f);
+    for (int64_t i = 0; i < B; ++i) {
+      const int32_t prev = d.ids[size_t(i)];
+      const float* me = &W.markov_embed[size_t(prev) * size_t(R)];
+      float* lg = &d.logits[size_t(i * V)];
+      int32_t best = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        double acc = 0;
+        const float* mh = &W.markov_head[size_t(v * R)];
+        for (int64_t r = 0; r < R; ++r) acc += double(mh[r]) * double(me[r]);
+        lg[v] = lg[v] + float(acc);
+        if (lg[v] > lg[best]) best = int32_t(v);
+      }
+      d.ids[size_t(i + 1)] = best;
+      const float* hx = &h[size_t((g * B + i) * D)];
       double acc = 0;
-      const float* mh = &W.markov_head[size_t(v * R)];
-      for (int64_t r = 0; r < R; ++r) acc += double(mh[r]) * double(me[r]);
-      lg[v] = lg[v] + float(acc);
-      if (lg[v] > lg[best]) best = int32_t(v);
+      for (int64_t k = 0; k < D; ++k) acc += double(hx[k]) * double(W.confidence[size_t(k)]);
+      for (int64_t r = 0; r < R; ++r) acc += double(me[r]) * double(W.confidence[size_t(D + r)]);
+      d.confidence[size_t(i)] = float(acc);
     }
-    out->ids[size_t(i + 1)] = best;
-    const float* hx = &h[size_t(i * D)];
-    double acc = 0;
-    for (int64_t k = 0; k < D; ++k) acc += double(hx[k]) * double(W.confidence[size_t(k)]);
-    for (int64_t r = 0; r < R; ++r) acc += double(me[r]) * double(W.confidence[size_t(D + r)]);
-    out->confidence[size_t(i)] = float(acc);
-  }
-  return Status::ok();
+  };
+  if (ex.fast && ex.pool != nullptr && N > 1)
+    ex.pool->parallel_for(size_t(N), [&](size_t g) { sample(int64_t(g)); });
+  else
+    for (int64_t g = 0; g < N; ++g) sample(g);
+  return status;
 }
 
 }  // namespace fathom::model

@@ -201,6 +201,14 @@ class V41Model {
   // the last window of them) into the stages' rings; drafting leaves no other trace in the
   // state, so a rejected draft needs no rollback.
   Status draft(SequenceState& state, int32_t main_token, DraftResult* out) const;
+  // draft() of several sequences at once: the stages' row-wise work (mixes, norms,
+  // projections, experts) and the head run over every sequence's block together (each weight
+  // read once for all), each sequence's attention over its own rings: bit for bit what draft()
+  // gives each alone. A sequence that fails (its token, a ring's pages) gets its error and the
+  // others go on.
+  std::vector<Status> draft_each(std::span<SequenceState* const> states,
+                                 std::span<const int32_t> main_tokens,
+                                 std::span<DraftResult> out) const;
 
   // Speculative verification's undo. mark_rows(s, n) opens a mark before forwarding up to n
   // rows in all (decode rows past the prompt's end; 1 <= n <= the window); keep_rows(s, k)

@@ -76,6 +76,23 @@ Status V41Runner::draft(engine::RunnerSequence& s, int32_t main_token, std::vect
   return Status::ok();
 }
 
+std::vector<Status> V41Runner::draft_each(std::span<engine::RunnerSequence* const> states,
+                                          std::span<const int32_t> main_tokens,
+                                          std::span<std::vector<int32_t>> drafts,
+                                          std::span<std::vector<float>> confidence) const {
+  std::vector<model::SequenceState*> raw;
+  raw.reserve(states.size());
+  for (engine::RunnerSequence* s : states) raw.push_back(&state(*s));
+  std::vector<model::DraftResult> d(states.size());
+  std::vector<Status> out = model_.draft_each(raw, main_tokens, d);
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (!out[i].is_ok()) continue;
+    drafts[i].assign(d[i].ids.begin() + 1, d[i].ids.end());
+    confidence[i].assign(d[i].confidence.begin(), d[i].confidence.end());
+  }
+  return out;
+}
+
 int64_t V41Runner::max_verify_rows(const engine::RunnerSequence& s, int64_t want) const {
   return model_.max_decode_rows(state(s), std::min(want, model_.config().window_size));
 }

@@ -39,6 +39,10 @@ class V41Runner : public engine::ModelRunner {
   int64_t draft_block_size() const override;
   Status draft(engine::RunnerSequence& s, int32_t main_token, std::vector<int32_t>* drafts,
                std::vector<float>* confidence) const override;
+  std::vector<Status> draft_each(std::span<engine::RunnerSequence* const> states,
+                                 std::span<const int32_t> main_tokens,
+                                 std::span<std::vector<int32_t>> drafts,
+                                 std::span<std::vector<float>> confidence) const override;
   int64_t max_verify_rows(const engine::RunnerSequence& s, int64_t want) const override;
   Status verify(engine::RunnerSequence& s, std::span<const int32_t> tokens,
                 float* logits) const override;

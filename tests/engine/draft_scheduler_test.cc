@@ -152,6 +152,26 @@ TEST(DraftScheduler, AConfidenceHeadTheTargetContradictsIsCalibratedAway) {
   EXPECT_EQ(choose_one(d, kHalf, 5), 5);
 }
 
+TEST(DraftScheduler, DraftingThatCannotRepayItsOwnCostIsSkipped) {
+  // Flat passes; drafting one sequence costs as much as a pass, eight cost twice that.
+  DraftScheduler free(DraftSchedule::kPrefix, 5, costs({1, 1, 1, 1, 1, 1}));
+  DraftScheduler priced(DraftSchedule::kPrefix, 5, costs({1, 1, 1, 1, 1, 1}), {{8, 2.0}, {1, 1.0}});
+  EXPECT_DOUBLE_EQ(priced.draft_cost(4), 1.0 + 3.0 / 7.0);
+  EXPECT_DOUBLE_EQ(free.draft_cost(4), 0.0);
+  // Uncalibrated, a certain head pays: 6 tokens in 2 s > 1 in 1 s.
+  EXPECT_TRUE(priced.should_draft(1, 1, 5, 1));
+  // A target that accepts almost nothing: free drafting still pays for its first draft
+  // (1.01 tokens in 1 s), priced drafting never does (< 1.1 tokens in 2 s) but explores.
+  for (int i = 0; i < 300; ++i) {
+    free.observe(kHalf, 5, 0);
+    priced.observe(kHalf, 5, 0);
+  }
+  EXPECT_TRUE(free.should_draft(1, 1, 5, 1));
+  int drafted = 0;
+  for (int i = 0; i < 32; ++i) drafted += priced.should_draft(1, 1, 5, 1);
+  EXPECT_EQ(drafted, 2);
+}
+
 TEST(DraftScheduler, AFullStepDoesNotDraft) {
   // Passes cost 1 up to 8 rows and 2 from 9: a step of 4 sequences has room for certain
   // drafts, a step of 8 has none (9 tokens in 2 s < 8 in 1 s, and 13 in 2 s too).

@@ -1017,6 +1017,15 @@ class OracleDrafter : public fathom::runner::V41Runner {
     confidence->assign(drafts->size(), 0.0f);
     return Status::ok();
   }
+  std::vector<Status> draft_each(std::span<RunnerSequence* const> states,
+                                 std::span<const int32_t> main_tokens,
+                                 std::span<std::vector<int32_t>> drafts,
+                                 std::span<std::vector<float>> confidence) const override {
+    std::vector<Status> out;
+    for (size_t i = 0; i < states.size(); ++i)
+      out.push_back(draft(*states[i], main_tokens[i], &drafts[i], &confidence[i]));
+    return out;
+  }
 
  private:
   int64_t prompt_len_;
@@ -1120,6 +1129,9 @@ TEST(EngineSpeculative, RealDraftStagesChangeNothingAloneOrAmongOthers) {
       // Verify calls of 1..6 rows, and passes of 2, 4 and 8 sequences verifying 6 rows each.
       ASSERT_EQ(st.spec_cost.size(), 9u);
       EXPECT_EQ(st.spec_cost[8].rows, 48);
+      // Drafting for 1, 2, 4 and 8 sequences.
+      ASSERT_EQ(st.spec_draft_cost.size(), 4u);
+      EXPECT_EQ(st.spec_draft_cost[3].rows, 8);
     } else {
       EXPECT_GT(st.spec_steps, 0);
     }

@@ -563,6 +563,50 @@ TEST(Fast, ForwardEachKeepsGoingPastAFailedSequence) {
   }
 }
 
+// Several sequences drafted at once (draft_each: the stages' row-wise work and the head over
+// all of them) get bit for bit what draft() gives each alone — ids, confidences and logits —,
+// twice in a row (the rings take the rows forwarded in between), and a sequence with a main
+// token outside the vocabulary gets its error while the others go on.
+TEST(Fast, DraftEachEqualsDraftAlone) {
+  const V41Model& m = fast_model();
+  const std::vector<int32_t> a = tokens_of("decode_100_130");
+  const std::vector<std::vector<int32_t>> prompts = {
+      {a.begin(), a.begin() + 9}, {a.begin(), a.begin() + 100}, {a.begin() + 3, a.begin() + 40}};
+  std::vector<std::unique_ptr<SequenceState>> alone, together;
+  for (const auto& p : prompts) {
+    alone.push_back(m.new_sequence());
+    together.push_back(m.new_sequence());
+    ASSERT_TRUE(m.forward(*alone.back(), p, nullptr).is_ok());
+    ASSERT_TRUE(m.forward(*together.back(), p, nullptr).is_ok());
+  }
+  auto refused = m.new_sequence();
+  ASSERT_TRUE(m.forward(*refused, prompts[0], nullptr).is_ok());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<SequenceState*> states = {together[0].get(), refused.get(), together[1].get(),
+                                          together[2].get()};
+    const std::vector<int32_t> main = {int32_t(11 + round), int32_t(m.config().vocab_size),
+                                       int32_t(500 + round), 77};
+    std::vector<DraftResult> got(states.size());
+    const std::vector<Status> st = m.draft_each(states, main, got);
+    EXPECT_EQ(st[1].code(), StatusCode::kOutOfRange) << st[1].to_string();
+    for (size_t i : {size_t(0), size_t(2), size_t(3)}) {
+      ASSERT_TRUE(st[i].is_ok()) << i << " " << st[i].to_string();
+      const size_t k = i == 0 ? 0 : i - 1;
+      DraftResult want;
+      ASSERT_TRUE(m.draft(*alone[k], main[i], &want).is_ok());
+      EXPECT_EQ(got[i].ids, want.ids) << "sequence " << i << " round " << round;
+      EXPECT_EQ(bit_differences(got[i].confidence, want.confidence), 0u) << i;
+      EXPECT_EQ(bit_differences(got[i].logits, want.logits), 0u) << i;
+    }
+    // Forward one more token each before the next round (it enters the rings then).
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      const int32_t next[] = {int32_t(200 + k + round)};
+      ASSERT_TRUE(m.forward(*alone[k], next, nullptr).is_ok());
+      ASSERT_TRUE(m.forward(*together[k], next, nullptr).is_ok());
+    }
+  }
+}
+
 // Fast numerics are chunk-invariant: prefilling a prompt in any chunking — one chunk, block
 // sized chunks, ragged chunks down to single tokens (the decode GEMV path) — gives every row
 // the same logits bit for bit, so a prefix-cache hit, a different step budget or a prompt cut

@@ -19,6 +19,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/gemv.h"
+#include "kernels/markov.h"
 #include "kernels/quant.h"
 #include "model/attention.h"
 #include "model/mhc.h"
@@ -162,14 +163,14 @@ std::vector<Status> V41Model::draft_each(std::span<SequenceState* const> states,
       const int32_t prev = d.ids[size_t(i)];
       const float* me = &W.markov_embed[size_t(prev) * size_t(R)];
       float* lg = &d.logits[size_t(i * V)];
+      // The same bits either way (kernels/markov.h).
+      if (ex.fast)
+        kernels::cpu::markov_bias(W.markov_head.data(), V, R, me, lg);
+      else
+        kernels::ref::markov_bias(W.markov_head.data(), V, R, me, lg);
       int32_t best = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        double acc = 0;
-        const float* mh = &W.markov_head[size_t(v * R)];
-        for (int64_t r = 0; r < R; ++r) acc += double(mh[r]) * double(me[r]);
-        lg[v] = lg[v] + float(acc);
+      for (int64_t v = 1; v < V; ++v)
         if (lg[v] > lg[best]) best = int32_t(v);
-      }
       d.ids[size_t(i + 1)] = best;
       const float* hx = &h[size_t((g * B + i) * D)];
       double acc = 0;

@@ -32,6 +32,7 @@ using detail::attention_output;
 using detail::Exec;
 using detail::fp8_linear;
 using detail::rmsnorm;
+using detail::RowPositions;
 using detail::window_kv;
 
 Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) const {
@@ -110,27 +111,32 @@ std::vector<Status> V41Model::draft_each(std::span<SequenceState* const> states,
       pre[size_t(row * 4)] = 1.0f;
     }
   const float scale = float(std::pow(double(hd), -0.5));
+  std::vector<int64_t> positions(static_cast<size_t>(T));  // row -> its position
+  for (int64_t g = 0; g < N; ++g)
+    for (int64_t i = 0; i < B; ++i)
+      positions[size_t(g * B + i)] = states[drafting[size_t(g)]]->pos + i;
   for (int64_t s = 0; s < S; ++s) {
     const BlockWeights& b = W.blocks[size_t(L + s)];
+    // Projections and output over every sequence's rows at once (per-row positions); the
+    // attention itself per sequence, over its ring and its own block.
     auto attn = [&](const float* xn, float* y) -> Status {
-      std::vector<float> qr(size_t(B * c.q_lora_rank)), q(size_t(B * H * hd)), kv(size_t(B * hd)),
-          o(size_t(H * hd));
+      std::vector<float> qr(size_t(T * c.q_lora_rank)), q(size_t(T * H * hd)), kv(size_t(T * hd)),
+          o(size_t(T * H * hd));
+      attention_inputs(ex, W, b.attn, rope, xn, T, RowPositions(positions.data()), qr.data(),
+                       q.data(), kv.data());
       std::vector<const float*> entries;
       for (int64_t g = 0; g < N; ++g) {
         const SequenceState& st = *states[drafting[size_t(g)]];
         const kv::PagedRows& ring = st.ring[size_t(L + s)];
-        const int64_t p0 = st.pos, n_ring = std::min(win, p0);
-        attention_inputs(ex, W, b.attn, rope, xn + g * B * D, B, p0, qr.data(), q.data(),
-                         kv.data());
+        const int64_t n_ring = std::min(win, st.pos);
         entries.clear();
         for (int64_t k = 0; k < n_ring; ++k) entries.push_back(ring.row(k));
-        for (int64_t i = 0; i < B; ++i) entries.push_back(&kv[size_t(i * hd)]);
-        for (int64_t i = 0; i < B; ++i) {
-          attend(ex.fast, &q[size_t(i * H * hd)], H, hd, entries.data(), int64_t(entries.size()),
-                 b.attn.sink, scale, o.data());
-          attention_output(ex, W, b.attn, rope, o.data(), 1, p0 + i, y + (g * B + i) * D);
-        }
+        for (int64_t i = 0; i < B; ++i) entries.push_back(&kv[size_t((g * B + i) * hd)]);
+        for (int64_t i = 0; i < B; ++i)
+          attend(ex.fast, &q[size_t((g * B + i) * H * hd)], H, hd, entries.data(),
+                 int64_t(entries.size()), b.attn.sink, scale, &o[size_t((g * B + i) * H * hd)]);
       }
+      attention_output(ex, W, b.attn, rope, o.data(), T, RowPositions(positions.data()), y);
       return Status::ok();
     };
     const Status st = detail::mhc_block(ex, W, b, T, X.data(), pre.data(), attn, nullptr);

@@ -1371,11 +1371,12 @@ std::vector<Status> V41Model::forward_each(std::span<SequenceState* const> state
     out_row[i] = int64_t(row);
     row += !all_rows.empty() && all_rows[i] ? chunks[i].size() : 1;
   }
-  std::vector<Status> run;
-  if (states.size() == 1 && (all_rows.empty() || !all_rows[0]))
-    run.push_back(unsupported("one sequence: forward() with the pool inside"));
-  else
-    run = forward_rows(states, chunks, hidden_out, out_row, all_rows);
+  // One sequence whose last row is all it needs: forward() with the pool inside.
+  if (states.size() == 1 && (all_rows.empty() || !all_rows[0])) {
+    out[0] = forward_on(pool_.get(), *states[0], chunks[0], nullptr, nullptr, false, hidden_out);
+    return out;
+  }
+  const std::vector<Status> run = forward_rows(states, chunks, hidden_out, out_row, all_rows);
   for (size_t i = 0; i < states.size(); ++i) {
     out[i] = run[i];
     // A chunk the batched pass does not run (one that needs every row's hidden never is one:

@@ -6,11 +6,10 @@
 // the final norm and head; all bit for bit.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 
 #include "kernels/norm.h"
 #include "kernels/quant.h"

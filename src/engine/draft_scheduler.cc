@@ -109,24 +109,38 @@ bool DraftScheduler::should_draft(int64_t tokens, int64_t rows, int64_t most, in
   most = std::min(most, drafts_);
   if (most <= 0 || sequences <= 0) return false;
   if (kind_ == DraftSchedule::kFixed) return true;
-  // Every drafting sequence's drafts as the calibrated head would rate them were it certain:
-  // does some number of them repay the drafting and their rows?
+  // Whether some number of these survival values (largest first) repays the drafting and
+  // their rows.
+  const double without = double(tokens) / cost(rows), drafting = draft_cost(sequences);
+  auto repays = [&](std::span<const double> sorted) {
+    double sum = double(tokens);
+    for (size_t k = 0; k < sorted.size(); ++k) {
+      sum += sorted[k];
+      if (sum / (drafting + cost(rows + int64_t(k) + 1)) > without) return true;
+    }
+    return false;
+  };
+  // Every drafting sequence's drafts as the calibrated head would rate them were it certain.
   std::vector<double> certain;
   double survive = 1.0;
   for (int64_t j = 1; j <= most; ++j) {
     survive *= acceptance(j, 40.0f);
     certain.insert(certain.end(), size_t(sequences), survive);
   }
-  const double without = double(tokens) / cost(rows), drafting = draft_cost(sequences);
-  double sum = double(tokens);
-  for (size_t k = 0; k < certain.size(); ++k) {
-    sum += certain[k];
-    if (sum / (drafting + cost(rows + int64_t(k) + 1)) > without) return true;
-  }
+  bool pays = repays(certain);
+  // stale-global sizes the step from the survival values of a drafted step two before
+  // (variant B): draft only when those would repay drafting too, so that a step never pays
+  // for drafts its capacity then leaves unverified.
+  if (pays && kind_ == DraftSchedule::kStaleGlobal && stale_steps_ > 0) pays = repays(sized());
+  if (pays) return true;
   if (++since_explore_ < explore_every) return false;
   since_explore_ = 0;
   exploring_ = true;
   return true;
+}
+
+const std::vector<double>& DraftScheduler::sized() const {
+  return stale_steps_ >= 2 ? stale_[1] : stale_[0];
 }
 
 std::vector<int64_t> DraftScheduler::choose(std::span<const Candidate> candidates, int64_t tokens,
@@ -158,10 +172,8 @@ std::vector<int64_t> DraftScheduler::choose(std::span<const Candidate> candidate
   } else {
     // The capacity from the step two before (while there is none: the newest there is, or
     // this step's own).
-    const std::vector<double>& sized = stale_steps_ >= 2   ? stale_[1]
-                                       : stale_steps_ == 1 ? stale_[0]
-                                                           : values;
-    k = std::min<int64_t>(best_capacity(sized, tokens, rows), int64_t(values.size()));
+    k = std::min<int64_t>(best_capacity(stale_steps_ > 0 ? sized() : values, tokens, rows),
+                          int64_t(values.size()));
     stale_[1] = std::move(stale_[0]);
     stale_[0] = values;
     ++stale_steps_;

@@ -25,7 +25,8 @@
 // uncalibrated or untrained confidence head (random weights) is corrected by what the target
 // actually accepts. Drafting has its own cost: the stages run for every drafting sequence
 // before any draft is chosen. When no confidence (the calibrated certainty) could repay that
-// and the verify rows at the step's size, the step does not draft at all, except every
+// and the verify rows at the step's size — for `stale-global`, also when the survival values
+// that size the step would not — the step does not draft at all, except every
 // `explore_every` steps, when each sequence verifies at least one draft, to keep measuring.
 //
 // Owned by the Engine; used by its executor thread only.
@@ -87,6 +88,9 @@ class DraftScheduler {
   // Drafts admitted from a's sorted by value (largest first) for a step of `tokens`, `rows`.
   int64_t admit_prefix(std::span<const double> sorted, int64_t tokens, int64_t rows) const;
   int64_t best_capacity(std::span<const double> sorted, int64_t tokens, int64_t rows) const;
+  // stale-global: the survival values that size this step (those of the drafted step two
+  // before, or the one before while there is only one); needs stale_steps_ > 0.
+  const std::vector<double>& sized() const;
 
   DraftSchedule kind_;
   int64_t drafts_;

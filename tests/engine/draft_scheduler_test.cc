@@ -172,6 +172,30 @@ TEST(DraftScheduler, DraftingThatCannotRepayItsOwnCostIsSkipped) {
   EXPECT_EQ(drafted, 2);
 }
 
+TEST(DraftScheduler, StaleGlobalDraftsOnlyWhenTheValuesThatSizeTheStepWouldRepayIt) {
+  // Flat passes; drafting costs half a pass. A step whose drafts were all unlikely (0.047
+  // each) sizes the steps after it: drafting would buy under 0.05 tokens for half a pass, so
+  // they do not draft (the prefix scheduler, which rates an uncalibrated head as certain,
+  // would), except the exploring steps. Two exploring steps with certain drafts later, the
+  // values two steps old repay drafting again.
+  const Cost flat = costs({1, 1, 1, 1, 1, 1});
+  DraftScheduler d(DraftSchedule::kStaleGlobal, 5, flat, {{1, 0.5}});
+  DraftScheduler prefix(DraftSchedule::kPrefix, 5, flat, {{1, 0.5}});
+  const std::vector<float> low(5, -3.0f);   // sigmoid = 0.047
+  ASSERT_TRUE(d.should_draft(1, 1, 5, 1));  // no history: the certain head pays
+  EXPECT_EQ(choose_one(d, low, 5), 5);      // flat passes: every draft adds something
+  int drafted = 0;
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_TRUE(prefix.should_draft(1, 1, 5, 1));
+    if (d.should_draft(1, 1, 5, 1)) {
+      ++drafted;
+      choose_one(d, kSure, 5);
+    }
+  }
+  EXPECT_EQ(drafted, 2);  // the exploring steps
+  EXPECT_TRUE(d.should_draft(1, 1, 5, 1));
+}
+
 TEST(DraftScheduler, AFullStepDoesNotDraft) {
   // Passes cost 1 up to 8 rows and 2 from 9: a step of 4 sequences has room for certain
   // drafts, a step of 8 has none (9 tokens in 2 s < 8 in 1 s, and 13 in 2 s too).

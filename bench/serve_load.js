@@ -11,6 +11,8 @@
 // Usage: node bench/serve_load.js FATHOM [SECONDS_PER_LEVEL] [MODEL] [LEVELS] [MAX_TOKENS]
 //   LEVELS: comma-separated stream counts (e.g. 64,256,512); MODEL "" = the demo model.
 // FATHOM_SERVE_ARGS adds server flags (e.g. "--swa-side-objects" or "--no-async-scheduling").
+// PROMPTS=FILE.jsonl takes the level prompts from FILE ({"ids": [...]} a line, e.g. the tiny
+// pair's held-out text, train/corpus.py), BOS + up to 64 of a line's ids, lines in turn.
 'use strict';
 const fs = require('fs');
 const { startServer } = require('../tests/serve/start_server.js');
@@ -18,6 +20,9 @@ const [fathom, secondsArg, model, levelsArg, maxTokensArg] = process.argv.slice(
 const seconds = Number(secondsArg || 20);
 const levels = (levelsArg || '1,8,32').split(',').map(Number);
 const maxTokens = Number(maxTokensArg || 64);
+const promptLines = process.env.PROMPTS
+  ? fs.readFileSync(process.env.PROMPTS, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l).ids)
+  : null;
 // The server's CPU seconds (user + system, all threads) from /proc/PID/stat.
 const cpuS = (pid) => {
   const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -82,7 +87,9 @@ const pct = (a, p) => { const s = [...a].sort((x, y) => x - y); return s.length 
     const t0 = performance.now();
     await Promise.all(Array.from({ length: n }, async (_, c) => {
       while (performance.now() < deadline) {
-        const prompt = [0, ...Array.from({ length: 64 }, (_, i) => 100 + ((c * 131 + i * 17 + salt++) % 50000))];
+        const prompt = promptLines
+          ? [0, ...promptLines[(c * 131 + salt++) % promptLines.length].slice(0, 64)]
+          : [0, ...Array.from({ length: 64 }, (_, i) => 100 + ((c * 131 + i * 17 + salt++) % 50000))];
         try {
           const r = await stream(base, prompt, maxTokens);
           if (r.tokens !== maxTokens) throw new Error('tokens ' + r.tokens);

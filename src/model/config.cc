@@ -1,6 +1,8 @@
 #include "model/config.h"
 
 #include <sys/stat.h>
+
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -54,6 +56,23 @@ class Reader {
     if (v == nullptr) return required ? bad("missing " + spellings(names)) : Status::ok();
     if (!v->is_string()) return bad(spellings(names) + " must be a string");
     *out = v->text;
+    return Status::ok();
+  }
+  Status numbers(std::initializer_list<const char*> names, std::vector<double>* out,
+                 bool required = true) const {
+    const Value* v = find(names);
+    if (v == nullptr) return required ? bad("missing " + spellings(names)) : Status::ok();
+    if (!v->is_array()) return bad(spellings(names) + " must be a list of numbers");
+    out->clear();
+    for (const Value& e : v->items) {
+      int64_t i = 0;
+      if (e.kind == Value::Kind::kFloat)
+        out->push_back(e.number);
+      else if (e.int_fits_int64(&i))
+        out->push_back(double(i));
+      else
+        return bad(spellings(names) + " must be a list of numbers");
+    }
     return Status::ok();
   }
   Status ints(std::initializer_list<const char*> names, std::vector<int64_t>* out,
@@ -124,6 +143,14 @@ Status validate(const ModelConfig& c) {
     FATHOM_RETURN_IF_ERROR(positive(c.dspark_n_routed_experts, "dspark_n_routed_experts"));
     FATHOM_RETURN_IF_ERROR(positive(c.dspark_markov_rank, "dspark_markov_rank"));
     if (c.dspark_target_layer_ids.empty()) return bad("\"dspark_target_layer_ids\" is empty");
+  }
+  if (!c.dspark_confidence_temperatures.empty()) {
+    if (int64_t(c.dspark_confidence_temperatures.size()) != c.dspark_block_size)
+      return bad(
+          "\"dspark_confidence_temperatures\" needs one entry per draft (dspark_block_size)");
+    for (double t : c.dspark_confidence_temperatures)
+      if (!(t > 0) || !std::isfinite(t))
+        return bad("\"dspark_confidence_temperatures\" must be positive and finite");
   }
   if (c.dtype != "fp8")
     return unsupported("config.json: weight dtype \"" + c.dtype + "\" (only fp8)");
@@ -207,6 +234,8 @@ Result<ModelConfig> parse_model_config(std::string_view json) {
   FATHOM_RETURN_IF_ERROR(r.integer({"dspark_n_routed_experts"}, &c.dspark_n_routed_experts, false));
   FATHOM_RETURN_IF_ERROR(r.integer({"dspark_num_experts_per_tok", "dspark_n_activated_experts"},
                                    &c.dspark_n_activated_experts, false));
+  FATHOM_RETURN_IF_ERROR(
+      r.numbers({"dspark_confidence_temperatures"}, &c.dspark_confidence_temperatures, false));
   FATHOM_RETURN_IF_ERROR(Reader(root).integer({"image_token_id"}, &c.image_token_id, false));
   if (c.image_token_id < 0)
     FATHOM_RETURN_IF_ERROR(r.integer({"image_token_id"}, &c.image_token_id, false));

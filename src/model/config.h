@@ -35,6 +35,10 @@ struct ModelConfig {
   int64_t dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
   int64_t dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;
   std::vector<int64_t> dspark_target_layer_ids;
+  // Fathom's own optional key: the draft stages' confidence logits are divided by these, one
+  // per draft position (the sequential temperature scaling of train/train_dspark.py); empty
+  // = 1.
+  std::vector<double> dspark_confidence_temperatures;
   int64_t image_token_id = -1, vision_n_layers = 0;
   std::string dtype = "fp8", expert_dtype = "fp4";
   int64_t weight_block = 32;

@@ -10,7 +10,8 @@
 // - hidden = hc_pre(stage-2 streams, the last FFN-site pre), logits = head(mtp_norm(hidden)).
 // - Draft k: logits_k += fp32(markov_head · markov_embed[prev]) (prev = the previous id of the
 //   block, the main token first), id = argmax (ties to the lower id), confidence_k =
-//   fp32(proj · [hidden_k (before the norm), markov_embed[prev]]).
+//   fp32(proj · [hidden_k (before the norm), markov_embed[prev]]), divided by the config's
+//   dspark_confidence_temperatures[k] when it has them (Fathom's calibration, not the ref).
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -182,6 +183,8 @@ std::vector<Status> V41Model::draft_each(std::span<SequenceState* const> states,
       double acc = 0;
       for (int64_t k = 0; k < D; ++k) acc += double(hx[k]) * double(W.confidence[size_t(k)]);
       for (int64_t r = 0; r < R; ++r) acc += double(me[r]) * double(W.confidence[size_t(D + r)]);
+      if (!c.dspark_confidence_temperatures.empty())
+        acc /= c.dspark_confidence_temperatures[size_t(i)];
       d.confidence[size_t(i)] = float(acc);
     }
   };

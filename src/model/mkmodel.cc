@@ -361,8 +361,14 @@ std::string config_to_json(const ModelConfig& c) {
     << ",\n  \"dspark_target_layer_ids\": " << list(c.dspark_target_layer_ids)
     << ",\n  \"dspark_markov_rank\": " << c.dspark_markov_rank
     << ",\n  \"dspark_n_routed_experts\": " << c.dspark_n_routed_experts
-    << ",\n  \"dspark_n_activated_experts\": " << c.dspark_n_activated_experts
-    << ",\n  \"n_heads\": " << c.n_heads << ",\n  \"n_routed_experts\": " << c.n_routed_experts
+    << ",\n  \"dspark_n_activated_experts\": " << c.dspark_n_activated_experts;
+  if (!c.dspark_confidence_temperatures.empty()) {
+    o << ",\n  \"dspark_confidence_temperatures\": [";
+    for (size_t i = 0; i < c.dspark_confidence_temperatures.size(); ++i)
+      o << (i ? ", " : "") << num(c.dspark_confidence_temperatures[i]);
+    o << "]";
+  }
+  o << ",\n  \"n_heads\": " << c.n_heads << ",\n  \"n_routed_experts\": " << c.n_routed_experts
     << ",\n  \"n_shared_experts\": " << c.n_shared_experts
     << ",\n  \"n_activated_experts\": " << c.n_activated_experts << ",\n  \"score_func\": \""
     << c.score_func << "\",\n  \"route_scale\": " << num(c.route_scale)

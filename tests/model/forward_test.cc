@@ -7,10 +7,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "kv/page_pool.h"
 #include "model/npy.h"
@@ -741,6 +745,46 @@ TEST(Rope, TablesMatchTheReference) {
     }
     EXPECT_EQ(d, 0u) << (which ? "compressed" : "window");
   }
+}
+
+// Fathom's optional dspark_confidence_temperatures divide each draft position's confidence
+// logit: the golden drafts' confidences after the 9-token prefill, with a config that has
+// them, come out divided (the rest of the draft unchanged).
+TEST(Dspark, ConfidenceTemperaturesDivideEachDraftsLogit) {
+  const std::string dir = testing::TempDir() + "/dspark_temperatures";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/inference");
+  for (const char* f : {"model.safetensors", "engram_tables.json"})
+    std::filesystem::create_symlink(data(f), dir + "/" + f);
+  std::ifstream in(data("inference/config.json"));
+  auto cfg = nlohmann::ordered_json::parse(in);
+  const std::vector<double> temps = {0.5, 1.0, 2.0, 4.0, 8.0};
+  cfg["dspark_confidence_temperatures"] = temps;
+  std::ofstream(dir + "/inference/config.json") << cfg.dump();
+  auto scaled = V41Model::load(dir);
+  ASSERT_TRUE(scaled.is_ok()) << scaled.status().to_string();
+  const std::vector<int32_t> tokens = tokens_of("decode_9_33");
+  DraftResult want, got;
+  for (const V41Model* m : {&model(), static_cast<const V41Model*>(scaled->get())}) {
+    auto st = m->new_sequence();
+    std::vector<float> logits(size_t(9 * 1024));
+    ASSERT_TRUE(m->forward(*st, std::span(tokens).first(9), logits.data()).is_ok());
+    ASSERT_TRUE(m->draft(*st, argmax_1024(&logits[size_t(8 * 1024)]), m == &model() ? &want : &got)
+                    .is_ok());
+  }
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(bit_differences(got.logits, want.logits), 0u);
+  ASSERT_EQ(got.confidence.size(), temps.size());
+  for (size_t i = 0; i < temps.size(); ++i)
+    EXPECT_NEAR(got.confidence[i], want.confidence[i] / temps[i],
+                1e-6 * std::abs(want.confidence[i]) + 1e-30)
+        << i;
+  cfg["dspark_confidence_temperatures"] = {1.0, 2.0};  // one per draft, or rejected
+  std::ofstream(dir + "/inference/config.json") << cfg.dump();
+  EXPECT_FALSE(V41Model::load(dir).is_ok());
+  cfg["dspark_confidence_temperatures"] = {1.0, 2.0, 0.0, 1.0, 1.0};
+  std::ofstream(dir + "/inference/config.json") << cfg.dump();
+  EXPECT_FALSE(V41Model::load(dir).is_ok());
 }
 
 }  // namespace

@@ -227,6 +227,13 @@ std::string CompletionsResponder::chunk(Value choice) const {
   return "data: " + pyjson::dumps(c, false, true) + "\n\n";
 }
 
+void CompletionsResponder::set_token_ids(Value& c, const std::vector<int32_t>& ids,
+                                         bool with_prompt) const {
+  c.set("prompt_token_ids",
+        with_prompt && choice_.prompt_ids ? ids_json(*choice_.prompt_ids) : Value());
+  c.set("token_ids", ids_json(ids));
+}
+
 void CompletionsResponder::add_token_ids(const std::vector<int32_t>& ids) {
   if (!choice_.token_ids) return;
   pending_ids_.insert(pending_ids_.end(), ids.begin(), ids.end());
@@ -241,7 +248,8 @@ std::string CompletionsResponder::stream(const std::string& text,
   pending_.clear();
   Value c = choice_json(text, lp, nullptr);
   if (choice_.token_ids) {
-    c.set("token_ids", ids_json(pending_ids_));
+    set_token_ids(c, pending_ids_, !prompt_ids_sent_);
+    prompt_ids_sent_ = true;
     pending_ids_.clear();
   }
   return chunk(std::move(c));
@@ -253,7 +261,8 @@ std::string CompletionsResponder::stream_finish(prompt::FinishReason reason, con
   pending_.clear();
   Value c = choice_json("", Value(), finish_name(reason));
   if (choice_.token_ids) {
-    c.set("token_ids", ids_json(pending_ids_));
+    set_token_ids(c, pending_ids_, !prompt_ids_sent_);
+    prompt_ids_sent_ = true;
     pending_ids_.clear();
   }
   std::string out = chunk(std::move(c));
@@ -296,7 +305,7 @@ std::string completion_json(const std::vector<CompletionsResponder>& choices, co
     Value choice =
         c->choice_json(c->text_, c->logprobs_json(c->logprobs_, &offset),
                        finish_name(c->finished_ ? c->finish_ : prompt::FinishReason::kStop));
-    if (c->choice_.token_ids) choice.set("token_ids", ids_json(c->token_ids_));
+    if (c->choice_.token_ids) c->set_token_ids(choice, c->token_ids_, true);
     out.items.push_back(std::move(choice));
   }
   r.set("choices", std::move(out));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,8 +39,10 @@ struct CompletionsRequest {
   // Legacy logprobs: the sampled token's log probability and this many alternatives (0..20).
   std::optional<int> logprobs;
   bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage (non-streaming always has usage)
-  bool return_token_ids = false;  // vLLM's: each choice also carries its generated `token_ids`
+  bool include_usage = false;  // stream_options.include_usage (non-streaming always has usage)
+  // vLLM's (>= 0.10.2): each choice also carries its generated `token_ids`, and the prompt's
+  // ids as `prompt_token_ids` (in the complete response; on the first chunk of a stream).
+  bool return_token_ids = false;
   // vLLM's structured_outputs / guided_* or llama-server's grammar / json_schema.
   StructuredOutput structured;
   // Fathom's: output this request already generated (on another replica, which failed); the
@@ -62,6 +65,8 @@ struct CompletionsChoice {
   bool logprobs = false;
   bool include_usage = false;
   bool token_ids = false;  // CompletionsRequest::return_token_ids
+  // The prompt's ids, sent as prompt_token_ids when token_ids is set.
+  std::shared_ptr<const std::vector<int32_t>> prompt_ids;
 };
 
 class CompletionsResponder {
@@ -103,6 +108,10 @@ class CompletionsResponder {
   pyjson::Value choice_json(const std::string& text, const pyjson::Value& logprobs,
                             const char* finish_reason) const;
   std::string chunk(pyjson::Value choice) const;
+  // token_ids: `prompt_token_ids` (the first chunk of a stream, and the complete response;
+  // null on later chunks, as vLLM sends it) and `token_ids` on a choice object.
+  void set_token_ids(pyjson::Value& choice, const std::vector<int32_t>& ids,
+                     bool with_prompt) const;
 
   std::string id_, model_;
   int64_t created_;
@@ -110,6 +119,7 @@ class CompletionsResponder {
   std::vector<TokenLogprob> pending_;  // tokens whose text has not been sent yet
   std::vector<int32_t> pending_ids_;   // ids not sent yet (streaming, token_ids)
   std::vector<int32_t> token_ids_;     // every generated id (complete response, token_ids)
+  bool prompt_ids_sent_ = false;       // streaming, token_ids: prompt_token_ids went out
   int64_t stream_offset_ = 0;          // characters sent so far (text_offset)
   // Folded state.
   std::string text_;

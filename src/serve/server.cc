@@ -16,6 +16,7 @@
 #include "api/errors.h"
 #include "api/models.h"
 #include "api/openai_responses.h"
+#include "api/sglang_generate.h"
 #include "api/stop_matcher.h"
 #include "core/json_write.h"
 #include "core/py_json.h"
@@ -39,7 +40,8 @@ using http::Request;
 using http::Response;
 using pyjson::Value;
 
-enum class Protocol { kChat, kMessages, kResponses, kCompletions };
+enum class Protocol { kChat, kMessages, kResponses, kCompletions, kGenerate };
+constexpr int kProtocols = 5;
 
 const char* protocol_name(Protocol p) {
   switch (p) {
@@ -51,6 +53,8 @@ const char* protocol_name(Protocol p) {
       return "responses";
     case Protocol::kCompletions:
       return "completions";
+    case Protocol::kGenerate:
+      return "generate";
   }
   return "?";
 }
@@ -73,7 +77,7 @@ std::string random_id(const char* prefix) {
 // Metrics, updated from the HTTP threads.
 struct Metrics {
   std::mutex mu;
-  int64_t requests[4] = {}, errors[4] = {};
+  int64_t requests[kProtocols] = {}, errors[kProtocols] = {};
   double ttft_sum = 0, latency_sum = 0;
   int64_t ttft_count = 0, latency_count = 0;
 };
@@ -216,6 +220,7 @@ struct Server::Impl {
   }
 
   std::string error_body(Protocol p, const Status& s) const {
+    if (p == Protocol::kGenerate) return api::sglang_error_json(s);
     return p == Protocol::kMessages ? api::anthropic_error_json(s) : api::openai_error_json(s);
   }
   int error_status(Protocol p, const Status& s) const {
@@ -370,6 +375,9 @@ struct Server::Impl {
   Result<kv::RetentionClass> retention_of(Protocol p, const api::SamplingParams& s,
                                           const Request& req) const {
     const kv::RetentionPolicy& policy = opt.retention;
+    if (!s.retention.empty() && !opt.retention_classes)
+      return unsupported(std::string(p == Protocol::kMessages ? "retention: " : "'retention': ") +
+                         "retention classes are not supported by this server's upstream");
     if (!s.retention.empty()) {
       if (auto c = policy.find(s.retention)) return *c;
       return invalid_argument(
@@ -385,6 +393,7 @@ struct Server::Impl {
 
   Reply route(Protocol p, const Request& req);
   Reply completions(const Request& req);
+  Reply generate(const Request& req);
   std::string metrics_text();
   Response health();
 };
@@ -732,6 +741,106 @@ class CompletionProducer : public StreamsProducer {
   api::Usage usage_;
 };
 
+// SGLang's /generate: the one choice's tokens decoded as text (stop strings and stop token ids
+// applied), as SGLang's default stream (each event carries the text and output ids so far) or
+// one JSON object.
+class GenerateProducer : public StreamsProducer {
+ public:
+  GenerateProducer(Server::Impl* im, std::vector<std::shared_ptr<engine::RequestStream>> s,
+                   std::string id, bool skip_special, std::vector<std::string> stops,
+                   int64_t max_tokens, bool streaming, Clock::time_point t0)
+      : StreamsProducer(im, Protocol::kGenerate, std::move(s), streaming, t0),
+        id_(std::move(id)),
+        dec_(im->tok, skip_special),
+        stop_(std::move(stops)),
+        max_tokens_(max_tokens) {}
+
+  bool poll(Response* out) override {
+    engine::StreamEvent ev;
+    Status error;
+    bool produced = false;
+    while (!done_ && streams_.front()->try_next(&ev)) {
+      usage_.prompt_tokens = ev.prompt_tokens;
+      usage_.cached_tokens = ev.cached_tokens;
+      if (ev.first_token_seconds > 0 && ttft_ < 0) ttft_ = ev.first_token_seconds;
+      produced |= !ev.tokens.empty();
+      if (ev.finished && ev.cause == engine::FinishCause::kError) {
+        error = event_error(ev);
+        break;
+      }
+      // A stop token (EOS or one of stop_token_ids) ends the output ids but, as SGLang trims
+      // it, not the text.
+      const bool by_token = ev.finished && (ev.cause == engine::FinishCause::kEos ||
+                                            ev.cause == engine::FinishCause::kStopToken);
+      bool stopped = false;
+      std::string piece;
+      for (size_t k = 0; k < ev.tokens.size(); ++k) {
+        const int32_t t = ev.tokens[k];
+        ids_.push_back(t);
+        if (by_token && k + 1 == ev.tokens.size()) {
+          finish_.kind = api::GenerateFinish::Kind::kStopToken;
+          finish_.token = t;
+          break;
+        }
+        piece.clear();
+        (void)dec_.push(t, piece);  // ids are checked by the engine
+        if (stop_.push(piece, &text_)) {
+          stopped = true;
+          finish_.kind = api::GenerateFinish::Kind::kStopString;
+          finish_.text = stop_.matched();
+          break;
+        }
+      }
+      if (!stopped && ev.finished) {
+        piece.clear();
+        dec_.finish(piece);
+        if (stop_.push(piece, &text_)) {
+          stopped = true;
+          finish_.kind = api::GenerateFinish::Kind::kStopString;
+          finish_.text = stop_.matched();
+        } else {
+          stop_.finish(&text_);
+        }
+      }
+      if (stopped) streams_.front()->cancel();  // the engine stops at its next step
+      if (ev.finished && finish_.kind == api::GenerateFinish::Kind::kNone) {
+        finish_.kind = api::GenerateFinish::Kind::kLength;
+        finish_.length = max_tokens_;
+      }
+      usage_.completion_tokens = int64_t(ids_.size());
+      done_ = ev.finished || stopped;
+      if (streaming_ && (!ev.tokens.empty() || done_)) out->body += event();
+    }
+    if (!error.is_ok())
+      return end_with_error(error, produced, out, [&] { return api::sglang_stream_error(error); });
+    sent_ |= !out->body.empty();
+    if (!done_) return false;
+    im_->finish_metrics(t0_, ttft_);
+    if (streaming_)
+      out->body += "data: [DONE]\n\n";
+    else
+      *out = Response::json(200, json());
+    return true;
+  }
+
+ private:
+  std::string json() const {
+    return api::generate_output_json(text_, ids_, id_, finish_, usage_,
+                                     std::chrono::duration<double>(Clock::now() - t0_).count());
+  }
+  std::string event() const { return "data: " + json() + "\n\n"; }
+
+  std::string id_;
+  StreamDecoder dec_;
+  api::StopMatcher stop_;
+  int64_t max_tokens_;
+  std::string text_;          // sent so far (stop strings held back and trimmed)
+  std::vector<int32_t> ids_;  // generated so far, the stop token included
+  api::GenerateFinish finish_;
+  api::GenerateUsage usage_;
+  bool done_ = false;
+};
+
 // A reply that streams SSE (status 200, text/event-stream) or waits for the whole body.
 Reply producer_reply(std::unique_ptr<http::Producer> p, bool streaming) {
   Reply r;
@@ -855,6 +964,8 @@ Reply Server::Impl::completions(const Request& req) {
     ids = std::move(*e);
   }
   if (ids.empty()) return send_error(p, invalid_argument("'prompt' is empty"));
+  std::shared_ptr<const std::vector<int32_t>> prompt_ids;
+  if (cr->return_token_ids) prompt_ids = std::make_shared<const std::vector<int32_t>>(ids);
   const size_t resumed = cr->resume_output_ids.size();
   if (Status st = check_prompt(ids.size() + resumed); !st.is_ok()) return send_error(p, st);
   auto g = generation(cr->sampling, std::move(ids), opt);
@@ -882,12 +993,47 @@ Reply Server::Impl::completions(const Request& req) {
   for (int i = 0; i < n; ++i)
     choices.emplace_back(
         tok, cr->sampling.stop,
-        api::CompletionsResponder(id, model, created,
-                                  api::CompletionsChoice{i, n, cr->logprobs.has_value(),
-                                                         cr->include_usage, cr->return_token_ids}));
+        api::CompletionsResponder(
+            id, model, created,
+            api::CompletionsChoice{i, n, cr->logprobs.has_value(), cr->include_usage,
+                                   cr->return_token_ids, prompt_ids}));
   return producer_reply(std::make_unique<CompletionProducer>(this, std::move(*streams),
                                                              std::move(choices), cr->stream, t0),
                         cr->stream);
+}
+
+// SGLang's native /generate: `text` (encoded with added-token matching, as /tokenize and a
+// string prompt on /v1/completions) or `input_ids`, continued as is (no chat template).
+Reply Server::Impl::generate(const Request& req) {
+  const Protocol p = Protocol::kGenerate;
+  const auto t0 = Clock::now();
+  if (auto r = admit(p, req)) return std::move(*r);
+  auto gr = api::parse_generate_request(req.body, opt.max_body_bytes);
+  if (!gr.is_ok()) return send_error(p, gr.status());
+  std::vector<int32_t> ids = std::move(gr->input_ids);
+  if (!gr->prompt_is_ids) {
+    auto e = tok.encode(gr->text);
+    if (!e.is_ok()) return send_error(p, e.status());
+    ids = std::move(*e);
+  }
+  if (ids.empty()) return send_error(p, invalid_argument("'text' is empty"));
+  if (Status st = check_prompt(ids.size()); !st.is_ok()) return send_error(p, st);
+  auto g = generation(gr->sampling, std::move(ids), opt);
+  g.stop_ids = gr->stop_token_ids;
+  auto retention = retention_of(p, gr->sampling, req);
+  if (!retention.is_ok()) return send_error(p, retention.status());
+  g.retention = *retention;
+  auto constraint = compile(gr->structured);
+  if (!constraint.is_ok()) return send_error(p, constraint.status());
+  g.grammar = std::move(*constraint);
+  const int64_t max_tokens = g.max_tokens;
+  auto streams = engine.submit_n(std::move(g), 1);
+  if (!streams.is_ok()) return send_error(p, streams.status());
+  std::string id = gr->rid.empty() ? random_id("") : gr->rid;
+  return producer_reply(std::make_unique<GenerateProducer>(
+                            this, std::move(*streams), std::move(id), gr->skip_special_tokens,
+                            gr->sampling.stop, max_tokens, gr->stream, t0),
+                        gr->stream);
 }
 
 Response Server::Impl::health() {
@@ -913,12 +1059,12 @@ std::string Server::Impl::metrics_text() {
     std::lock_guard<std::mutex> lock(metrics.mu);
     o << "# HELP fathom_requests_total HTTP requests by endpoint\n# TYPE fathom_requests_total "
          "counter\n";
-    for (int p = 0; p < 4; ++p)
+    for (int p = 0; p < kProtocols; ++p)
       o << "fathom_requests_total{endpoint=\"" << protocol_name(Protocol(p)) << "\"} "
         << metrics.requests[p] << "\n";
     o << "# HELP fathom_request_errors_total Failed requests by endpoint\n# TYPE "
          "fathom_request_errors_total counter\n";
-    for (int p = 0; p < 4; ++p)
+    for (int p = 0; p < kProtocols; ++p)
       o << "fathom_request_errors_total{endpoint=\"" << protocol_name(Protocol(p)) << "\"} "
         << metrics.errors[p] << "\n";
     o << "# HELP fathom_time_to_first_token_seconds Time to first token\n# TYPE "
@@ -958,6 +1104,7 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
   h.route("POST", "/v1/responses",
           [im](const Request& q) { return im->route(Protocol::kResponses, q); });
   h.route("POST", "/v1/completions", [im](const Request& q) { return im->completions(q); });
+  h.route("POST", "/generate", [im](const Request& q) { return im->generate(q); });
   h.route(
       "GET", "/v1/models",
       [im](const Request& q) {

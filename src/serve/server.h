@@ -1,6 +1,7 @@
 // The HTTP server: OpenAI Chat Completions, OpenAI Responses, Anthropic Messages and OpenAI
 // Completions (prompt text or token ids) over the engine, streaming with SSE through the
 // prompt/API layer's parser (control tokens recognised by id) and event generators; plus
+// SGLang's native /generate (token ids or text in, text and output ids out, no template),
 // /v1/models, /tokenize, /detokenize, /health and /metrics (Prometheus text). API keys
 // (Authorization: Bearer or x-api-key), body and token limits; a client's disconnect cancels
 // its generation, streamed or not. The routes and protocols live here; the transport
@@ -41,6 +42,9 @@ struct ServerOptions {
   // with a key (--api-key-retention KEY=CLASS; REQUIRES: KEY in api_keys, CLASS a class).
   kv::RetentionPolicy retention;
   std::vector<std::pair<std::string, std::string>> api_key_retention;
+  // False where nothing downstream keeps retention classes (a router in front of vLLM or
+  // SGLang): a request's `retention` is then a 400; Anthropic's cache_control stays a hint.
+  bool retention_classes = true;
   // The names `model` may take (the first is the default); DeepSeek's deepseek-chat (thinking
   // off) and deepseek-reasoner (thinking on) are served beside them for the same weights.
   std::vector<std::string> model_names = {"deepseek-v4.1-flash"};

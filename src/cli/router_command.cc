@@ -1,5 +1,6 @@
-// `fathom router --replica URL [--replica URL ...]`: one process in front of several
-// `fathom serve` replicas. It serves the same protocols and endpoints as `fathom serve`
+// `fathom router --replica URL [--replica URL ...] [--upstream-kind fathom|vllm|sglang]`: one
+// process in front of several `fathom serve` replicas (or, as a gateway, vLLM or SGLang
+// servers: router/upstream.h). It serves the same protocols and endpoints as `fathom serve`
 // (serve::Server over a router::RemoteGenerator): renders and tokenizes each request once,
 // sends token ids to the replica the routing policy picks, streams the replica's token ids
 // back through the same output parser, and moves a request to another replica when its
@@ -32,6 +33,7 @@ void on_router_signal(int s) { g_router_signal.store(s); }
 struct RouterArgs {
   std::vector<std::string> replicas, api_keys, names;
   std::string tokenizer, host = "127.0.0.1", policy = "cache_aware", replica_api_key;
+  std::string upstream = "fathom";
   std::string retention = "agent=3d,chat=7d";
   int port = 8000, http_threads = 2, max_attempts = 3, max_connections = 4096;
   int64_t context_length = int64_t(1) << 20, max_tokens = 0;
@@ -53,6 +55,8 @@ std::string default_tokenizer() {
 int run_router(const RouterArgs& a) {
   auto policy = router::parse_policy(a.policy);
   if (!policy.is_ok()) return router_fail(policy.status().message());
+  auto upstream = router::parse_upstream_kind(a.upstream);
+  if (!upstream.is_ok()) return router_fail(upstream.status().message());
   auto retention = kv::RetentionPolicy::parse(a.retention);
   if (!retention.is_ok()) return router_fail("--retention: " + retention.status().message());
   const std::string tok_path = a.tokenizer.empty() ? default_tokenizer() : a.tokenizer;
@@ -62,6 +66,7 @@ int run_router(const RouterArgs& a) {
   if (!enc.is_ok()) return router_fail(enc.status().to_string(), 1);
 
   router::RemoteGeneratorOptions ro;
+  ro.upstream = *upstream;
   ro.routing.policy = *policy;
   ro.probes.probe_interval_s = a.probe_interval;
   ro.api_key = a.replica_api_key;
@@ -79,6 +84,8 @@ int run_router(const RouterArgs& a) {
   so.port = a.port;
   so.api_keys = a.api_keys;
   so.retention = *retention;
+  // vLLM and SGLang keep no retention classes: a request that names one is a 400 there.
+  so.retention_classes = *upstream == router::UpstreamKind::kFathom;
   so.model_names = a.names.empty() ? std::vector<std::string>{"deepseek-v4.1-flash"} : a.names;
   so.context_length = a.context_length;
   so.default_max_tokens = a.max_tokens;
@@ -106,10 +113,10 @@ int run_router(const RouterArgs& a) {
   std::string urls;
   for (const std::string& u : a.replicas) urls += (urls.empty() ? "" : ", ") + u;
   std::printf(
-      "fathom router: %zu replicas (%s), policy %s, tokenizer %s\n"
+      "fathom router: %zu %s replicas (%s), policy %s, tokenizer %s\n"
       "  listening on http://%s:%d\n",
-      a.replicas.size(), urls.c_str(), a.policy.c_str(), tok_path.c_str(), a.host.c_str(),
-      server.port());
+      a.replicas.size(), a.upstream.c_str(), urls.c_str(), a.policy.c_str(), tok_path.c_str(),
+      a.host.c_str(), server.port());
   std::fflush(stdout);
   server.run();
   g_router_signal.store(g_router_signal.load() ? g_router_signal.load() : -1);
@@ -133,6 +140,9 @@ void add_router_command(CLI::App& app, Runner* run) {
   c->add_option("--policy", a->policy,
                 "cache_aware (default: the replica whose cached prefix the prompt extends "
                 "furthest, weighed against its load), round_robin, least_load or power_of_two");
+  c->add_option("--upstream-kind", a->upstream,
+                "The replicas' protocol: fathom (`fathom serve`, default), vllm (vLLM >= 0.10.2's "
+                "/v1/completions with return_token_ids) or sglang (SGLang's /generate)");
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: the fetched V4.1 fixture)");
   c->add_option("--host", a->host, "Address to bind");
   c->add_option("--port", a->port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
@@ -144,7 +154,7 @@ void add_router_command(CLI::App& app, Runner* run) {
                 "A name clients may give as `model` (repeatable; the first is the default)");
   c->add_option("--retention", a->retention,
                 "The retention classes requests may name (as `fathom serve --retention`); the "
-                "class travels to the replica by name");
+                "class travels to the replica by name (fathom upstreams only)");
   c->add_option("--context-length", a->context_length,
                 "The most prompt + generated tokens of one request (as the replicas' model)")
       ->check(CLI::Range(int64_t(2), int64_t(1) << 40));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -18,16 +19,18 @@ Status resource_exhausted(std::string m) {
   return Status(StatusCode::kResourceExhausted, std::move(m));
 }
 
-bool is_int(const Value& v, int64_t* out) {
-  return v.kind == Value::Kind::kInt && v.int_fits_int64(out);
-}
-
-// The message of an OpenAI-shaped error body, else the body itself (shortened).
+// The message of an error body — {"error": {"message"}} (OpenAI, vLLM, SGLang, Fathom),
+// {"object": "error", "message"} (older vLLM), {"detail": ...} (FastAPI's 422) — else the
+// body itself (shortened).
 std::string error_message(const std::string& body) {
   auto v = pyjson::parse(body);
-  if (v.is_ok() && v->is_object())
+  if (v.is_ok() && v->is_object()) {
     if (const Value* e = v->find("error"); e && e->is_object())
       if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
+    if (const Value* m = v->find("message"); m && m->is_string()) return m->text;
+    if (const Value* d = v->find("detail"))
+      return d->is_string() ? d->text : pyjson::dumps(*d, false, true).substr(0, 400);
+  }
   return body.substr(0, 200);
 }
 
@@ -106,6 +109,8 @@ RemoteGenerator::RemoteGenerator(std::vector<Endpoint> endpoints, RemoteGenerato
   if (!opt_.api_key.empty() && opt_.probes.auth_header.empty())
     opt_.probes.auth_header = "Authorization: Bearer " + opt_.api_key + "\r\n";
   replicas_ = std::make_unique<ReplicaSet>(std::move(endpoints), opt_.probes);
+  id_base_ = std::random_device{}();
+  id_base_ = id_base_ << 32 ^ std::random_device{}();
 }
 
 RemoteGenerator::~RemoteGenerator() {
@@ -140,6 +145,7 @@ Result<std::vector<std::shared_ptr<engine::RequestStream>>> RemoteGenerator::sub
   if (!request.stop_ids.empty() || !request.forced_output.empty() ||
       request.inject_error_after >= 0)
     return unsupported("stop token ids and test hooks are not supported through fathom router");
+  FATHOM_RETURN_IF_ERROR(check_upstream_supports(opt_.upstream, request, n));
   if (stopping_.load()) return resource_exhausted("the router is shutting down");
   if (!replicas_->any_up()) return resource_exhausted("no replica is up");
   auto job = std::make_shared<Job>();
@@ -213,60 +219,27 @@ void RemoteGenerator::run(Job& job) {
   }
 }
 
-std::string RemoteGenerator::upstream_body(const Job& job) const {
-  const engine::GenerationRequest& g = job.req;
-  const std::vector<int32_t>& sofar = job.generated.front();
-  const bool cont = job.n == 1 && !sofar.empty();
-  Value b = Value::object();
-  auto id_list = [](const std::vector<int32_t>& v) {
-    Value a = Value::array();
-    a.items.reserve(v.size());
-    for (int32_t t : v) a.items.push_back(Value::from_int(t));
-    return a;
-  };
-  b.set("prompt", id_list(g.prompt));
-  // A continuation: the replica recomputes the output so far as its own decode steps.
-  if (cont) b.set("resume_output_ids", id_list(sofar));
-  b.set("max_tokens", Value::from_int(g.max_tokens));
-  const engine::SamplingParams& s = g.sampling;
-  b.set("temperature", Value::from_float(double(s.temperature)));
-  b.set("top_p", Value::from_float(double(s.top_p)));
-  if (s.top_k > 0) b.set("top_k", Value::from_int(s.top_k));
-  if (s.min_p > 0) b.set("min_p", Value::from_float(double(s.min_p)));
-  if (s.repetition_penalty != 1.0f)
-    b.set("repetition_penalty", Value::from_float(double(s.repetition_penalty)));
-  if (s.presence_penalty != 0.0f)
-    b.set("presence_penalty", Value::from_float(double(s.presence_penalty)));
-  if (s.frequency_penalty != 0.0f)
-    b.set("frequency_penalty", Value::from_float(double(s.frequency_penalty)));
-  if (g.seeded) b.set("seed", Value::from_int(int64_t(s.seed)));
-  if (g.ignore_eos) b.set("ignore_eos", Value::from_bool(true));
-  if (job.n > 1) b.set("n", Value::from_int(job.n));
-  if (g.cache_salt != 0) {
-    char salt[40];
-    std::snprintf(salt, sizeof salt, "fathom-router-%016llx", (unsigned long long)g.cache_salt);
-    b.set("cache_salt", Value::from_string(salt));
-  }
-  b.set("retention", Value::from_string(opt_.retention.name(g.retention)));
-  b.set("stream", Value::from_bool(true));
-  Value so = Value::object();
-  so.set("include_usage", Value::from_bool(true));
-  b.set("stream_options", std::move(so));
-  b.set("return_token_ids", Value::from_bool(true));
-  return pyjson::dumps(b, true, true);
-}
-
 bool RemoteGenerator::attempt(Job& job, size_t replica) {
   const Endpoint& ep = replicas_->endpoint(replica);
-  if (job.n == 1 && !job.generated.front().empty() &&
-      int64_t(job.generated.front().size()) >= job.req.max_tokens) {
+  const bool cont = job.n == 1 && !job.generated.front().empty();
+  if (cont && int64_t(job.generated.front().size()) >= job.req.max_tokens) {
     job.cause.front() = engine::FinishCause::kLength;
     return true;
   }
+  const std::span<const int32_t> sofar =
+      cont ? std::span<const int32_t>(job.generated.front()) : std::span<const int32_t>();
+  char rid[64];
+  std::snprintf(rid, sizeof rid, "fathom-router-%016llx-%llu", (unsigned long long)id_base_,
+                (unsigned long long)attempt_ids_.fetch_add(1));
+  const UpstreamCall call = build_upstream_call(opt_.upstream, job.req, job.n, sofar,
+                                                opt_.retention.name(job.req.retention), rid);
+  // What the upstream computes as the prompt: on vllm and sglang the output so far is on it.
+  std::vector<int32_t> sent = job.req.prompt;
+  if (opt_.upstream != UpstreamKind::kFathom) sent.insert(sent.end(), sofar.begin(), sofar.end());
   const std::string auth =
       opt_.api_key.empty() ? "" : "Authorization: Bearer " + opt_.api_key + "\r\n";
-  auto x = HttpExchange::start(ep, "POST", "/v1/completions", upstream_body(job), auth,
-                               opt_.connect_timeout_ms, opt_.head_timeout_ms);
+  auto x = HttpExchange::start(ep, "POST", call.path, call.body, auth, opt_.connect_timeout_ms,
+                               opt_.head_timeout_ms);
   if (!x.is_ok()) {
     job.last_error = x.status().message();
     return false;
@@ -276,7 +249,8 @@ bool RemoteGenerator::attempt(Job& job, size_t replica) {
     auto body = ex.read_all(opt_.connect_timeout_ms);
     const std::string msg = body.is_ok() ? error_message(*body) : body.status().message();
     const int st = ex.status();
-    // 404/405: not a Fathom replica's /v1/completions (a misconfigured --replica): its fault.
+    // 404/405: not a replica of this kind at that path (a misconfigured --replica or
+    // --upstream-kind): its fault.
     if (st >= 400 && st < 500 && st != 404 && st != 405 && st != 408 && st != 429) {
       // The request's own fault (the replica validated it): no other replica would take it.
       job.close_all(engine::FinishCause::kError, invalid_argument(msg));
@@ -286,12 +260,15 @@ bool RemoteGenerator::attempt(Job& job, size_t replica) {
     return false;
   }
   auto stop = [this, &job] { return stopping_.load() || job.all_cancelled(); };
+  UpstreamStreamReader reader(opt_.upstream, job.n, opt_.vocab_size, sent);
+  std::vector<UpstreamStreamReader::Update> updates;
   std::string line;
-  engine::StreamEvent ev;
+  int64_t reported = 0;  // cached tokens this attempt reported so far
   for (;;) {
     auto more = ex.read_line(&line, opt_.idle_timeout_ms, stop);
     if (!more.is_ok() || !*more) {
       if (stop()) return true;
+      // A body that ends once every choice finished is complete, [DONE] or not.
       if (job.all_finished()) {
         job.close_all(engine::FinishCause::kEos, Status::ok());
         return true;
@@ -301,62 +278,23 @@ bool RemoteGenerator::attempt(Job& job, size_t replica) {
           (more.is_ok() ? std::string("the stream ended before [DONE]") : more.status().message());
       return false;
     }
-    if (line.rfind("data: ", 0) != 0) continue;  // blank lines, keep-alive comments
-    const std::string_view payload = std::string_view(line).substr(6);
-    if (payload == "[DONE]") {
-      if (!job.all_finished()) {
-        job.last_error = ep.url + ": [DONE] before every choice finished";
-        return false;
-      }
-      job.close_all(engine::FinishCause::kEos, Status::ok());
-      return true;
+    updates.clear();
+    const Status fed = reader.feed(line, &updates);
+    if (const std::optional<int64_t> c = reader.cached_tokens(); c && *c != reported) {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.reported_cached_tokens += *c - reported;
+      reported = job.cached = *c;
     }
-    auto v = pyjson::parse(payload);
-    if (!v.is_ok() || !v->is_object()) {
-      job.last_error = ep.url + ": a stream event that is not a JSON object";
+    if (!fed.is_ok()) {
+      job.last_error = ep.url + ": " + fed.message();
       return false;
     }
-    if (const Value* e = v->find("error")) {
-      const Value* m = e->is_object() ? e->find("message") : nullptr;
-      job.last_error = ep.url + ": " + (m && m->is_string() ? m->text : "error event");
-      return false;
-    }
-    if (const Value* u = v->find("usage"); u && u->is_object())
-      if (const Value* d = u->find("prompt_tokens_details"); d && d->is_object())
-        if (const Value* c = d->find("cached_tokens")) {
-          int64_t cached = 0;
-          if (is_int(*c, &cached)) {
-            job.cached = cached;
-            std::lock_guard<std::mutex> lock(mu_);
-            stats_.reported_cached_tokens += cached;
-          }
-        }
-    const Value* choices = v->find("choices");
-    if (choices == nullptr || !choices->is_array()) continue;
-    for (const Value& ch : choices->items) {
-      if (!ch.is_object()) continue;
-      int64_t idx = 0;
-      const Value* iv = ch.find("index");
-      if (iv == nullptr || !is_int(*iv, &idx) || idx < 0 || idx >= job.n) {
-        job.last_error = ep.url + ": a choice index out of range";
-        return false;
-      }
-      const size_t i = size_t(idx);
-      ev = job.event(i);
-      if (const Value* t = ch.find("token_ids"); t && t->is_array()) {
-        for (const Value& id : t->items) {
-          int64_t tok = 0;
-          if (!is_int(id, &tok) || tok < 0 || tok >= opt_.vocab_size) {
-            job.last_error = ep.url + ": a token id outside the vocabulary";
-            return false;
-          }
-          ev.tokens.push_back(int32_t(tok));
-        }
-      }
-      if (const Value* f = ch.find("finish_reason"); f && f->is_string())
-        job.cause[i] =
-            f->text == "length" ? engine::FinishCause::kLength : engine::FinishCause::kEos;
-      if (ev.tokens.empty() || job.closed[i] || job.streams[i]->cancelled()) continue;
+    for (UpstreamStreamReader::Update& up : updates) {
+      const size_t i = up.choice;
+      if (up.cause != engine::FinishCause::kNone) job.cause[i] = up.cause;
+      if (up.tokens.empty() || job.closed[i] || job.streams[i]->cancelled()) continue;
+      engine::StreamEvent ev = job.event(i);
+      ev.tokens = std::move(up.tokens);
       job.generated[i].insert(job.generated[i].end(), ev.tokens.begin(), ev.tokens.end());
       ev.completion_tokens = int64_t(job.generated[i].size());
       if (!job.first_token) {
@@ -364,6 +302,14 @@ bool RemoteGenerator::attempt(Job& job, size_t replica) {
         ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - job.t0).count();
       }
       job.streams[i]->push(ev);
+    }
+    if (reader.done()) {
+      if (!job.all_finished()) {
+        job.last_error = ep.url + ": [DONE] before every choice finished";
+        return false;
+      }
+      job.close_all(engine::FinishCause::kEos, Status::ok());
+      return true;
     }
   }
 }

@@ -1,8 +1,9 @@
 // RemoteGenerator: the engine::Generator of `fathom router`. A request's token ids go to one
-// replica's /v1/completions (a token-id prompt, streamed, returning token ids; no text crosses
-// the link), chosen by the routing policy among the replicas that are up; the replica's token
-// ids come back as the request's events, so the router's server renders, parses and streams
-// every protocol as `fathom serve` does.
+// replica (a token-id prompt, streamed, returning token ids; no text crosses the link), chosen
+// by the routing policy among the replicas that are up; the replica's token ids come back as
+// the request's events, so the router's server renders, parses and streams every protocol as
+// `fathom serve` does. The replicas speak one upstream protocol (upstream.h): `fathom serve`'s
+// /v1/completions (the default), vLLM's /v1/completions or SGLang's /generate.
 //
 // Failures: a replica that cannot be reached, answers 5xx or breaks its stream is marked down
 // (ReplicaSet) and the request moves to another replica, at most max_attempts in all. Before
@@ -11,7 +12,9 @@
 // engine recomputes them as the decode steps that made them and streams what follows, so the
 // client sees one uninterrupted stream and the output — greedy or seeded (random numbers keyed
 // by (seed, sample, absolute position)), with penalties — is that of a run without the
-// failure. A request of n > 1 samples is retried only before its first token.
+// failure. vLLM and SGLang have no such field: there the tokens already produced are appended
+// to the prompt (the stream is still uninterrupted, the output not bit-identical; README). A
+// request of n > 1 samples is retried only before its first token.
 //
 // Not supported through the router yet (kUnsupported, a 400 naming it): structured outputs
 // and strict tools, logprobs, the reasoning budget, stop token ids.
@@ -32,10 +35,12 @@
 #include "kv/retention.h"
 #include "router/replica_set.h"
 #include "router/routing_policy.h"
+#include "router/upstream.h"
 
 namespace fathom::router {
 
 struct RemoteGeneratorOptions {
+  UpstreamKind upstream = UpstreamKind::kFathom;  // the replicas' protocol
   RoutingOptions routing;
   ReplicaSetOptions probes;
   std::string api_key;  // sent to the replicas as Authorization: Bearer (empty: none)
@@ -46,7 +51,7 @@ struct RemoteGeneratorOptions {
   int64_t context_length = int64_t(1) << 20;
   int64_t vocab_size = 0;
   int32_t eos_id = -1;
-  kv::RetentionPolicy retention;  // the class names requests carry to the replicas
+  kv::RetentionPolicy retention;  // the class names requests carry to (fathom) replicas
 };
 
 struct RouterStats {
@@ -79,7 +84,6 @@ class RemoteGenerator : public engine::Generator {
   // One attempt on `replica`: true when the request ended there (finished or failed for good);
   // false when the replica failed and the request should go elsewhere.
   bool attempt(Job& job, size_t replica);
-  std::string upstream_body(const Job& job) const;
 
   RemoteGeneratorOptions opt_;
   std::unique_ptr<ReplicaSet> replicas_;
@@ -89,6 +93,8 @@ class RemoteGenerator : public engine::Generator {
   std::condition_variable done_cv_;
   int64_t active_ = 0;  // guarded by mu_: request threads running
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> attempt_ids_{0};  // numbers each attempt's request id (sglang's rid)
+  uint64_t id_base_ = 0;                  // random: request ids differ between routers
 };
 
 }  // namespace fathom::router

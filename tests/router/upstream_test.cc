@@ -1,0 +1,480 @@
+// The router's upstream protocols (router/upstream.h): the request each kind sends (fields
+// as vLLM's and SGLang's docs name them, continuation on the prompt where there is no resume
+// field), and the readers of the streamed answers fed well-formed streams in each documented
+// shape and garbage — a malformed or truncated answer is an error, never a finish. Then the
+// RemoteGenerator against a scripted upstream on loopback: a broken answer ends the client's
+// stream with an error event.
+#include "router/upstream.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/py_json.h"
+#include "router/remote_generator.h"
+
+namespace fathom::router {
+namespace {
+
+using engine::FinishCause;
+using pyjson::Value;
+using Update = UpstreamStreamReader::Update;
+
+engine::GenerationRequest request() {
+  engine::GenerationRequest g;
+  g.prompt = {5, 6, 7};
+  g.max_tokens = 10;
+  g.sampling.temperature = 0.5f;
+  g.sampling.top_p = 0.9f;
+  g.sampling.top_k = 4;
+  g.sampling.seed = 42;
+  g.seeded = true;
+  g.sampling.presence_penalty = 0.25f;
+  g.cache_salt = 0xabc;
+  return g;
+}
+
+Value body_of(const UpstreamCall& c) {
+  auto v = pyjson::parse(c.body);
+  EXPECT_TRUE(v.is_ok());
+  return v.is_ok() ? *v : Value();
+}
+
+std::vector<int64_t> ints(const Value* v) {
+  std::vector<int64_t> out;
+  if (v == nullptr) return out;
+  for (const Value& x : v->items) {
+    int64_t i = 0;
+    EXPECT_TRUE(x.int_fits_int64(&i));
+    out.push_back(i);
+  }
+  return out;
+}
+
+int64_t int_of(const Value* v) {
+  int64_t i = -1;
+  if (v) {
+    EXPECT_TRUE(v->int_fits_int64(&i));
+  }
+  return i;
+}
+
+TEST(UpstreamKind, Names) {
+  for (const char* n : {"fathom", "vllm", "sglang"})
+    EXPECT_STREQ(upstream_kind_name(*parse_upstream_kind(n)), n);
+  EXPECT_FALSE(parse_upstream_kind("trtllm").is_ok());
+  EXPECT_FALSE(parse_upstream_kind("").is_ok());
+}
+
+TEST(UpstreamCall, FathomSendsItsOwnFields) {
+  const std::vector<int32_t> sofar = {8, 9};
+  const UpstreamCall c =
+      build_upstream_call(UpstreamKind::kFathom, request(), 1, sofar, "chat", "rid-1");
+  EXPECT_EQ(c.path, "/v1/completions");
+  const Value b = body_of(c);
+  EXPECT_EQ(ints(b.find("prompt")), (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(ints(b.find("resume_output_ids")), (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(int_of(b.find("max_tokens")), 10);
+  EXPECT_EQ(b.find("retention")->text, "chat");
+  EXPECT_EQ(b.find("cache_salt")->text, "fathom-router-0000000000000abc");
+  EXPECT_TRUE(b.find("return_token_ids")->boolean);
+}
+
+TEST(UpstreamCall, VllmContinuesOnThePromptWithVllmFieldsOnly) {
+  const std::vector<int32_t> sofar = {8, 9};
+  const UpstreamCall c =
+      build_upstream_call(UpstreamKind::kVllm, request(), 1, sofar, "chat", "rid-1");
+  EXPECT_EQ(c.path, "/v1/completions");
+  const Value b = body_of(c);
+  EXPECT_EQ(ints(b.find("prompt")), (std::vector<int64_t>{5, 6, 7, 8, 9}));
+  EXPECT_EQ(int_of(b.find("max_tokens")), 8);  // what the request has left
+  EXPECT_EQ(b.find("resume_output_ids"), nullptr);
+  EXPECT_EQ(b.find("retention"), nullptr);
+  EXPECT_EQ(b.find("cache_salt")->text, "fathom-router-0000000000000abc");  // vLLM >= 0.9
+  EXPECT_EQ(int_of(b.find("seed")), 42);
+  EXPECT_EQ(int_of(b.find("top_k")), 4);
+  EXPECT_DOUBLE_EQ(b.find("presence_penalty")->number, 0.25);
+  EXPECT_TRUE(b.find("stream")->boolean);
+  EXPECT_TRUE(b.find("stream_options")->find("include_usage")->boolean);
+  EXPECT_TRUE(b.find("return_token_ids")->boolean);
+  EXPECT_EQ(b.find("n"), nullptr);
+  EXPECT_EQ(
+      int_of(body_of(build_upstream_call(UpstreamKind::kVllm, request(), 3, {}, "", "")).find("n")),
+      3);
+}
+
+TEST(UpstreamCall, SglangGenerateShape) {
+  const std::vector<int32_t> sofar = {8};
+  const UpstreamCall c =
+      build_upstream_call(UpstreamKind::kSglang, request(), 1, sofar, "chat", "rid-7");
+  EXPECT_EQ(c.path, "/generate");
+  const Value b = body_of(c);
+  EXPECT_EQ(ints(b.find("input_ids")), (std::vector<int64_t>{5, 6, 7, 8}));
+  EXPECT_EQ(b.find("rid")->text, "rid-7");
+  EXPECT_TRUE(b.find("stream")->boolean);
+  EXPECT_EQ(b.find("extra_key")->text, "fathom-router-0000000000000abc");
+  EXPECT_EQ(b.find("prompt"), nullptr);
+  EXPECT_EQ(b.find("retention"), nullptr);
+  const Value* sp = b.find("sampling_params");
+  ASSERT_NE(sp, nullptr);
+  EXPECT_EQ(int_of(sp->find("max_new_tokens")), 9);
+  EXPECT_EQ(int_of(sp->find("sampling_seed")), 42);
+  EXPECT_EQ(int_of(sp->find("top_k")), 4);
+  EXPECT_DOUBLE_EQ(sp->find("temperature")->number, 0.5);
+  EXPECT_FALSE(check_upstream_supports(UpstreamKind::kSglang, request(), 2).is_ok());
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kVllm, request(), 2).is_ok());
+}
+
+// Feeds `lines` to a reader; the tokens per choice, the finishes, and the first error.
+struct Read {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<FinishCause> cause;
+  Status status;
+  bool done = false;
+};
+Read read(UpstreamKind kind, const std::vector<std::string>& lines, int n = 1,
+          std::vector<int32_t> prompt = {5, 6, 7}, std::optional<int64_t>* cached = nullptr) {
+  UpstreamStreamReader r(kind, n, 1000, prompt);
+  Read out;
+  out.tokens.resize(size_t(n));
+  out.cause.assign(size_t(n), FinishCause::kNone);
+  for (const std::string& l : lines) {
+    std::vector<Update> ups;
+    out.status = r.feed(l, &ups);
+    for (Update& u : ups) {
+      out.tokens[u.choice].insert(out.tokens[u.choice].end(), u.tokens.begin(), u.tokens.end());
+      if (u.cause != FinishCause::kNone) out.cause[u.choice] = u.cause;
+    }
+    if (!out.status.is_ok()) break;
+  }
+  out.done = r.done();
+  if (cached) *cached = r.cached_tokens();
+  return out;
+}
+
+// vLLM's stream with return_token_ids (serving_completion.py): prompt_token_ids on the first
+// chunk of each choice (null after), token_ids on every chunk, a usage chunk, [DONE].
+const std::vector<std::string> kVllm = {
+    R"(data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"a","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":[5,6,7],"token_ids":[11]}],"usage":null})",
+    "",
+    R"(data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"bc","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":[12,13]}],"usage":null})",
+    "",
+    R"(data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_token_ids":null,"token_ids":[]}],"usage":null})",
+    R"(data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":3,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":2}}})",
+    "data: [DONE]"};
+
+TEST(UpstreamReader, VllmStream) {
+  std::optional<int64_t> cached;
+  const Read r = read(UpstreamKind::kVllm, kVllm, 1, {5, 6, 7}, &cached);
+  ASSERT_TRUE(r.status.is_ok()) << r.status.message();
+  EXPECT_EQ(r.tokens[0], (std::vector<int32_t>{11, 12, 13}));
+  EXPECT_EQ(r.cause[0], FinishCause::kLength);
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(cached, std::optional<int64_t>(2));
+}
+
+TEST(UpstreamReader, VllmTwoChoicesInterleaved) {
+  const Read r = read(
+      UpstreamKind::kVllm,
+      {R"(data: {"choices":[{"index":1,"token_ids":[3],"finish_reason":null}]})",
+       R"(data: {"choices":[{"index":0,"token_ids":[4],"finish_reason":"stop"}]})",
+       R"(data: {"choices":[{"index":1,"token_ids":[5],"finish_reason":"stop"}]})", "data: [DONE]"},
+      2);
+  ASSERT_TRUE(r.status.is_ok()) << r.status.message();
+  EXPECT_EQ(r.tokens[0], (std::vector<int32_t>{4}));
+  EXPECT_EQ(r.tokens[1], (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(r.cause[0], FinishCause::kEos);
+}
+
+// Each line after a good first chunk, and what the error must say.
+TEST(UpstreamReader, VllmGarbageIsAnError) {
+  const std::string first =
+      R"(data: {"choices":[{"index":0,"token_ids":[1],"finish_reason":null}]})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"data: {not json", "not a JSON object"},
+      {"data: [1,2]", "not a JSON object"},
+      {R"(data: {"choices":{}})", "'choices' is not a list"},
+      {R"(data: {"choices":[{"index":0,"text":"no ids"}]})", "'token_ids' is not a list"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[1.5]}]})", "non-integer"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[1000]}]})", "outside the vocabulary"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[-1]}]})", "outside the vocabulary"},
+      {R"(data: {"choices":[{"index":3,"token_ids":[1]}]})", "index"},
+      {R"(data: {"choices":[{"token_ids":[1]}]})", "index"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[],"finish_reason":"abort"}]})",
+       "finish_reason 'abort'"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[],"finish_reason":7}]})", "not a string"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[1],"prompt_token_ids":[5,6]}]})",
+       "differ from the prompt"},
+      {R"(data: {"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":"x"}}})",
+       "cached_tokens"},
+      {R"(data: {"choices":[],"usage":7})", "'usage'"},
+  };
+  for (const auto& [line, why] : cases) {
+    const Read r = read(UpstreamKind::kVllm, {first, line});
+    EXPECT_EQ(r.status.code(), StatusCode::kCorrupt) << line;
+    EXPECT_NE(r.status.message().find(why), std::string::npos)
+        << line << " -> " << r.status.message();
+    EXPECT_EQ(r.cause[0], FinishCause::kNone) << line;
+  }
+  // Tokens after the finish, a second finish, anything after [DONE].
+  const std::string fin =
+      R"(data: {"choices":[{"index":0,"token_ids":[],"finish_reason":"stop"}]})";
+  EXPECT_EQ(
+      read(UpstreamKind::kVllm, {first, fin, R"(data: {"choices":[{"index":0,"token_ids":[2]}]})"})
+          .status.code(),
+      StatusCode::kCorrupt);
+  EXPECT_EQ(read(UpstreamKind::kVllm, {first, fin, fin}).status.code(), StatusCode::kCorrupt);
+  EXPECT_EQ(read(UpstreamKind::kVllm, {first, fin, "data: [DONE]", first}).status.code(),
+            StatusCode::kCorrupt);
+}
+
+TEST(UpstreamReader, ErrorEventsCarryTheUpstreamsMessage) {
+  for (const std::string& line :
+       {std::string(R"(data: {"error":{"message":"boom","type":"BadRequestError","code":400}})"),
+        std::string(R"(data: {"object":"error","message":"boom","type":"x","code":500})"),
+        std::string(R"(data: {"error":"boom"})")}) {
+    const Read r = read(UpstreamKind::kVllm, {line});
+    EXPECT_EQ(r.status.code(), StatusCode::kIoError) << line;
+    EXPECT_EQ(r.status.message(), "boom");
+    EXPECT_EQ(read(UpstreamKind::kSglang, {line}).status.code(), StatusCode::kIoError);
+  }
+}
+
+// SGLang's /generate stream, default mode: each object's output_ids are all ids so far.
+const std::vector<std::string> kSglangCumulative = {
+    R"(data: {"text":"a","output_ids":[11],"meta_info":{"id":"r","finish_reason":null,"prompt_tokens":3,"completion_tokens":1,"cached_tokens":0}})",
+    "",
+    R"(data: {"text":null,"output_ids":[11,12,13],"meta_info":{"id":"r","finish_reason":null,"prompt_tokens":3,"completion_tokens":3,"cached_tokens":0}})",
+    R"(data: {"text":"abcd","output_ids":[11,12,13,14],"meta_info":{"id":"r","finish_reason":{"type":"stop","matched":14},"prompt_tokens":3,"completion_tokens":4,"cached_tokens":2,"e2e_latency":0.1}})",
+    "data: [DONE]"};
+// The same with --incremental-streaming-output: each object holds only the new ids.
+const std::vector<std::string> kSglangIncremental = {
+    R"(data: {"text":"a","output_ids":[11],"meta_info":{"id":"r","finish_reason":null,"prompt_tokens":3,"completion_tokens":1,"cached_tokens":0}})",
+    R"(data: {"text":"bc","output_ids":[12,13],"meta_info":{"id":"r","finish_reason":null,"prompt_tokens":3,"completion_tokens":3,"cached_tokens":0}})",
+    R"(data: {"text":"d","output_ids":[14],"meta_info":{"id":"r","finish_reason":{"type":"stop","matched":14},"prompt_tokens":3,"completion_tokens":4,"cached_tokens":2}})",
+    "data: [DONE]"};
+
+TEST(UpstreamReader, SglangCumulativeAndIncrementalReadTheSame) {
+  for (const auto* lines : {&kSglangCumulative, &kSglangIncremental}) {
+    std::optional<int64_t> cached;
+    const Read r = read(UpstreamKind::kSglang, *lines, 1, {5, 6, 7}, &cached);
+    ASSERT_TRUE(r.status.is_ok()) << r.status.message();
+    EXPECT_EQ(r.tokens[0], (std::vector<int32_t>{11, 12, 13, 14}));
+    EXPECT_EQ(r.cause[0], FinishCause::kEos);
+    EXPECT_TRUE(r.done);
+    EXPECT_EQ(cached, std::optional<int64_t>(2));
+  }
+  const Read len = read(
+      UpstreamKind::kSglang,
+      {R"(data: {"output_ids":[1],"meta_info":{"finish_reason":{"type":"length","length":1},"completion_tokens":1}})"});
+  EXPECT_EQ(len.cause[0], FinishCause::kLength);
+}
+
+TEST(UpstreamReader, SglangGarbageIsAnError) {
+  const std::string first =
+      R"(data: {"text":"a","output_ids":[11],"meta_info":{"finish_reason":null,"prompt_tokens":3,"completion_tokens":1}})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"(data: {"output_ids":[11,12]})", "'meta_info'"},
+      {R"(data: {"output_ids":[11,12],"meta_info":{}})", "completion_tokens"},
+      {R"(data: {"meta_info":{"completion_tokens":2}})", "'output_ids' is not a list"},
+      {R"(data: {"output_ids":[11,"x"],"meta_info":{"completion_tokens":2}})", "non-integer"},
+      // Neither the output so far extended (cumulative) nor new ids adding up (incremental).
+      {R"(data: {"output_ids":[99,12],"meta_info":{"completion_tokens":2}})", "do not extend"},
+      {R"(data: {"output_ids":[12],"meta_info":{"completion_tokens":5}})", "do not extend"},
+      {R"(data: {"output_ids":[12],"meta_info":{"completion_tokens":2,"prompt_tokens":9}})",
+       "prompt_tokens"},
+      {R"(data: {"output_ids":[12],"meta_info":{"completion_tokens":2,"finish_reason":"stop"}})",
+       "finish_reason"},
+      {R"(data: {"output_ids":[12],"meta_info":{"completion_tokens":2,"finish_reason":{"type":"eos"}}})",
+       "type 'eos'"},
+  };
+  for (const auto& [line, why] : cases) {
+    const Read r = read(UpstreamKind::kSglang, {first, line});
+    EXPECT_EQ(r.status.code(), StatusCode::kCorrupt) << line;
+    EXPECT_NE(r.status.message().find(why), std::string::npos)
+        << line << " -> " << r.status.message();
+    EXPECT_EQ(r.cause[0], FinishCause::kNone) << line;
+  }
+  const Read abort = read(
+      UpstreamKind::kSglang,
+      {first,
+       R"(data: {"output_ids":[11],"meta_info":{"completion_tokens":1,"finish_reason":{"type":"abort","message":"out of memory","status_code":500}}})"});
+  EXPECT_EQ(abort.status.code(), StatusCode::kIoError);
+  EXPECT_NE(abort.status.message().find("out of memory"), std::string::npos);
+}
+
+// A scripted upstream on loopback: answers GET /health with 200 and every POST with `answer`
+// (raw bytes: head and body), then closes. Counts the POSTs.
+class Upstream {
+ public:
+  explicit Upstream(std::string answer) : answer_(std::move(answer)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    ::listen(fd_, 16);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0 || stop_.load()) {
+          if (c >= 0) ::close(c);
+          return;
+        }
+        std::string req;
+        char buf[4096];
+        while (req.find("\r\n\r\n") == std::string::npos) {
+          ssize_t n = ::recv(c, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          req.append(buf, size_t(n));
+        }
+        const std::string reply = req.rfind("GET /health", 0) == 0
+                                      ? std::string("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                                      : answer_;
+        if (req.rfind("POST", 0) == 0) ++posts_;
+        (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        ::shutdown(c, SHUT_WR);
+        while (::recv(c, buf, sizeof buf, 0) > 0) {
+        }
+        ::close(c);
+      }
+    });
+  }
+  ~Upstream() {
+    stop_.store(true);
+    ::shutdown(fd_, SHUT_RDWR);
+    int c = ::socket(AF_INET, SOCK_STREAM, 0);  // wakes accept() where shutdown does not
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port_));
+    (void)::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::close(c);
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int posts() const { return posts_.load(); }
+
+ private:
+  std::string answer_;
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> posts_{0};
+  std::thread thread_;
+};
+
+std::string http(const std::string& status, const std::string& body) {
+  return "HTTP/1.1 " + status + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+         body;
+}
+
+std::string sse(const std::vector<std::string>& lines) {
+  std::string body;
+  for (const std::string& l : lines) body += l + "\n";
+  return http("200 OK", body);
+}
+
+// The client's view of one request through a RemoteGenerator in front of `up`: its tokens
+// and its final event.
+engine::StreamEvent through(UpstreamKind kind, Upstream& up, std::vector<int32_t>* tokens) {
+  RemoteGeneratorOptions o;
+  o.upstream = kind;
+  o.max_attempts = 1;
+  o.vocab_size = 1000;
+  o.idle_timeout_ms = 5000;
+  o.probes.probe_interval_s = 0.05;
+  o.probes.log = false;
+  auto gen = RemoteGenerator::create({up.url()}, o);
+  EXPECT_TRUE(gen.is_ok());
+  for (int i = 0; i < 200 && !(*gen)->replicas().any_up(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  engine::GenerationRequest g = request();
+  g.cache_salt = 0;
+  auto streams = (*gen)->submit_n(std::move(g), 1);
+  EXPECT_TRUE(streams.is_ok()) << streams.status().message();
+  engine::StreamEvent ev;
+  for (;;) {
+    EXPECT_TRUE((*streams)[0]->next(&ev, 10000));
+    tokens->insert(tokens->end(), ev.tokens.begin(), ev.tokens.end());
+    if (ev.finished) return ev;
+  }
+}
+
+TEST(RemoteGeneratorUpstream, WellFormedStreamsFinish) {
+  {
+    Upstream up(sse(kVllm));
+    std::vector<int32_t> tokens;
+    const engine::StreamEvent ev = through(UpstreamKind::kVllm, up, &tokens);
+    EXPECT_EQ(ev.cause, FinishCause::kLength);
+    EXPECT_EQ(tokens, (std::vector<int32_t>{11, 12, 13}));
+    EXPECT_EQ(ev.cached_tokens, 2);
+  }
+  for (const auto* lines : {&kSglangCumulative, &kSglangIncremental}) {
+    Upstream up(sse(*lines));
+    std::vector<int32_t> tokens;
+    const engine::StreamEvent ev = through(UpstreamKind::kSglang, up, &tokens);
+    EXPECT_EQ(ev.cause, FinishCause::kEos);
+    EXPECT_EQ(tokens, (std::vector<int32_t>{11, 12, 13, 14}));
+  }
+}
+
+TEST(RemoteGeneratorUpstream, BrokenAnswersEndInAnErrorNeverAFinish) {
+  struct Case {
+    UpstreamKind kind;
+    std::string answer;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      // Tokens, then the stream ends without a finish or [DONE] (a truncated answer).
+      {UpstreamKind::kVllm, sse({kVllm[0], kVllm[2]}), "ended before [DONE]"},
+      {UpstreamKind::kSglang, sse({kSglangCumulative[0], kSglangCumulative[2]}),
+       "ended before [DONE]"},
+      // [DONE] before the finish.
+      {UpstreamKind::kVllm, sse({kVllm[0], "data: [DONE]"}), "[DONE] before"},
+      // Garbage mid-stream.
+      {UpstreamKind::kVllm, sse({kVllm[0], "data: {\"choices\":[{\"index\":0}]}"}), "token_ids"},
+      {UpstreamKind::kSglang, sse({kSglangCumulative[0], "data: {oops"}), "not a JSON object"},
+      // A vLLM too old for return_token_ids: text without ids.
+      {UpstreamKind::kVllm,
+       sse({R"(data: {"choices":[{"index":0,"text":"hi","finish_reason":"stop"}]})",
+            "data: [DONE]"}),
+       "token_ids"},
+      // Not HTTP at all; a 500.
+      {UpstreamKind::kSglang, "SSH-2.0-OpenSSH\r\n", ""},
+      {UpstreamKind::kVllm, http("500 Internal Server Error", R"({"error":{"message":"dead"}})"),
+       "dead"},
+  };
+  for (const Case& c : cases) {
+    Upstream up(c.answer);
+    std::vector<int32_t> tokens;
+    const engine::StreamEvent ev = through(c.kind, up, &tokens);
+    EXPECT_EQ(ev.cause, FinishCause::kError) << c.answer;
+    EXPECT_FALSE(ev.error.is_ok());
+    EXPECT_NE(ev.error.message().find(c.why), std::string::npos)
+        << c.answer << " -> " << ev.error.message();
+  }
+  // The request's own fault (a 400 from the upstream, in SGLang's error shape) is passed on
+  // as the request's error, not retried.
+  Upstream bad(http("400 Bad Request", R"({"error":{"message":"max_new_tokens bad"}})"));
+  std::vector<int32_t> tokens;
+  const engine::StreamEvent ev = through(UpstreamKind::kSglang, bad, &tokens);
+  EXPECT_EQ(ev.cause, FinishCause::kError);
+  EXPECT_EQ(ev.error.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ev.error.message(), "max_new_tokens bad");
+}
+
+}  // namespace
+}  // namespace fathom::router

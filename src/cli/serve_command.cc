@@ -47,6 +47,7 @@ struct ServeArgs {
   int64_t kv_budget_mb = 4096, max_tokens = 0, prefix_cache_mb = 1024, decoder_keep = 0;
   double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30, heartbeat = 15;
   int64_t max_step_tokens = 256;
+  int64_t kv_event_ring = 65536;
   bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
   bool no_grammar_masks_ahead = false, grammar_jump_forward = false;
   std::string speculative = "off", speculative_scheduler = "fixed";
@@ -223,6 +224,7 @@ int run_serve(const ServeArgs& a) {
   eo.grammar_masks_ahead = !a.no_grammar_masks_ahead;
   eo.grammar_jump_forward = a.grammar_jump_forward;
   eo.max_step_tokens = a.max_step_tokens;
+  eo.kv_event_ring = a.kv_event_ring;
   runner::V41Runner model_runner(**m);
   if (a.speculative == "dspark") {
     const int64_t block = model_runner.draft_block_size();
@@ -256,6 +258,7 @@ int run_serve(const ServeArgs& a) {
   so.max_connections = a.max_connections;
   so.io_threads = a.http_threads;
   so.worker_threads = a.http_threads;
+  so.kv_events = eng.kv_events();
   serve::Server server(eng, **tok, *enc, so);
   if (Status ls = server.listen(); !ls.is_ok()) {
     std::fprintf(stderr, "fathom serve: %s\n", ls.message().c_str());
@@ -354,6 +357,10 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "KV page pool in MiB (running sequences and cached prefix blocks)");
   c->add_option("--prefix-cache-mb", a->prefix_cache_mb, "Most the prefix cache may hold, MiB");
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
+  c->add_option("--kv-events-ring", a->kv_event_ring,
+                "Block changes of the prefix cache's event feed (/v1/kv_events) kept for "
+                "followers; a follower further behind resyncs from /v1/kv_snapshot. 0 = no feed")
+      ->check(CLI::NonNegativeNumber);
   c->add_flag("--no-async-scheduling", a->no_async,
               "Plan each step after the previous one finishes instead of while it computes");
   c->add_flag("--no-grammar-masks-ahead", a->no_grammar_masks_ahead,

@@ -184,16 +184,26 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   }
   stats_.store_on = opt_.store != nullptr;
   if (opt_.store) fingerprint_ = runner.fingerprint();
-  if (opt_.store && opt_.store_prefetch) {
-    cache_.set_observer([this](uint64_t hash, bool cached) {
+  const bool l1_view = opt_.store && opt_.store_prefetch;
+  if (cache_on_ && opt_.kv_event_ring > 0) {
+    kv_events_ = std::make_unique<kv::KvEventLog>(size_t(opt_.kv_event_ring));
+    kv_pending_.reserve(1024);
+  }
+  if (l1_view || kv_events_) {
+    cache_.set_observer([this, l1_view](uint64_t hash, uint64_t parent, bool cached) {
+      // Per block, not per token: appended to the step's batch (a reused buffer).
+      if (kv_events_)
+        kv_pending_.push_back(
+            {hash, parent, cached ? kv::KvEventKind::kStored : kv::KvEventKind::kRemoved});
+      if (!l1_view) return;
       std::lock_guard<std::mutex> lock(l1_mu_);
       if (cached)
         l1_view_.insert(hash);
       else
         l1_view_.erase(hash);
     });
-    prefetch_ = std::make_unique<StorePrefetcher>(opt_.store, StorePrefetcher::Limits{});
   }
+  if (l1_view) prefetch_ = std::make_unique<StorePrefetcher>(opt_.store, StorePrefetcher::Limits{});
   SchedulerOptions so;
   so.max_step_tokens = opt_.max_step_tokens;
   so.max_running = opt_.max_running;
@@ -815,6 +825,14 @@ void Engine::executor_loop() {
     Plan p;
     {
       std::unique_lock<std::mutex> lock(hmu_);
+      if (!kv_pending_.empty() && !exec_stop_ && !plan_) {
+        // Idle: the events a busy log refused at the step's end go out now (waiting for a
+        // reader's copy costs no step here).
+        lock.unlock();
+        kv_events_->publish(kv_pending_);
+        kv_pending_.clear();
+        lock.lock();
+      }
       hcv_.wait(lock, [&] { return exec_stop_ || plan_.has_value(); });
       if (!plan_) break;
       p = std::move(*plan_);
@@ -1228,6 +1246,8 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     out.deferred.push_back(std::move(s));
   }
   orphans_.clear();
+  // The step's cache changes in one go, unless a reader holds the log (then next step).
+  if (!kv_pending_.empty() && kv_events_->try_publish(kv_pending_)) kv_pending_.clear();
   const kv::PoolStats ps = pool_->stats();
   out.free_pages = pool_->available() + cache_.bytes() / pool_->page_bytes();
   auto secs = [](Clock::time_point a, Clock::time_point b) {

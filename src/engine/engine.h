@@ -52,6 +52,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/store_prefetch.h"
+#include "kv/kv_event_log.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
 #include "kv/store.h"
@@ -112,6 +113,9 @@ struct EngineOptions {
   // default.
   bool grammar_jump_forward = false;
   int64_t grammar_jump_tokens = 16;
+  // The prefix cache's event feed (kv/kv_event_log.h, served as /v1/kv_events): the block
+  // changes its ring keeps for followers. 0 = no feed.
+  int64_t kv_event_ring = 65536;
 };
 
 struct EngineStats {
@@ -186,6 +190,9 @@ class Engine : public Generator {
   std::string metrics_text() const override;
   // Stops the engine thread; in-flight requests finish with kCancelled.
   void shutdown();
+  // The prefix cache's block stored / removed events (published once a step), or null without
+  // a prefix cache or with kv_event_ring 0. Lives as long as the engine; any thread may read it.
+  const kv::KvEventLog* kv_events() const { return kv_events_.get(); }
 
  private:
   // The scheduler thread: hands the Scheduler's plans to the executor and its outcomes back.
@@ -264,6 +271,10 @@ class Engine : public Generator {
   int64_t stats_masks_in_step_ = 0, stats_masks_ahead_in_step_ = 0;  // executor only
   // executor only: siblings whose leader was cancelled before its prefill completed
   std::vector<std::shared_ptr<Sequence>> orphans_;
+  // The prefix cache's event feed and the step's changes not yet published to it (the
+  // executor's; published at the end of a step without waiting for a reader, else when idle).
+  std::unique_ptr<kv::KvEventLog> kv_events_;
+  std::vector<kv::KvBlockChange> kv_pending_;  // executor only
   // The hashes cache_ holds, kept by its observer for submit()'s prefetch (any thread).
   std::mutex l1_mu_;
   std::unordered_set<uint64_t> l1_view_;                 // guarded by l1_mu_

@@ -2,7 +2,24 @@
 
 #include <xxhash.h>
 
+#include "kv/block_format.h"
+
 namespace fathom::kv {
+
+namespace {
+
+// A chain's first block has no parent (insert() ignores the one it is given).
+uint64_t parent_of_first(int64_t index, uint64_t parent) { return index > 1 ? parent : 0; }
+
+}  // namespace
+
+uint64_t tenant_salt(std::string_view cache_salt) {
+  if (cache_salt.empty()) return 0;
+  FingerprintBuilder fb;
+  fb.add("fathom-tenant");
+  fb.add(cache_salt);
+  return fb.finish().lo | 1;
+}
 
 std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> tokens, int64_t block_tokens,
                                           uint64_t salt) {
@@ -80,7 +97,7 @@ void PrefixCache::insert(uint64_t hash, uint64_t parent, int64_t index,
   e.last_used = ++clock_;
   bytes_ += e.block->bytes();
   entries_.emplace(hash, std::move(e));
-  if (observer_) observer_(hash, true);
+  if (observer_) observer_(hash, parent_of_first(index, parent), true);
 }
 
 bool PrefixCache::evict_one(bool must_free) {
@@ -97,8 +114,9 @@ bool PrefixCache::evict_one(bool must_free) {
   }
   bytes_ -= victim->block->bytes();
   const uint64_t hash = victim->hash;
+  const uint64_t parent = parent_of_first(victim->index, victim->parent);
   entries_.erase(hash);
-  if (observer_) observer_(hash, false);
+  if (observer_) observer_(hash, parent, false);
   return true;
 }
 

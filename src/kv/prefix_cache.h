@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -35,8 +36,13 @@ class CachedBlock {
 };
 
 // The chained hash after each full block of `tokens` (block_tokens > 0), seeded with `salt`.
+// The one definition of a block's key: the prefix cache, the KV store, the KV event feed
+// (kv_event_log.h) and the router's index all use it.
 std::vector<uint64_t> prefix_block_hashes(std::span<const int32_t> tokens, int64_t block_tokens,
                                           uint64_t salt);
+// The salt of a request's block hashes from its tenant string (a request's cache_salt): a stable
+// hash (keys are shared between processes and machines), never 0; "" (no tenant) gives 0.
+uint64_t tenant_salt(std::string_view cache_salt);
 
 class PrefixCache {
  public:
@@ -70,9 +76,10 @@ class PrefixCache {
 
   int64_t bytes() const { return bytes_; }
   int64_t blocks() const { return int64_t(entries_.size()); }
-  // Called with (hash, true) after every insert and (hash, false) after every eviction, on the
-  // owner's thread (e.g. to keep a view other threads can read).
-  void set_observer(std::function<void(uint64_t hash, bool cached)> observer) {
+  // Called with (hash, parent, true) after every insert and (hash, parent, false) after every
+  // eviction (parent: the previous block of its chain, 0 for a chain's first block), on the
+  // owner's thread (e.g. to keep a view other threads can read, or to publish KV events).
+  void set_observer(std::function<void(uint64_t hash, uint64_t parent, bool cached)> observer) {
     observer_ = std::move(observer);
   }
 
@@ -85,7 +92,7 @@ class PrefixCache {
   };
   std::unordered_map<uint64_t, Entry> entries_;
   int64_t bytes_ = 0, clock_ = 0;
-  std::function<void(uint64_t, bool)> observer_;
+  std::function<void(uint64_t, uint64_t, bool)> observer_;
 };
 
 }  // namespace fathom::kv

@@ -25,10 +25,11 @@
 #include "grammar/dsml.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/token_table.h"
-#include "kv/block_format.h"
+#include "kv/prefix_cache.h"
 #include "prompt/encoder.h"
 #include "prompt/output_parser.h"
 #include "serve/http_server.h"
+#include "serve/kv_event_routes.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fathom::serve {
@@ -169,8 +170,9 @@ struct Server::Impl {
   std::vector<api::ServedModel> served;  // the names `model` may take; the first is the default
   // Each API key's default retention class (--api-key-retention).
   std::vector<std::pair<std::string, kv::RetentionClass>> key_retention;
-  int64_t started = 0;    // /v1/models' `created`
-  http::HttpServer http;  // last: its connections (and their producers) go first
+  int64_t started = 0;                       // /v1/models' `created`
+  std::unique_ptr<KvEventRoutes> kv_routes;  // with opt.kv_events; outlives its streams
+  http::HttpServer http;                     // last: its connections (and their producers) go first
 
   static http::HttpServerOptions transport_options(const ServerOptions& o) {
     http::HttpServerOptions h;
@@ -416,13 +418,9 @@ engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<i
     g.seeded = true;
   }
   g.ignore_eos = s.ignore_eos;
-  if (!s.cache_salt.empty()) {
-    // A stable hash (the KV store shares keys between processes and machines), never 0.
-    kv::FingerprintBuilder fb;
-    fb.add("fathom-tenant");
-    fb.add(s.cache_salt);
-    g.cache_salt = fb.finish().lo | 1;
-  }
+  // A stable hash (the KV store shares keys between processes and machines; a router computes
+  // the same block keys), never 0.
+  g.cache_salt = kv::tenant_salt(s.cache_salt);
   // Default and cap: what the context leaves after the prompt.
   const int64_t room = std::max<int64_t>(1, opt.context_length - int64_t(g.prompt.size()));
   const int64_t fallback = opt.default_max_tokens > 0 ? opt.default_max_tokens : room;
@@ -1157,16 +1155,35 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
         return Reply::of(std::move(r));
       },
       http::Dispatch::kInline);
+  if (im->opt.kv_events != nullptr) {
+    im->kv_routes = std::make_unique<KvEventRoutes>(*im->opt.kv_events);
+    im->kv_routes->add_to(
+        h, [im](const Request& q) { return im->unauthorized(Protocol::kCompletions, q); });
+  }
 }
 
 Server::~Server() { stop(); }
+
+void Server::add_get_json(std::string path,
+                          std::function<std::string(std::string_view query)> body) {
+  Impl* im = impl_.get();
+  im->http.route("GET", std::move(path), [im, body = std::move(body)](const Request& q) {
+    if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
+    const size_t at = q.target.find('?');
+    const std::string_view query =
+        at == std::string::npos ? std::string_view() : std::string_view(q.target).substr(at + 1);
+    return Reply::of(Response::json(200, body(query)));
+  });
+}
 
 Status Server::listen() { return impl_->http.listen(); }
 
 void Server::run() { impl_->http.run(); }
 
 void Server::stop() {
-  if (impl_) impl_->http.stop();
+  if (!impl_) return;
+  if (impl_->kv_routes) impl_->kv_routes->stop();  // followers' streams never end on their own
+  impl_->http.stop();
 }
 
 int Server::port() const { return impl_->http.port(); }

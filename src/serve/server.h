@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,6 +30,9 @@ class Generator;
 }
 namespace prompt {
 class PromptEncoder;
+}
+namespace kv {
+class KvEventLog;
 }
 }  // namespace fathom
 
@@ -66,6 +71,10 @@ struct ServerOptions {
   int io_threads = 2, worker_threads = 2;
   // /health reports the engine unhealthy when it has work and no step ended for this long.
   double health_stall_s = 60;
+  // The prefix cache's event feed (the engine's): served as GET /v1/kv_events and
+  // GET /v1/kv_snapshot (serve/kv_event_routes.h). Null: those routes are 404. Not owned: it
+  // must outlive the server.
+  const kv::KvEventLog* kv_events = nullptr;
 };
 
 class Server {
@@ -83,6 +92,9 @@ class Server {
   void stop();
   // The bound port (after listen()), for port 0.
   int port() const;
+  // An extra GET route answering 200 with the JSON `body(query string)` gives (e.g. the router's
+  // view of its index), behind the API keys. REQUIRES: before listen().
+  void add_get_json(std::string path, std::function<std::string(std::string_view query)> body);
 
   struct Impl;
 

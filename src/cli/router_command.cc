@@ -38,6 +38,7 @@ struct RouterArgs {
   int port = 8000, http_threads = 2, max_attempts = 3, max_connections = 4096;
   int64_t context_length = int64_t(1) << 20, max_tokens = 0;
   double probe_interval = 0.5, shutdown_timeout = 30, heartbeat = 15, idle_timeout = 120;
+  bool no_kv_events = false;
 };
 
 int router_fail(const std::string& m, int code = 2) {
@@ -76,6 +77,7 @@ int run_router(const RouterArgs& a) {
   ro.vocab_size = int64_t((*tok)->vocab_size());
   ro.eos_id = (*tok)->id_of("<｜end▁of▁sentence｜>");
   ro.retention = *retention;
+  ro.follow_kv_events = !a.no_kv_events;
   auto gen = router::RemoteGenerator::create(a.replicas, ro);
   if (!gen.is_ok()) return router_fail(gen.status().message());
 
@@ -98,6 +100,9 @@ int run_router(const RouterArgs& a) {
   // while any replica is up.
   so.health_stall_s = 1e18;
   serve::Server server(**gen, **tok, *enc, so);
+  router::RemoteGenerator* rg = gen->get();
+  server.add_get_json("/v1/router/kv_index",
+                      [rg](std::string_view query) { return rg->kv_index_json(query); });
   if (Status ls = server.listen(); !ls.is_ok()) return router_fail(ls.message());
   if (struct rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
@@ -143,6 +148,9 @@ void add_router_command(CLI::App& app, Runner* run) {
   c->add_option("--upstream-kind", a->upstream,
                 "The replicas' protocol: fathom (`fathom serve`, default), vllm (vLLM >= 0.10.2's "
                 "/v1/completions with return_token_ids) or sglang (SGLang's /generate)");
+  c->add_flag("--no-kv-events", a->no_kv_events,
+              "cache_aware: predict each replica's cache from the requests sent there instead of "
+              "following its KV events (/v1/kv_events; always so for vllm and sglang)");
   c->add_option("--tokenizer", a->tokenizer, "tokenizer.json (default: the fetched V4.1 fixture)");
   c->add_option("--host", a->host, "Address to bind");
   c->add_option("--port", a->port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));

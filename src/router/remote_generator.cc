@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "core/py_json.h"
+#include "kv/kv_event_wire.h"
 
 namespace fathom::router {
 namespace {
@@ -111,9 +113,19 @@ RemoteGenerator::RemoteGenerator(std::vector<Endpoint> endpoints, RemoteGenerato
   replicas_ = std::make_unique<ReplicaSet>(std::move(endpoints), opt_.probes);
   id_base_ = std::random_device{}();
   id_base_ = id_base_ << 32 ^ std::random_device{}();
+  kv_.resize(replicas_->size());
+  if (opt_.follow_kv_events && opt_.routing.policy == Policy::kCacheAware &&
+      opt_.upstream == UpstreamKind::kFathom) {
+    if (opt_.kv_follower.auth_header.empty())
+      opt_.kv_follower.auth_header = opt_.probes.auth_header;
+    for (size_t i = 0; i < replicas_->size(); ++i)
+      followers_.push_back(std::make_unique<KvEventFollower>(
+          i, *replicas_, static_cast<KvFeedTarget&>(*this), opt_.kv_follower));
+  }
 }
 
 RemoteGenerator::~RemoteGenerator() {
+  followers_.clear();
   stopping_.store(true);
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [this] { return active_ == 0; });
@@ -314,8 +326,84 @@ bool RemoteGenerator::attempt(Job& job, size_t replica) {
   }
 }
 
+void RemoteGenerator::kv_snapshot(size_t replica, const kv::KvSnapshot& snapshot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_.load_snapshot(replica, snapshot);
+  KvFeedStats& k = kv_[replica];
+  k.event_fed = true;
+  ++k.snapshot_loads;
+  k.last_event_id = snapshot.last_id;
+}
+
+void RemoteGenerator::kv_event(size_t replica, const kv::KvEvent& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_.apply_event(replica, event);
+  ++kv_[replica].events_applied;
+  kv_[replica].last_event_id = event.id;
+}
+
+void RemoteGenerator::kv_lost(size_t replica, bool resync) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resync) {
+    ++kv_[replica].resyncs;  // the view stays until the snapshot replaces it
+    return;
+  }
+  policy_.drop(replica);
+  ++kv_[replica].lost;
+}
+
+void RemoteGenerator::kv_unsupported(size_t replica) {
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_.set_predicted(replica);
+  kv_[replica].event_fed = false;
+}
+
+std::vector<KvFeedStats> RemoteGenerator::kv_feed_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<KvFeedStats> out = kv_;
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].event_fed = policy_.event_fed(i);
+    out[i].index_blocks = policy_.indexed_blocks(i);
+  }
+  return out;
+}
+
+std::string RemoteGenerator::kv_index_json(std::string_view query) const {
+  size_t only = SIZE_MAX;
+  if (query.substr(0, 8) == "replica=") {
+    only = 0;
+    for (char ch : query.substr(8)) {
+      if (ch < '0' || ch > '9') break;
+      only = only * 10 + size_t(ch - '0');
+    }
+  }
+  std::string out = "{\"replicas\":[";
+  std::lock_guard<std::mutex> lock(mu_);
+  bool first = true;
+  for (size_t i = 0; i < replicas_->size(); ++i) {
+    if (only != SIZE_MAX && i != only) continue;
+    std::vector<uint64_t> blocks;
+    if (policy_.event_fed(i)) blocks = policy_.exact_index().hashes_of(i);
+    std::sort(blocks.begin(), blocks.end());
+    if (!first) out += ',';
+    first = false;
+    out += "{\"replica\":" + std::to_string(i) + ",\"url\":\"" + replicas_->endpoint(i).url +
+           "\",\"source\":\"" + (policy_.event_fed(i) ? "events" : "predicted") +
+           "\",\"last_event_id\":" + std::to_string(kv_[i].last_event_id) +
+           ",\"index_blocks\":" + std::to_string(policy_.indexed_blocks(i)) + ",\"blocks\":[";
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      if (b > 0) out += ',';
+      out += '"' + kv::block_hash_hex(blocks[b]) + '"';
+    }
+    out += "]}";
+  }
+  out += "]}";
+  return out;
+}
+
 std::string RemoteGenerator::metrics_text() const {
   const RouterStats s = stats();
+  const std::vector<KvFeedStats> kvs = kv_feed_stats();
   const std::vector<ReplicaState> reps = replicas_->snapshot();
   std::ostringstream o;
   auto counter = [&](const char* name, const char* help, int64_t v) {
@@ -352,6 +440,25 @@ std::string RemoteGenerator::metrics_text() const {
       [](const ReplicaState& r) { return r.routed; });
   per("fathom_router_replica_failures_total", "Attempts that failed on the replica", "counter",
       [](const ReplicaState& r) { return r.failures; });
+  auto per_kv = [&](const char* name, const char* help, const char* type, auto field) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+    for (size_t i = 0; i < reps.size() && i < kvs.size(); ++i)
+      o << name << "{replica=\"" << reps[i].url << "\"} " << field(kvs[i]) << "\n";
+  };
+  per_kv("fathom_router_kv_event_fed",
+         "1 when the replica's cache-aware view follows its KV events (exact), 0 when predicted",
+         "gauge", [](const KvFeedStats& k) { return k.event_fed ? 1 : 0; });
+  per_kv("fathom_router_kv_events_applied_total", "KV events of the replica applied to the index",
+         "counter", [](const KvFeedStats& k) { return k.events_applied; });
+  per_kv("fathom_router_kv_resyncs_total",
+         "Times the replica's feed could not continue (gap, resync, restart) and was reloaded",
+         "counter", [](const KvFeedStats& k) { return k.resyncs; });
+  per_kv("fathom_router_kv_snapshot_loads_total", "Snapshots of the replica's cache loaded",
+         "counter", [](const KvFeedStats& k) { return k.snapshot_loads; });
+  per_kv("fathom_router_kv_last_event_id", "The replica's last KV event applied", "gauge",
+         [](const KvFeedStats& k) { return k.last_event_id; });
+  per_kv("fathom_router_index_blocks", "Blocks the cache-aware view of the replica holds", "gauge",
+         [](const KvFeedStats& k) { return k.index_blocks; });
   return o.str();
 }
 

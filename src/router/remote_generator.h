@@ -16,6 +16,10 @@
 // to the prompt (the stream is still uninterrupted, the output not bit-identical; README). A
 // request of n > 1 samples is retried only before its first token.
 //
+// Cache-aware routing over Fathom replicas follows each replica's KV events (one
+// KvEventFollower thread per replica, kv_event_follower.h) into the policy's exact index; other
+// upstream kinds, and replicas that publish no events, are predicted (routing_policy.h).
+//
 // Not supported through the router yet (kUnsupported, a 400 naming it): structured outputs
 // and strict tools, logprobs, the reasoning budget, stop token ids.
 //
@@ -29,10 +33,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/generator.h"
 #include "kv/retention.h"
+#include "router/kv_event_follower.h"
 #include "router/replica_set.h"
 #include "router/routing_policy.h"
 #include "router/upstream.h"
@@ -52,6 +58,17 @@ struct RemoteGeneratorOptions {
   int64_t vocab_size = 0;
   int32_t eos_id = -1;
   kv::RetentionPolicy retention;  // the class names requests carry to (fathom) replicas
+  // cache_aware on fathom replicas: follow their KV events (else: prediction only).
+  bool follow_kv_events = true;
+  KvFollowerOptions kv_follower;
+};
+
+// The KV event feed of one replica, as the router has followed it.
+struct KvFeedStats {
+  bool event_fed = false;  // its view is exact (else predicted)
+  int64_t events_applied = 0, resyncs = 0, snapshot_loads = 0, lost = 0;
+  int64_t index_blocks = 0;  // blocks its view holds now
+  uint64_t last_event_id = 0;
 };
 
 struct RouterStats {
@@ -59,7 +76,7 @@ struct RouterStats {
   int64_t prompt_blocks = 0, predicted_hit_blocks = 0, reported_cached_tokens = 0;
 };
 
-class RemoteGenerator : public engine::Generator {
+class RemoteGenerator : public engine::Generator, private KvFeedTarget {
  public:
   // kInvalidArgument for a bad replica URL; REQUIRES: replicas is not empty.
   static Result<std::unique_ptr<RemoteGenerator>> create(const std::vector<std::string>& replicas,
@@ -75,6 +92,11 @@ class RemoteGenerator : public engine::Generator {
 
   const ReplicaSet& replicas() const { return *replicas_; }
   RouterStats stats() const;
+  std::vector<KvFeedStats> kv_feed_stats() const;
+  // The cache-aware view as JSON, for GET /v1/router/kv_index: per replica its url, "source"
+  // ("events" or "predicted"), last_event_id, and its blocks (16-hex-digit hashes, sorted).
+  // `query` "replica=I" restricts it to replica I.
+  std::string kv_index_json(std::string_view query) const;
 
   struct Job;
 
@@ -84,17 +106,25 @@ class RemoteGenerator : public engine::Generator {
   // One attempt on `replica`: true when the request ended there (finished or failed for good);
   // false when the replica failed and the request should go elsewhere.
   bool attempt(Job& job, size_t replica);
+  // KvFeedTarget, from the followers' threads.
+  void kv_snapshot(size_t replica, const kv::KvSnapshot& snapshot) override;
+  void kv_event(size_t replica, const kv::KvEvent& event) override;
+  void kv_lost(size_t replica, bool resync) override;
+  void kv_unsupported(size_t replica) override;
 
   RemoteGeneratorOptions opt_;
   std::unique_ptr<ReplicaSet> replicas_;
   mutable std::mutex mu_;
-  RoutingPolicy policy_;  // guarded by mu_
-  RouterStats stats_;     // guarded by mu_
+  RoutingPolicy policy_;         // guarded by mu_
+  RouterStats stats_;            // guarded by mu_
+  std::vector<KvFeedStats> kv_;  // guarded by mu_; per replica
   std::condition_variable done_cv_;
   int64_t active_ = 0;  // guarded by mu_: request threads running
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> attempt_ids_{0};  // numbers each attempt's request id (sglang's rid)
   uint64_t id_base_ = 0;                  // random: request ids differ between routers
+  // Last: they call back into the members above, so they stop first.
+  std::vector<std::unique_ptr<KvEventFollower>> followers_;
 };
 
 }  // namespace fathom::router

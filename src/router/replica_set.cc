@@ -25,6 +25,11 @@ std::vector<ReplicaState> ReplicaSet::snapshot() const {
   return state_;
 }
 
+bool ReplicaSet::is_up(size_t i) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_[i].up;
+}
+
 bool ReplicaSet::any_up() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const ReplicaState& s : state_)

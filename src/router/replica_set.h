@@ -43,6 +43,7 @@ class ReplicaSet {
   const Endpoint& endpoint(size_t i) const { return endpoints_[i]; }
   std::vector<ReplicaState> snapshot() const;
   bool any_up() const;
+  bool is_up(size_t i) const;
   // An attempt starts on replica i (in flight, routed) and ends (failed: marked down).
   void begin(size_t i);
   void end(size_t i, bool failed);

@@ -1,8 +1,9 @@
 #include "router/routing_policy.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
+
+#include "kv/prefix_cache.h"
+#include "router/upstream.h"
 
 namespace fathom::router {
 
@@ -30,21 +31,41 @@ const char* policy_name(Policy p) {
 }
 
 RoutingPolicy::RoutingPolicy(size_t replicas, RoutingOptions options)
-    : opt_(options), index_(replicas) {}
+    : opt_(options), index_(replicas), exact_(replicas), fed_(replicas, 0) {}
 
 std::vector<uint64_t> RoutingPolicy::block_hashes(std::span<const int32_t> prompt,
                                                   uint64_t salt) const {
-  std::vector<uint64_t> out;
-  const size_t bt = size_t(opt_.block_tokens);
-  uint64_t prev = salt ^ 0x66617468'6f6d5254ull;  // "fathomRT"
-  for (size_t b = 0; bt > 0 && (b + 1) * bt <= prompt.size(); ++b) {
-    prev = XXH3_64bits_withSeed(prompt.data() + b * bt, bt * sizeof(int32_t), prev);
-    out.push_back(prev);
-  }
-  return out;
+  if (opt_.block_tokens <= 0) return {};
+  return kv::prefix_block_hashes(prompt, opt_.block_tokens, replica_block_salt(salt));
+}
+
+int64_t RoutingPolicy::indexed_blocks(size_t replica) const {
+  return fed_[replica] ? exact_.blocks(replica) : int64_t(index_[replica].size());
+}
+
+void RoutingPolicy::load_snapshot(size_t replica, const kv::KvSnapshot& snapshot) {
+  fed_[replica] = 1;
+  index_[replica].clear();
+  exact_.load(replica, snapshot.blocks);
+}
+
+void RoutingPolicy::apply_event(size_t replica, const kv::KvEvent& event) {
+  if (fed_[replica]) exact_.apply(replica, event);
+}
+
+void RoutingPolicy::drop(size_t replica) {
+  exact_.clear(replica);
+  index_[replica].clear();
+}
+
+void RoutingPolicy::set_predicted(size_t replica) {
+  if (!fed_[replica]) return;
+  fed_[replica] = 0;
+  exact_.clear(replica);
 }
 
 int64_t RoutingPolicy::matched(size_t replica, const std::vector<uint64_t>& hashes) const {
+  if (fed_[replica]) return exact_.matched(replica, hashes);
   // The chain: block b can only be cached after blocks 0..b-1, so the first miss ends it.
   const auto& idx = index_[replica];
   int64_t m = 0;
@@ -96,11 +117,16 @@ Choice RoutingPolicy::pick(std::span<const int32_t> prompt, uint64_t salt,
         pick = least();
         break;
       }
+      // Event-fed replicas: one lookup per prompt block answers them all.
+      bool any_fed = false;
+      for (const Candidate& x : c) any_fed |= fed_[x.replica] != 0;
+      if (any_fed) exact_.matched_all(hashes, matched_scratch_);
       const size_t start = size_t(rr_++ % c.size());
       double best = 0;
       for (size_t k = 0; k < c.size(); ++k) {
         const size_t i = (start + k) % c.size();
-        const int64_t m = matched(c[i].replica, hashes);
+        const int64_t m =
+            fed_[c[i].replica] ? matched_scratch_[c[i].replica] : matched(c[i].replica, hashes);
         const double cost = opt_.alpha * double(int64_t(hashes.size()) - m) + double(c[i].load);
         if (k == 0 || cost < best) best = cost, pick = i, out.predicted_hit_blocks = m;
       }
@@ -122,7 +148,7 @@ void RoutingPolicy::routed(size_t replica, std::span<const int32_t> prompt, uint
 }
 
 void RoutingPolicy::routed(size_t replica, std::span<const uint64_t> hashes) {
-  if (opt_.policy != Policy::kCacheAware) return;
+  if (opt_.policy != Policy::kCacheAware || fed_[replica]) return;
   auto& idx = index_[replica];
   for (uint64_t h : hashes) idx[h] = ++tick_;
   if (int64_t(idx.size()) > opt_.max_blocks_per_replica) forget_oldest(replica);

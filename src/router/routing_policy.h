@@ -2,14 +2,18 @@
 // cache-aware (the default): the replica whose cached prefix the prompt extends furthest,
 // weighed against its load, as SGLang's router and Dynamo's KV router do.
 //
-// The cache-aware index is the router's own: the chained hashes of the 128-token prompt
-// blocks it has sent to each replica (a bounded map per replica, the least recently routed
-// blocks forgotten first). It predicts the replica's prefix cache; it does not read it.
+// The cache-aware view of a replica is exact where the replica publishes its prefix cache's
+// KV events (`fathom serve`'s /v1/kv_events): a KvIndex (kv_index.h) fed by its snapshot and
+// events, so evictions and blocks the router did not send are seen. Where it does not (vLLM,
+// SGLang, or a Fathom replica before its first snapshot) the view is the router's prediction:
+// the chained hashes of the 128-token prompt blocks it has sent there (a bounded map per
+// replica, the least recently routed blocks forgotten first). Both use the replica's own block
+// key (kv::prefix_block_hashes with replica_block_salt, upstream.h).
 // Cost of replica r = alpha * (prompt blocks r lacks) + load_r; when the loads differ by more
 // than `imbalance_abs` requests and the most loaded has over `imbalance_rel` times the least,
 // the least loaded wins whatever its cache (the imbalance override).
 //
-// Not thread-safe: the owner serialises pick() and routed() (one short lock per request).
+// Not thread-safe: the owner serialises every call (one short lock per request or event).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +24,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/kv_event_log.h"
+#include "router/kv_index.h"
 
 namespace fathom::router {
 
@@ -56,14 +62,28 @@ class RoutingPolicy {
   // REQUIRES: candidates is not empty. `salt` separates tenants' prefixes (the cache salt).
   Choice pick(std::span<const int32_t> prompt, uint64_t salt,
               std::span<const Candidate> candidates);
-  // The request went to `replica`: its prompt blocks are now expected in its cache. The
-  // second form takes the hashes pick() returned (Choice::block_hashes) instead of hashing again.
+  // The request went to `replica`: its prompt blocks are now expected in its cache (recorded
+  // only where the view is predicted). The second form takes the hashes pick() returned
+  // (Choice::block_hashes) instead of hashing again.
   void routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt);
   void routed(size_t replica, std::span<const uint64_t> hashes);
 
-  // The chained hash of each full 128-token block of `prompt` (for tests and the bench).
+  // The chained hash of each full 128-token block of `prompt`: the keys a Fathom replica's
+  // prefix cache gives them for a request of tenant hash `salt`.
   std::vector<uint64_t> block_hashes(std::span<const int32_t> prompt, uint64_t salt) const;
-  int64_t indexed_blocks(size_t replica) const { return int64_t(index_[replica].size()); }
+  // Blocks the view of `replica` holds (exact or predicted).
+  int64_t indexed_blocks(size_t replica) const;
+
+  // The exact view (cache_aware only; the other policies ignore these). load_snapshot() makes
+  // `replica` event-fed: its view is then exactly the snapshot plus the events applied after
+  // it, and its predictions are dropped. drop() empties its view (the replica is down, or
+  // will be reloaded); set_predicted() turns it back to prediction (it serves no events).
+  void load_snapshot(size_t replica, const kv::KvSnapshot& snapshot);
+  void apply_event(size_t replica, const kv::KvEvent& event);
+  void drop(size_t replica);
+  void set_predicted(size_t replica);
+  bool event_fed(size_t replica) const { return fed_[replica] != 0; }
+  const KvIndex& exact_index() const { return exact_; }
 
  private:
   int64_t matched(size_t replica, const std::vector<uint64_t>& hashes) const;
@@ -71,6 +91,9 @@ class RoutingPolicy {
 
   RoutingOptions opt_;
   std::vector<std::unordered_map<uint64_t, uint64_t>> index_;  // per replica: hash -> last use
+  KvIndex exact_;                                              // event-fed replicas' blocks
+  std::vector<char> fed_;  // per replica: its view is exact_ (else index_)
+  std::vector<int64_t> matched_scratch_;
   uint64_t tick_ = 0;
   uint64_t rr_ = 0;
   uint64_t rng_ = 0x9E3779B97F4A7C15ull;

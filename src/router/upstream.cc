@@ -4,8 +4,20 @@
 #include <cstdio>
 
 #include "core/py_json.h"
+#include "kv/prefix_cache.h"
 
 namespace fathom::router {
+
+std::string upstream_salt_name(uint64_t salt) {
+  char s[40];
+  std::snprintf(s, sizeof s, "fathom-router-%016llx", (unsigned long long)salt);
+  return s;
+}
+
+uint64_t replica_block_salt(uint64_t salt) {
+  return salt == 0 ? 0 : kv::tenant_salt(upstream_salt_name(salt));
+}
+
 namespace {
 
 using pyjson::Value;
@@ -22,11 +34,7 @@ Value id_list(std::span<const int32_t> a, std::span<const int32_t> b = {}) {
   return v;
 }
 
-std::string salt_name(uint64_t salt) {
-  char s[40];
-  std::snprintf(s, sizeof s, "fathom-router-%016llx", (unsigned long long)salt);
-  return s;
-}
+std::string salt_name(uint64_t salt) { return upstream_salt_name(salt); }
 
 // The sampling fields every kind shares (OpenAI / vLLM / SGLang spell them alike), on `b`.
 void set_sampling(Value& b, const engine::GenerationRequest& g) {

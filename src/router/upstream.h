@@ -39,6 +39,14 @@ enum class UpstreamKind { kFathom, kVllm, kSglang };
 Result<UpstreamKind> parse_upstream_kind(std::string_view name);
 const char* upstream_kind_name(UpstreamKind kind);
 
+// The tenant string a request of tenant hash `salt` (GenerationRequest::cache_salt, nonzero)
+// carries upstream: cache_salt (fathom, vllm) or extra_key (sglang), "fathom-router-<16 hex>".
+std::string upstream_salt_name(uint64_t salt);
+// The salt a Fathom replica's prefix cache keys that request's blocks with
+// (kv::tenant_salt of upstream_salt_name; 0 for no tenant), so the router computes the very keys
+// the replica's KV events carry: kv::prefix_block_hashes(prompt, 128, replica_block_salt(salt)).
+uint64_t replica_block_salt(uint64_t salt);
+
 // kUnsupported (a 400 naming the field) when `kind` cannot serve a request of n samples like
 // `req`: sglang serves one sample per request (n > 1 would need its own seeding).
 Status check_upstream_supports(UpstreamKind kind, const engine::GenerationRequest& req, int n);

@@ -1,0 +1,131 @@
+// The router's exact index (router/kv_index.h) against an independent model — a std::set of
+// (replica, hash) — over random stores, removals, clears and loads, with hashes that collide in
+// the table (small integers, 0, all ones) and with one and three words of replica bits; and the
+// cache-aware policy choosing by the exact view once a replica is event-fed.
+#include "router/kv_index.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "kv/prefix_cache.h"
+#include "router/routing_policy.h"
+#include "router/upstream.h"
+
+namespace fathom::router {
+namespace {
+
+void expect_equal(const KvIndex& idx, const std::set<std::pair<size_t, uint64_t>>& model,
+                  const std::vector<uint64_t>& universe) {
+  for (size_t r = 0; r < idx.replicas(); ++r) {
+    std::vector<uint64_t> want;
+    for (const auto& [rr, h] : model)
+      if (rr == r) want.push_back(h);
+    std::vector<uint64_t> got = idx.hashes_of(r);
+    std::sort(got.begin(), got.end());
+    ASSERT_EQ(got, want) << "replica " << r;
+    ASSERT_EQ(idx.blocks(r), int64_t(want.size()));
+    for (uint64_t h : universe) ASSERT_EQ(idx.contains(r, h), model.count({r, h}) != 0);
+  }
+  std::vector<int64_t> all;
+  std::vector<uint64_t> chain(universe.begin(), universe.begin() + 6);
+  idx.matched_all(chain, all);
+  for (size_t r = 0; r < idx.replicas(); ++r) {
+    int64_t m = 0;
+    while (m < int64_t(chain.size()) && model.count({r, chain[size_t(m)]})) ++m;
+    ASSERT_EQ(idx.matched(r, chain), m);
+    ASSERT_EQ(all[r], m);
+  }
+}
+
+void random_ops(size_t replicas) {
+  KvIndex idx(replicas);
+  std::set<std::pair<size_t, uint64_t>> model;
+  std::vector<uint64_t> universe = {0, 1, 2, 3, ~uint64_t(0)};
+  std::mt19937_64 rng(replicas);
+  for (int i = 0; i < 3000; ++i) universe.push_back(i % 2 ? rng() : uint64_t(i) << 20);
+  for (int op = 0; op < 60000; ++op) {
+    const size_t r = rng() % replicas;
+    const uint64_t h = universe[rng() % (op < 30000 ? universe.size() : 64)];
+    const int kind = int(rng() % 100);
+    if (kind < 60) {
+      kv::KvEvent e;
+      e.kind = kv::KvEventKind::kStored;
+      e.hashes = {h};
+      idx.apply(r, e);
+      model.insert({r, h});
+    } else if (kind < 99) {
+      kv::KvEvent e;
+      e.kind = kv::KvEventKind::kRemoved;
+      e.hashes = {h};
+      idx.apply(r, e);
+      model.erase({r, h});
+    } else if (op % 2) {
+      idx.clear(r);
+      for (auto it = model.begin(); it != model.end();)
+        it = it->first == r ? model.erase(it) : ++it;
+    } else {
+      std::vector<std::pair<uint64_t, uint64_t>> snap;
+      for (size_t k = 0; k < 50; ++k) snap.push_back({universe[rng() % universe.size()], 0});
+      idx.load(r, snap);
+      for (auto it = model.begin(); it != model.end();)
+        it = it->first == r ? model.erase(it) : ++it;
+      for (const auto& [x, p] : snap) model.insert({r, x});
+    }
+    if (op % 5000 == 0) expect_equal(idx, model, universe);
+  }
+  expect_equal(idx, model, universe);
+  // Everything removed: the table is empty again.
+  for (size_t r = 0; r < replicas; ++r)
+    for (uint64_t h : universe) idx.remove(r, h);
+  EXPECT_EQ(idx.distinct_blocks(), 0);
+}
+
+TEST(KvIndex, MatchesASetModelOneWord) { random_ops(3); }
+TEST(KvIndex, MatchesASetModelThreeWords) { random_ops(130); }
+
+TEST(KvIndex, CacheAwareFollowsTheExactView) {
+  RoutingOptions o;
+  RoutingPolicy p(2, o);
+  std::vector<int32_t> prompt(128 * 4);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(i * 7 % 1000);
+  const uint64_t salt = 0x1234;
+  // The router's keys are the replica's own: kv::prefix_block_hashes under the salt the
+  // replica derives from the cache_salt string the router sends.
+  const std::vector<uint64_t> h = p.block_hashes(prompt, salt);
+  EXPECT_EQ(h, kv::prefix_block_hashes(prompt, 128, kv::tenant_salt(upstream_salt_name(salt))));
+  EXPECT_EQ(p.block_hashes(prompt, 0), kv::prefix_block_hashes(prompt, 128, 0));
+  const Candidate both[] = {{0, 0}, {1, 0}};
+  // Replica 1 is event-fed and holds three of the four blocks; replica 0 predicted, empty.
+  kv::KvSnapshot s;
+  s.blocks = {{h[0], 0}, {h[1], h[0]}, {h[2], h[1]}};
+  p.load_snapshot(1, s);
+  Choice c = p.pick(prompt, salt, both);
+  EXPECT_EQ(c.replica, 1u);
+  EXPECT_EQ(c.predicted_hit_blocks, 3);
+  p.routed(1, c.block_hashes);  // an event-fed view records no prediction
+  EXPECT_EQ(p.indexed_blocks(1), 3);
+  // The replica evicted block 2 (and so 3): the view says one block.
+  kv::KvEvent ev;
+  ev.id = 1;
+  ev.kind = kv::KvEventKind::kRemoved;
+  ev.hashes = {h[2], h[1]};
+  p.apply_event(1, ev);
+  EXPECT_EQ(p.pick(prompt, salt, both).predicted_hit_blocks, 1);
+  // Replica 0, predicted, is sent the whole prompt: its prediction now beats 1's real block.
+  p.routed(0, h);
+  c = p.pick(prompt, salt, both);
+  EXPECT_EQ(c.replica, 0u);
+  EXPECT_EQ(c.predicted_hit_blocks, 4);
+  // Down: replica 1's view is empty.
+  p.drop(1);
+  EXPECT_EQ(p.indexed_blocks(1), 0);
+  EXPECT_TRUE(p.event_fed(1));
+  p.set_predicted(1);
+  EXPECT_FALSE(p.event_fed(1));
+}
+
+}  // namespace
+}  // namespace fathom::router

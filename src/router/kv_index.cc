@@ -11,9 +11,9 @@ constexpr size_t kInitialSlots = 1024;
 
 KvIndex::KvIndex(size_t replicas)
     : words_((std::max<size_t>(replicas, 1) + 63) / 64),
+      stride_(words_ + 1),
       shift_(64 - std::countr_zero(kInitialSlots)),
-      keys_(kInitialSlots, 0),
-      masks_(kInitialSlots * words_, 0),
+      table_(kInitialSlots * stride_, 0),
       zero_bits_(words_, 0),
       counts_(replicas, 0) {}
 
@@ -23,29 +23,27 @@ bool KvIndex::empty_bits(const uint64_t* b) const {
   return true;
 }
 
-size_t KvIndex::probe(uint64_t key) const {
-  const size_t m = keys_.size() - 1;
-  size_t i = home(key);
-  while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & m;
+size_t KvIndex::probe(uint64_t k) const {
+  const size_t m = slots() - 1;
+  size_t i = home(k);
+  while (key(i) != 0 && key(i) != k) i = (i + 1) & m;
   return i;
 }
 
 const uint64_t* KvIndex::find(uint64_t hash) const {
   if (hash == 0) return zero_used_ ? zero_bits_.data() : nullptr;
   const size_t i = probe(hash);
-  return keys_[i] == 0 ? nullptr : bits(i);
+  return key(i) == 0 ? nullptr : bits(i);
 }
 
 void KvIndex::grow() {
-  std::vector<uint64_t> keys(keys_.size() * 2, 0), masks(keys.size() * words_, 0);
-  keys.swap(keys_);
-  masks.swap(masks_);
+  std::vector<uint64_t> old(table_.size() * 2, 0);
+  old.swap(table_);
   --shift_;
-  for (size_t s = 0; s < keys.size(); ++s) {
-    if (keys[s] == 0) continue;
-    const size_t i = probe(keys[s]);
-    keys_[i] = keys[s];
-    std::copy_n(&masks[s * words_], words_, bits(i));
+  for (size_t s = 0; s < old.size(); s += stride_) {
+    if (old[s] == 0) continue;
+    const size_t i = probe(old[s]);
+    std::copy_n(&old[s], stride_, &table_[i * stride_]);
   }
 }
 
@@ -57,12 +55,12 @@ void KvIndex::store(size_t r, uint64_t hash) {
     b = zero_bits_.data();
   } else {
     size_t i = probe(hash);
-    if (keys_[i] == 0) {
-      if ((used_ + 1) * 2 > keys_.size()) {
+    if (key(i) == 0) {
+      if ((used_ + 1) * 2 > slots()) {
         grow();
         i = probe(hash);
       }
-      keys_[i] = hash;
+      key(i) = hash;
       ++used_;
     }
     b = bits(i);
@@ -75,20 +73,18 @@ void KvIndex::store(size_t r, uint64_t hash) {
 
 void KvIndex::erase_slot(size_t slot) {
   // Backward shift: entries after the hole move into it unless their home lies after it.
-  const size_t m = keys_.size() - 1;
+  const size_t m = slots() - 1;
   size_t i = slot, j = slot;
   for (;;) {
     j = (j + 1) & m;
-    if (keys_[j] == 0) break;
-    const size_t k = home(keys_[j]);
+    if (key(j) == 0) break;
+    const size_t k = home(key(j));
     const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
     if (stays) continue;
-    keys_[i] = keys_[j];
-    std::copy_n(bits(j), words_, bits(i));
+    std::copy_n(&table_[j * stride_], stride_, &table_[i * stride_]);
     i = j;
   }
-  keys_[i] = 0;
-  std::fill_n(bits(i), words_, 0);
+  std::fill_n(&table_[i * stride_], stride_, 0);
   --used_;
 }
 
@@ -102,7 +98,7 @@ void KvIndex::remove(size_t r, uint64_t hash) {
     return;
   }
   const size_t i = probe(hash);
-  if (keys_[i] == 0) return;
+  if (key(i) == 0) return;
   uint64_t* b = bits(i);
   if ((b[r / 64] & bit) == 0) return;
   b[r / 64] &= ~bit;
@@ -123,17 +119,15 @@ void KvIndex::clear(size_t r) {
   zero_bits_[r / 64] &= ~bit;
   zero_used_ = !empty_bits(zero_bits_.data());
   // Rebuilt without r's bit: entries left with no replica go (rare: a replica left or resyncs).
-  std::vector<uint64_t> keys(keys_.size(), 0), masks(masks_.size(), 0);
-  keys.swap(keys_);
-  masks.swap(masks_);
+  std::vector<uint64_t> old(table_.size(), 0);
+  old.swap(table_);
   used_ = 0;
-  for (size_t s = 0; s < keys.size(); ++s) {
-    if (keys[s] == 0) continue;
-    masks[s * words_ + r / 64] &= ~bit;
-    if (empty_bits(&masks[s * words_])) continue;
-    const size_t i = probe(keys[s]);
-    keys_[i] = keys[s];
-    std::copy_n(&masks[s * words_], words_, bits(i));
+  for (size_t s = 0; s < old.size(); s += stride_) {
+    if (old[s] == 0) continue;
+    old[s + 1 + r / 64] &= ~bit;
+    if (empty_bits(&old[s + 1])) continue;
+    const size_t i = probe(old[s]);
+    std::copy_n(&old[s], stride_, &table_[i * stride_]);
     ++used_;
   }
   counts_[r] = 0;
@@ -185,8 +179,8 @@ std::vector<uint64_t> KvIndex::hashes_of(size_t r) const {
   out.reserve(size_t(counts_[r]));
   const uint64_t bit = uint64_t(1) << (r % 64);
   if (zero_used_ && (zero_bits_[r / 64] & bit) != 0) out.push_back(0);
-  for (size_t s = 0; s < keys_.size(); ++s)
-    if (keys_[s] != 0 && (masks_[s * words_ + r / 64] & bit) != 0) out.push_back(keys_[s]);
+  for (size_t s = 0; s < slots(); ++s)
+    if (key(s) != 0 && (bits(s)[r / 64] & bit) != 0) out.push_back(key(s));
   return out;
 }
 

@@ -6,7 +6,8 @@
 // here. One map operation per block change; a lookup per prompt block answers every replica.
 //
 // Open addressing (linear probing, backward-shift deletion) over power-of-two tables, at most
-// half full; each slot holds ceil(replicas / 64) words of bits. Not thread-safe: the owner
+// half full; a slot is its key followed by ceil(replicas / 64) words of bits, so an operation
+// touches one cache line. Not thread-safe: the owner
 // (RoutingPolicy, under its owner's lock) serialises every call.
 #pragma once
 
@@ -48,18 +49,21 @@ class KvIndex {
   size_t home(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> shift_); }
   // The slot holding `key`, else the empty slot where it would go. REQUIRES: key != 0.
   size_t probe(uint64_t key) const;
-  uint64_t* bits(size_t slot) { return &masks_[slot * words_]; }
-  const uint64_t* bits(size_t slot) const { return &masks_[slot * words_]; }
+  size_t slots() const { return table_.size() / stride_; }
+  uint64_t& key(size_t slot) { return table_[slot * stride_]; }
+  uint64_t key(size_t slot) const { return table_[slot * stride_]; }
+  uint64_t* bits(size_t slot) { return &table_[slot * stride_ + 1]; }
+  const uint64_t* bits(size_t slot) const { return &table_[slot * stride_ + 1]; }
   bool empty_bits(const uint64_t* b) const;
   void erase_slot(size_t slot);
   void grow();
   // The bits of `hash`, or null when no replica holds it.
   const uint64_t* find(uint64_t hash) const;
 
-  size_t words_;
+  size_t words_, stride_;
   int shift_ = 0;
-  std::vector<uint64_t> keys_;   // 0 = an empty slot (hash 0 lives in zero_bits_)
-  std::vector<uint64_t> masks_;  // words_ per slot
+  // Per slot: the key (0 = empty; hash 0 lives in zero_bits_), then words_ words of bits.
+  std::vector<uint64_t> table_;
   size_t used_ = 0;
   std::vector<uint64_t> zero_bits_;
   bool zero_used_ = false;

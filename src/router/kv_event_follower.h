@@ -8,7 +8,9 @@
 // Fathom replica) is left to prediction and asked again every few seconds.
 //
 // Owned by the RemoteGenerator, one per replica; the thread starts in the constructor and stops
-// in the destructor (within ~0.1 s). The target is called from this thread only.
+// in the destructor: within ~0.1 s while it follows the stream, else when the request under
+// way ends or times out (connect_timeout_ms, head_timeout_ms, snapshot_timeout_ms). The target
+// is called from this thread only.
 #pragma once
 
 #include <atomic>

@@ -39,6 +39,8 @@ struct RouterArgs {
   int64_t context_length = int64_t(1) << 20, max_tokens = 0;
   double probe_interval = 0.5, shutdown_timeout = 30, heartbeat = 15, idle_timeout = 120;
   bool no_kv_events = false;
+  int64_t pd_min_prompt_tokens = 256;
+  double pd_timeout = 60;
 };
 
 int router_fail(const std::string& m, int code = 2) {
@@ -72,6 +74,8 @@ int run_router(const RouterArgs& a) {
   ro.probes.probe_interval_s = a.probe_interval;
   ro.api_key = a.replica_api_key;
   ro.max_attempts = a.max_attempts;
+  ro.pd_min_prompt_tokens = a.pd_min_prompt_tokens;
+  ro.pd_timeout_ms = int(a.pd_timeout * 1000);
   ro.idle_timeout_ms = int(a.idle_timeout * 1000);
   ro.context_length = a.context_length;
   ro.vocab_size = int64_t((*tok)->vocab_size());
@@ -168,6 +172,13 @@ void add_router_command(CLI::App& app, Runner* run) {
       ->check(CLI::Range(int64_t(2), int64_t(1) << 40));
   c->add_option("--default-max-tokens", a->max_tokens,
                 "max_tokens when a request sets none (0 = what the context leaves)");
+  c->add_option("--pd-min-prompt-tokens", a->pd_min_prompt_tokens,
+                "P/D: prompts shorter than this, or of which the decode replica would prefill "
+                "fewer tokens (its cache hit subtracted), are prefilled on the decode replica")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  c->add_option("--pd-timeout", a->pd_timeout,
+                "P/D: seconds a hand-off (reservation, prefill and push) may take")
+      ->check(CLI::PositiveNumber);
   c->add_option("--max-attempts", a->max_attempts,
                 "Replicas one request may try (the first and its retries)")
       ->check(CLI::Range(1, 64));

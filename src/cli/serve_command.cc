@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "kernels/cpu_features.h"
 #include "kv/disk_store.h"
+#include "kv/memory_store.h"
 #include "kv/redis_store.h"
 #include "kv/retention.h"
 #include "kv/tiered_store.h"
@@ -28,6 +29,7 @@
 #include "model/v41.h"
 #include "prompt/encoder.h"
 #include "runner/v41_runner.h"
+#include "serve/pd_routes.h"
 #include "serve/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -56,6 +58,13 @@ struct ServeArgs {
   std::string kv_store_dir, kv_store_redis;
   double kv_store_disk_gb = 10;
   int64_t kv_store_queue_mb = 256;
+  // Prefill/decode disaggregation (serve/pd_routes.h).
+  std::string role = "both", kv_load_failure = "recompute";
+  int64_t pd_stage_mb = 1024;
+  double pd_lease_s = 30;
+  std::string pd_push_api_key;
+  bool pd_test_corrupt_push = false;
+  int pd_test_push_delay_ms = 0;
 };
 
 std::string cache_dir() {
@@ -98,6 +107,12 @@ int bad_flag(const std::string& m) {
 }
 
 int run_serve(const ServeArgs& a) {
+  auto role = serve::parse_pd_role(a.role);
+  if (!role.is_ok()) return bad_flag(role.status().message());
+  if (a.kv_load_failure != "recompute" && a.kv_load_failure != "fail")
+    return bad_flag("--kv-load-failure must be recompute or fail");
+  if (*role != serve::PdRole::kBoth && a.no_prefix_cache)
+    return bad_flag("--role " + a.role + " needs the prefix cache (it moves prefix blocks)");
   // The retention classes and the API keys' defaults, before anything slow.
   auto retention = kv::RetentionPolicy::parse(a.retention);
   if (!retention.is_ok()) return bad_flag("--retention: " + retention.status().message());
@@ -210,6 +225,17 @@ int run_serve(const ServeArgs& a) {
     std::fprintf(stderr, "fathom: KV store retention %s (default %s)\n",
                  retention->to_string().c_str(),
                  retention->name(retention->default_class()).c_str());
+  // P/D: the staging tier, first (fastest) in the store: a prefill replica's engine writes its
+  // blocks there for the push; a decode replica's pushed blocks wait there for admission.
+  kv::MemoryStore* stage = nullptr;
+  if (*role != serve::PdRole::kBoth) {
+    kv::MemoryStoreOptions mso;
+    mso.budget_bytes = a.pd_stage_mb << 20;
+    mso.accept_puts = *role == serve::PdRole::kPrefill;
+    auto ms = std::make_unique<kv::MemoryStore>(mso);
+    stage = ms.get();
+    tiers.insert(tiers.begin(), std::move(ms));
+  }
   std::unique_ptr<kv::Store> kv_store;
   if (tiers.size() == 1) kv_store = std::move(tiers.front());
   if (tiers.size() > 1) kv_store = std::make_unique<kv::TieredStore>(std::move(tiers));
@@ -259,6 +285,22 @@ int run_serve(const ServeArgs& a) {
   so.io_threads = a.http_threads;
   so.worker_threads = a.http_threads;
   so.kv_events = eng.kv_events();
+  serve::PdOptions pdo;
+  pdo.role = *role;
+  pdo.model = model_runner.fingerprint();
+  pdo.block_tokens = eo.prefix_block;
+  pdo.stage = stage;
+  pdo.store = kv_store.get();
+  pdo.retention = *retention;
+  pdo.recompute_on_failure = a.kv_load_failure == "recompute";
+  pdo.lease_s = a.pd_lease_s;
+  pdo.push_timeout_ms = int(a.pd_lease_s * 1000);
+  if (!a.pd_push_api_key.empty())
+    pdo.push_auth_header = "Authorization: Bearer " + a.pd_push_api_key + "\r\n";
+  pdo.test_corrupt_push = a.pd_test_corrupt_push;
+  pdo.test_push_delay_ms = a.pd_test_push_delay_ms;
+  serve::PdRoutes pd(eng, pdo);
+  so.pd = &pd;
   serve::Server server(eng, **tok, *enc, so);
   if (Status ls = server.listen(); !ls.is_ok()) {
     std::fprintf(stderr, "fathom serve: %s\n", ls.message().c_str());
@@ -427,6 +469,28 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--kv-store-queue-mb", a->kv_store_queue_mb,
                 "Most the KV store's writes may queue, MiB (more are dropped, never waited for)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  c->add_option("--role", a->role,
+                "P/D disaggregation role: prefill (prefills hand-offs and pushes their KV "
+                "blocks), decode (receives them and decodes) or both (default: neither)")
+      ->check(CLI::IsMember({"both", "prefill", "decode"}));
+  c->add_option("--kv-load-failure", a->kv_load_failure,
+                "decode role: a hand-off whose KV transfer failed is prefilled here "
+                "(recompute, default) or fails with a 503 (fail)")
+      ->check(CLI::IsMember({"recompute", "fail"}));
+  c->add_option("--pd-stage-mb", a->pd_stage_mb,
+                "prefill/decode roles: the in-memory staging tier of the hand-off, MiB")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
+  c->add_option("--pd-lease-seconds", a->pd_lease_s,
+                "prefill: how long pushed blocks stay pinned at most (and the push's timeout); "
+                "decode: how long a reserved room and its received blocks are kept")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--pd-push-api-key", a->pd_push_api_key,
+                "prefill: the API key sent with pushes to decode replicas");
+  c->add_flag("--pd-test-corrupt-push", a->pd_test_corrupt_push,
+              "Testing aid (prefill): alter a byte of the first pushed block object");
+  c->add_option("--pd-test-push-delay-ms", a->pd_test_push_delay_ms,
+                "Testing aid (prefill): wait this long between the prefill and the push")
+      ->check(CLI::Range(0, 600000));
   c->add_flag("--allow-forced-output", a->forced,
               "Testing aid: accept forced_output_ids (teacher-forced output tokens)");
   c->add_flag("--allow-error-injection", a->error_injection,

@@ -10,6 +10,7 @@
 
 #include "core/py_json.h"
 #include "kv/kv_event_wire.h"
+#include "router/pd_client.h"
 
 namespace fathom::router {
 namespace {
@@ -186,9 +187,15 @@ void RemoteGenerator::run(Job& job) {
   for (int a = 0; a < opt_.max_attempts; ++a) {
     if (stopping_.load() || job.all_cancelled()) break;
     const std::vector<ReplicaState> states = replicas_->snapshot();
+    auto open = [&](size_t i) {
+      return states[i].up && std::find(job.tried.begin(), job.tried.end(), i) == job.tried.end();
+    };
+    // Prefill replicas take requests only when no other replica can.
+    bool others = false;
+    for (size_t i = 0; i < states.size(); ++i) others |= open(i) && states[i].role != "prefill";
     std::vector<Candidate> cands;
     for (size_t i = 0; i < states.size(); ++i)
-      if (states[i].up && std::find(job.tried.begin(), job.tried.end(), i) == job.tried.end())
+      if (open(i) && (!others || states[i].role != "prefill"))
         cands.push_back({i, states[i].in_flight});
     if (cands.empty()) {
       if (job.last_error.empty()) job.last_error = "no replica is up";
@@ -208,8 +215,9 @@ void RemoteGenerator::run(Job& job) {
         stats_.predicted_hit_blocks += c.predicted_hit_blocks;
       }
     }
+    const std::string room = a == 0 ? handoff(job, c, states) : std::string();
     replicas_->begin(c.replica);
-    const bool done = attempt(job, c.replica);
+    const bool done = attempt(job, c.replica, room);
     replicas_->end(c.replica, !done);
     if (done) break;
     job.tried.push_back(c.replica);
@@ -231,7 +239,67 @@ void RemoteGenerator::run(Job& job) {
   }
 }
 
-bool RemoteGenerator::attempt(Job& job, size_t replica) {
+std::string RemoteGenerator::handoff(Job& job, const Choice& d,
+                                     const std::vector<ReplicaState>& states) {
+  if (opt_.upstream != UpstreamKind::kFathom || states[d.replica].role != "decode") return "";
+  std::vector<Candidate> prefill;
+  for (size_t i = 0; i < states.size(); ++i)
+    if (states[i].up && states[i].role == "prefill") prefill.push_back({i, states[i].in_flight});
+  if (prefill.empty()) return "";
+  const std::span<const int32_t> prompt(job.req.prompt);
+  const int64_t L = int64_t(prompt.size());
+  const int64_t on_d = L - d.predicted_hit_blocks * opt_.routing.block_tokens;
+  if (L < opt_.pd_min_prompt_tokens || on_d < opt_.pd_min_prompt_tokens) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.pd_local;
+    return "";
+  }
+  Choice p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    p = policy_.pick(prompt, job.req.cache_salt, prefill);
+    policy_.routed(p.replica, p.block_hashes);
+    ++stats_.pd_disaggregated;
+  }
+  char room[64];
+  std::snprintf(room, sizeof room, "pd-%016llx-%llu", (unsigned long long)id_base_,
+                (unsigned long long)attempt_ids_.fetch_add(1));
+  const std::string salt = job.req.cache_salt ? upstream_salt_name(job.req.cache_salt) : "";
+  PdCallOptions o;
+  if (!opt_.api_key.empty()) o.auth_header = "Authorization: Bearer " + opt_.api_key + "\r\n";
+  o.connect_timeout_ms = opt_.connect_timeout_ms;
+  o.timeout_ms = opt_.pd_timeout_ms;
+  const Endpoint& de = replicas_->endpoint(d.replica);
+  const auto t0 = Clock::now();
+  auto reserved = pd_reserve(de, room, prompt, salt, o);
+  if (!reserved.is_ok()) {
+    // D has no room for it (or cannot be reached: the attempt finds out): prefilled on D.
+    std::lock_guard<std::mutex> lock(mu_);
+    --stats_.pd_disaggregated;
+    ++stats_.pd_local;
+    return "";
+  }
+  replicas_->begin(p.replica);
+  auto r = pd_prefill(replicas_->endpoint(p.replica), room, prompt, salt,
+                      opt_.retention.name(job.req.retention), de.url, o);
+  // P failed (unreachable, or cut off mid-way) when the exchange itself broke; an error it
+  // answered is the transfer's failure, not P's.
+  replicas_->end(p.replica, !r.is_ok() && r.status().code() == StatusCode::kIoError);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (r.is_ok()) {
+    stats_.pd_bytes += r->bytes;
+    stats_.pd_blocks += r->blocks;
+    stats_.pd_transfer_seconds.observe(r->push_seconds);
+    stats_.pd_handoff_seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
+  } else {
+    ++stats_.pd_failed;
+    std::fprintf(stderr, "fathom router: P/D hand-off %s failed: %s\n", room,
+                 r.status().message().c_str());
+  }
+  return room;  // a failed transfer too: D follows its --kv-load-failure
+}
+
+bool RemoteGenerator::attempt(Job& job, size_t replica, const std::string& room) {
   const Endpoint& ep = replicas_->endpoint(replica);
   const bool cont = job.n == 1 && !job.generated.front().empty();
   if (cont && int64_t(job.generated.front().size()) >= job.req.max_tokens) {
@@ -248,8 +316,8 @@ bool RemoteGenerator::attempt(Job& job, size_t replica) {
   // What the upstream computes as the prompt: on vllm and sglang the output so far is on it.
   std::vector<int32_t> sent = job.req.prompt;
   if (opt_.upstream != UpstreamKind::kFathom) sent.insert(sent.end(), sofar.begin(), sofar.end());
-  const std::string auth =
-      opt_.api_key.empty() ? "" : "Authorization: Bearer " + opt_.api_key + "\r\n";
+  std::string auth = opt_.api_key.empty() ? "" : "Authorization: Bearer " + opt_.api_key + "\r\n";
+  if (!room.empty()) auth += std::string(kKvRoomHeader) + ": " + room + "\r\n";
   auto x = HttpExchange::start(ep, "POST", call.path, call.body, auth, opt_.connect_timeout_ms,
                                opt_.head_timeout_ms);
   if (!x.is_ok()) {
@@ -261,6 +329,12 @@ bool RemoteGenerator::attempt(Job& job, size_t replica) {
     auto body = ex.read_all(opt_.connect_timeout_ms);
     const std::string msg = body.is_ok() ? error_message(*body) : body.status().message();
     const int st = ex.status();
+    if (!room.empty() && st == 503 && body.is_ok() &&
+        body->find(kKvTransferFailedCode) != std::string::npos) {
+      // D runs --kv-load-failure fail: the request ends with the transfer's error; D is fine.
+      job.close_all(engine::FinishCause::kError, resource_exhausted(msg));
+      return true;
+    }
     // 404/405: not a replica of this kind at that path (a misconfigured --replica or
     // --upstream-kind): its fault.
     if (st >= 400 && st < 500 && st != 404 && st != 405 && st != 408 && st != 429) {
@@ -427,6 +501,34 @@ std::string RemoteGenerator::metrics_text() const {
   counter("fathom_router_reported_cached_tokens_total",
           "Prompt tokens the replicas reported as served from their cache",
           s.reported_cached_tokens);
+  o << "# HELP fathom_router_pd_requests_total Requests the P/D hand-off applied to: "
+       "disaggregated (prefilled on a prefill replica) or local (short or cached, prefilled on "
+       "the decode replica)\n# TYPE fathom_router_pd_requests_total counter\n"
+    << "fathom_router_pd_requests_total{mode=\"disaggregated\"} " << s.pd_disaggregated << "\n"
+    << "fathom_router_pd_requests_total{mode=\"local\"} " << s.pd_local << "\n";
+  counter("fathom_router_pd_transfer_failures_total",
+          "Hand-offs whose prefill or push failed (the decode replica recomputes or fails)",
+          s.pd_failed);
+  counter("fathom_router_pd_transfer_bytes_total", "KV bytes pushed from P to D (frames included)",
+          s.pd_bytes);
+  counter("fathom_router_pd_transfer_blocks_total", "Block objects pushed from P to D",
+          s.pd_blocks);
+  auto histogram = [&](const char* name, const char* help, const PdHistogram& h) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+    int64_t cum = 0;
+    for (size_t b = 0; b < PdHistogram::kBounds.size(); ++b) {
+      cum += h.counts[b];
+      o << name << "_bucket{le=\"" << PdHistogram::kBounds[b] << "\"} " << cum << "\n";
+    }
+    o << name << "_bucket{le=\"+Inf\"} " << h.count << "\n"
+      << name << "_sum " << h.sum << "\n"
+      << name << "_count " << h.count << "\n";
+  };
+  histogram("fathom_router_pd_transfer_seconds",
+            "Seconds P took to push a hand-off's KV blocks to D", s.pd_transfer_seconds);
+  histogram("fathom_router_pd_handoff_seconds",
+            "Seconds of a whole hand-off: D's reservation, P's prefill and push",
+            s.pd_handoff_seconds);
   auto per = [&](const char* name, const char* help, const char* type, auto field) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
     for (const ReplicaState& r : reps)
@@ -434,6 +536,10 @@ std::string RemoteGenerator::metrics_text() const {
   };
   per("fathom_router_replica_up", "1 when the replica is up (healthy and not failing)", "gauge",
       [](const ReplicaState& r) { return r.up ? 1 : 0; });
+  o << "# HELP fathom_router_replica_role The replica's P/D role as its /health reports it\n"
+       "# TYPE fathom_router_replica_role gauge\n";
+  for (const ReplicaState& r : reps)
+    o << "fathom_router_replica_role{replica=\"" << r.url << "\",role=\"" << r.role << "\"} 1\n";
   per("fathom_router_replica_in_flight", "Requests streaming from the replica", "gauge",
       [](const ReplicaState& r) { return r.in_flight; });
   per("fathom_router_replica_routed_total", "Attempts sent to the replica", "counter",

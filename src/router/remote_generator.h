@@ -20,6 +20,18 @@
 // KvEventFollower thread per replica, kv_event_follower.h) into the policy's exact index; other
 // upstream kinds, and replicas that publish no events, are predicted (routing_policy.h).
 //
+// P/D disaggregation (fathom replicas that report --role prefill / decode in /health; see
+// serve/pd_routes.h for the replica side): requests go to the decode-capable replicas as
+// above (prefill replicas take requests only when nothing else is up). When the chosen replica
+// decodes hand-offs, the prompt is at least pd_min_prompt_tokens long and the chosen replica
+// would still have to prefill at least that many of its tokens (its predicted cache hit
+// subtracted), the request is disaggregated (decode-first push): the router reserves a room on
+// D, picks P among the prefill replicas (cache-aware: the most of the prompt cached, weighed
+// against load), asks P to prefill and push the prompt's KV blocks into the room
+// (pd_client.h), then sends the request to D with the room. A failed transfer is left to D's
+// --kv-load-failure (recompute there, or a 503 kv_transfer_failed that ends the request with
+// that error; D is not marked down). Retries and continuations prefill on D.
+//
 // Not supported through the router yet (kUnsupported, a 400 naming it): structured outputs
 // and strict tools, logprobs, the reasoning budget, stop token ids.
 //
@@ -27,6 +39,7 @@
 // called from any thread. The destructor stops the requests in flight and waits for them.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -61,6 +74,25 @@ struct RemoteGeneratorOptions {
   // cache_aware on fathom replicas: follow their KV events (else: prediction only).
   bool follow_kv_events = true;
   KvFollowerOptions kv_follower;
+  // P/D: prompts shorter than this, or of which D would prefill fewer tokens, prefill on D.
+  int64_t pd_min_prompt_tokens = 256;
+  int pd_timeout_ms = 60000;  // the whole hand-off (reserve, P's prefill and push)
+};
+
+// A latency histogram of the P/D hand-off, seconds (fixed buckets; the owner guards it).
+struct PdHistogram {
+  static constexpr std::array<double, 14> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                     0.25,  0.5,    1,     2.5,  5,     10,   30};
+  std::array<int64_t, kBounds.size() + 1> counts{};  // per bucket, not cumulative
+  int64_t count = 0;
+  double sum = 0;
+  void observe(double seconds) {
+    size_t b = 0;
+    while (b < kBounds.size() && seconds > kBounds[b]) ++b;
+    ++counts[b];
+    ++count;
+    sum += seconds;
+  }
 };
 
 // The KV event feed of one replica, as the router has followed it.
@@ -74,6 +106,11 @@ struct KvFeedStats {
 struct RouterStats {
   int64_t requests = 0, attempts = 0, retries = 0, continuations = 0, failed = 0;
   int64_t prompt_blocks = 0, predicted_hit_blocks = 0, reported_cached_tokens = 0;
+  // P/D: requests disaggregated (a hand-off tried), requests that could have been but were
+  // prefilled on D (short, or mostly cached there), hand-offs whose transfer failed, bytes
+  // pushed; P's push time and the whole hand-off's time (reserve, prefill, push).
+  int64_t pd_disaggregated = 0, pd_local = 0, pd_failed = 0, pd_bytes = 0, pd_blocks = 0;
+  PdHistogram pd_transfer_seconds, pd_handoff_seconds;
 };
 
 class RemoteGenerator : public engine::Generator, private KvFeedTarget {
@@ -105,7 +142,10 @@ class RemoteGenerator : public engine::Generator, private KvFeedTarget {
   void run(Job& job);
   // One attempt on `replica`: true when the request ended there (finished or failed for good);
   // false when the replica failed and the request should go elsewhere.
-  bool attempt(Job& job, size_t replica);
+  bool attempt(Job& job, size_t replica, const std::string& room);
+  // P/D: disaggregates the request when `d` decodes hand-offs and it is worth it (see above):
+  // the room D holds the prompt's pushed blocks in ("" to prefill on D).
+  std::string handoff(Job& job, const Choice& d, const std::vector<ReplicaState>& states);
   // KvFeedTarget, from the followers' threads.
   void kv_snapshot(size_t replica, const kv::KvSnapshot& snapshot) override;
   void kv_event(size_t replica, const kv::KvEvent& event) override;

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "core/py_json.h"
+
 namespace fathom::router {
 
 ReplicaSet::ReplicaSet(std::vector<Endpoint> replicas, ReplicaSetOptions options)
@@ -66,6 +68,17 @@ void ReplicaSet::set_up(size_t i, bool up, const std::string& why) {
                  up ? "up" : "down", why.empty() ? "" : ": ", why.c_str());
 }
 
+void ReplicaSet::set_role(size_t i, std::string role) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_[i].role == role) return;
+    state_[i].role = role;
+  }
+  if (opt_.log)
+    std::fprintf(stderr, "fathom router: replica %s has the role %s\n", endpoints_[i].url.c_str(),
+                 role.c_str());
+}
+
 void ReplicaSet::probe_all() {
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     auto x = HttpExchange::start(endpoints_[i], "GET", "/health", "", opt_.auth_header,
@@ -77,6 +90,13 @@ void ReplicaSet::probe_all() {
     // The body is small; a replica that sends none in time is as good as down.
     auto body = (*x)->read_all(opt_.probe_timeout_ms, 64 * 1024);
     const bool ok = (*x)->status() == 200 && body.is_ok();
+    if (ok) {
+      auto v = pyjson::parse(*body);
+      const pyjson::Value* r = v.is_ok() && v->is_object() ? v->find("role") : nullptr;
+      set_role(i, r != nullptr && r->is_string() && (r->text == "prefill" || r->text == "decode")
+                      ? r->text
+                      : "both");
+    }
     set_up(i, ok, ok ? "" : "/health answered " + std::to_string((*x)->status()));
   }
 }

@@ -30,6 +30,9 @@ struct ReplicaState {
   int64_t in_flight = 0;
   int64_t routed = 0;    // attempts sent to it
   int64_t failures = 0;  // attempts that failed on it (connection, 5xx, stream cut)
+  // Its P/D role as its /health reports it ("prefill", "decode"; "both" when it names none,
+  // as vLLM and SGLang do).
+  std::string role = "both";
 };
 
 class ReplicaSet {
@@ -53,6 +56,7 @@ class ReplicaSet {
  private:
   void prober();
   void set_up(size_t i, bool up, const std::string& why);
+  void set_role(size_t i, std::string role);
 
   std::vector<Endpoint> endpoints_;
   ReplicaSetOptions opt_;

@@ -30,6 +30,7 @@
 #include "prompt/output_parser.h"
 #include "serve/http_server.h"
 #include "serve/kv_event_routes.h"
+#include "serve/pd_routes.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fathom::serve {
@@ -395,6 +396,7 @@ struct Server::Impl {
 
   Reply route(Protocol p, const Request& req);
   Reply completions(const Request& req);
+  const char* role_name() const;
   Reply generate(const Request& req);
   std::string metrics_text();
   Response health();
@@ -982,6 +984,19 @@ Reply Server::Impl::completions(const Request& req) {
   if (!constraint.is_ok()) return send_error(p, constraint.status());
   g.grammar = std::move(*constraint);
   const int n = std::max(1, cr->n);
+  // A P/D hand-off's request (from the router): its prompt blocks were pushed into a room
+  // here; past the gate the engine reads them from the staging tier as from the KV store.
+  if (const std::string_view room = req.header("X-Fathom-KV-Room"); !room.empty()) {
+    if (opt.pd == nullptr || opt.pd->role() != PdRole::kDecode)
+      return send_error(p, invalid_argument("X-Fathom-KV-Room: this replica does not decode "
+                                            "hand-offs (--role decode)"));
+    if (Status st = opt.pd->admit_room(room); !st.is_ok()) {
+      std::string b = "{\"error\":{\"message\":";
+      json::append_string(b, st.message());
+      b += ",\"type\":\"server_error\",\"param\":null,\"code\":\"kv_transfer_failed\"}}";
+      return Reply::of(Response::json(503, std::move(b)));
+    }
+  }
   auto streams = engine.submit_n(std::move(g), n);
   if (!streams.is_ok()) return send_error(p, streams.status());
   const std::string id = random_id("cmpl-");
@@ -1034,6 +1049,10 @@ Reply Server::Impl::generate(const Request& req) {
                         gr->stream);
 }
 
+const char* Server::Impl::role_name() const {
+  return opt.pd ? pd_role_name(opt.pd->role()) : "both";
+}
+
 Response Server::Impl::health() {
   const engine::Generator::Health h = engine.health();
   char buf[64];
@@ -1043,8 +1062,8 @@ Response Server::Impl::health() {
                                    (h.alive ? "true" : "false") +
                                    ",\"engine_stalled_seconds\":" + buf + "}");
   }
-  return Response::json(200,
-                        std::string("{\"status\":\"ok\",\"engine_stalled_seconds\":") + buf + "}");
+  return Response::json(200, std::string("{\"status\":\"ok\",\"engine_stalled_seconds\":") + buf +
+                                 ",\"role\":\"" + role_name() + "\"}");
 }
 
 std::string Server::Impl::metrics_text() {
@@ -1074,6 +1093,7 @@ std::string Server::Impl::metrics_text() {
       << "fathom_request_seconds_count " << metrics.latency_count << "\n";
   }
   o << engine.metrics_text();
+  if (opt.pd) o << opt.pd->metrics_text();
   const http::HttpServer::Stats h = http.stats();
   gauge("fathom_http_connections", "Open HTTP connections", double(h.connections));
   gauge("fathom_http_connections_total", "Accepted HTTP connections", double(h.accepted),
@@ -1155,6 +1175,16 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
         return Reply::of(std::move(r));
       },
       http::Dispatch::kInline);
+  h.route(
+      "GET", "/v1/role",
+      [im](const Request&) {
+        return Reply::of(
+            Response::json(200, std::string("{\"role\":\"") + im->role_name() + "\"}"));
+      },
+      http::Dispatch::kInline);
+  if (im->opt.pd != nullptr)
+    im->opt.pd->add_to(
+        h, [im](const Request& q) { return im->unauthorized(Protocol::kCompletions, q); });
   if (im->opt.kv_events != nullptr) {
     im->kv_routes = std::make_unique<KvEventRoutes>(*im->opt.kv_events);
     im->kv_routes->add_to(

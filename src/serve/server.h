@@ -38,6 +38,8 @@ class KvEventLog;
 
 namespace fathom::serve {
 
+class PdRoutes;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -75,6 +77,10 @@ struct ServerOptions {
   // GET /v1/kv_snapshot (serve/kv_event_routes.h). Null: those routes are 404. Not owned: it
   // must outlive the server.
   const kv::KvEventLog* kv_events = nullptr;
+  // The P/D hand-off's routes and this replica's role (serve/pd_routes.h), reported in /health
+  // and GET /v1/role; null: role "both", no hand-off routes. Not owned: it must outlive the
+  // server.
+  PdRoutes* pd = nullptr;
 };
 
 class Server {

@@ -1,0 +1,105 @@
+#include "router/pd_client.h"
+
+#include "core/json_write.h"
+#include "core/py_json.h"
+
+namespace fathom::router {
+namespace {
+
+using pyjson::Value;
+
+std::string message_of(const std::string& body) {
+  auto v = pyjson::parse(body);
+  if (v.is_ok() && v->is_object())
+    if (const Value* e = v->find("error"); e && e->is_object())
+      if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
+  return body.substr(0, 300);
+}
+
+double number(const Value& v, std::string_view key) {
+  const Value* x = v.find(key);
+  if (x == nullptr) return 0;
+  if (x->kind == Value::Kind::kFloat) return x->number;
+  int64_t i = 0;
+  return x->int_fits_int64(&i) ? double(i) : 0;
+}
+
+// One POST; the answer's status and body. kIoError when it could not be completed.
+Result<std::pair<int, std::string>> post(const Endpoint& to, std::string_view path,
+                                         std::string_view body, const PdCallOptions& o) {
+  FATHOM_ASSIGN_OR_RETURN(auto x, HttpExchange::start(to, "POST", path, body, o.auth_header,
+                                                      o.connect_timeout_ms, o.timeout_ms));
+  FATHOM_ASSIGN_OR_RETURN(std::string answer, x->read_all(o.timeout_ms, size_t(1) << 20));
+  return std::make_pair(x->status(), std::move(answer));
+}
+
+std::string prompt_body(std::string_view room, std::span<const int32_t> prompt,
+                        std::string_view cache_salt) {
+  std::string b = "{\"room\":";
+  json::append_string(b, room);
+  b += ",\"prompt\":";
+  json::append_int_array(b, prompt);
+  if (!cache_salt.empty()) {
+    b += ",\"cache_salt\":";
+    json::append_string(b, cache_salt);
+  }
+  return b;
+}
+
+}  // namespace
+
+Result<PdReservation> pd_reserve(const Endpoint& d, std::string_view room,
+                                 std::span<const int32_t> prompt, std::string_view cache_salt,
+                                 const PdCallOptions& o) {
+  const std::string body = prompt_body(room, prompt, cache_salt) + "}";
+  FATHOM_ASSIGN_OR_RETURN(auto r, post(d, "/v1/pd/reserve", body, o));
+  if (r.first != 200)
+    return Status(
+        StatusCode::kResourceExhausted,
+        d.url + " refused the room (" + std::to_string(r.first) + "): " + message_of(r.second));
+  auto v = pyjson::parse(r.second);
+  if (!v.is_ok() || !v->is_object()) return io_error(d.url + ": a reservation that is not JSON");
+  PdReservation out;
+  out.expect_blocks = int64_t(number(*v, "expect_blocks"));
+  return out;
+}
+
+Result<PdPrefillResult> pd_prefill(const Endpoint& p, std::string_view room,
+                                   std::span<const int32_t> prompt, std::string_view cache_salt,
+                                   std::string_view retention, std::string_view push_to,
+                                   const PdCallOptions& o) {
+  std::string body = prompt_body(room, prompt, cache_salt);
+  if (!retention.empty()) {
+    body += ",\"retention\":";
+    json::append_string(body, retention);
+  }
+  body += ",\"push_to\":";
+  json::append_string(body, push_to);
+  body += "}";
+  FATHOM_ASSIGN_OR_RETURN(auto r, post(p, "/v1/pd/prefill", body, o));
+  if (r.first != 200)
+    return internal_error(p.url + " (" + std::to_string(r.first) + "): " + message_of(r.second));
+  auto v = pyjson::parse(r.second);
+  if (!v.is_ok() || !v->is_object()) return io_error(p.url + ": a prefill answer that is not JSON");
+  PdPrefillResult out;
+  out.blocks = int64_t(number(*v, "blocks"));
+  out.bytes = int64_t(number(*v, "bytes"));
+  out.cached_tokens = int64_t(number(*v, "cached_tokens"));
+  out.prefill_seconds = number(*v, "prefill_seconds");
+  out.push_seconds = number(*v, "push_seconds");
+  return out;
+}
+
+Result<std::string> pd_push(const Endpoint& d, std::string_view room, std::string_view body,
+                            const PdCallOptions& o) {
+  const std::string path = "/v1/kv_push?room=" + std::string(room);
+  FATHOM_ASSIGN_OR_RETURN(auto x, HttpExchange::start(d, "POST", path, body, o.auth_header,
+                                                      o.connect_timeout_ms, o.timeout_ms));
+  FATHOM_ASSIGN_OR_RETURN(std::string answer, x->read_all(o.timeout_ms, size_t(1) << 20));
+  if (x->status() != 200)
+    return corrupt(d.url + " refused the push (" + std::to_string(x->status()) +
+                   "): " + message_of(answer));
+  return answer;
+}
+
+}  // namespace fathom::router

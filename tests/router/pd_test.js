@@ -1,0 +1,234 @@
+// Prefill/decode disaggregation end to end, on loopback: `fathom serve --role prefill` (P) and
+// `--role decode` (D) behind `fathom router`, checked against one `--role both` replica (B).
+//   - The router learns the roles from the replicas' /health.
+//   - Chat Completions, streamed and not, greedy and seeded, on prompts of 400-700 tokens (past
+//     the indexer's top-k point and several 128-token blocks): the router's answers equal B's;
+//     D prefilled only each prompt's tail (its prompt tokens minus its cache hits), received
+//     the blocks P pushed, and bytes moved.
+//   - A prompt already cached on P (sent to P directly first): P's prefill is a prefix-cache
+//     hit, the hand-off still moves the blocks, the answer equals B's.
+//   - A short prompt is prefilled on D (not disaggregated).
+//   - Transfer failures: a push altered by P (--pd-test-corrupt-push) is rejected by D's checks
+//     and, with --kv-load-failure recompute, recomputed on D (equal to B); with fail, the client
+//     gets a 503 naming the failure. P SIGKILLed after its prefill, before its push: D
+//     recomputes, equal to B.
+// Usage: node pd_test.js FATHOM NODE_MODULES
+'use strict';
+const assert = require('assert');
+const { startServer, startRouter, checker } = require('../serve/start_server.js');
+
+const [fathom] = process.argv.slice(2);
+const t = checker();
+const check = t.check;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const BLOCK = 128;
+
+async function metrics(port) {
+  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+}
+function metric(text, name) {
+  const m = text.match(new RegExp('^' + name.replace(/[{}"=.+]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
+  return m ? Number(m[1]) : 0;
+}
+async function metricOf(port, name) {
+  return metric(await metrics(port), name);
+}
+async function waitFor(fn, what, ms = 20000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await fn().catch(() => false)) return;
+    await sleep(50);
+  }
+  throw new Error('timed out waiting for ' + what);
+}
+
+// A chat request whose prompt is about `words` * 3 tokens (distinct words per seed).
+function chatBody(seed, words, extra) {
+  let s = seed * 2654435761 >>> 0;
+  const w = [];
+  for (let i = 0; i < words; i++) {
+    s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    w.push('w' + (s % 100000));
+  }
+  return { messages: [{ role: 'user', content: w.join(' ') }], max_tokens: 12,
+    temperature: 0, ...extra };
+}
+
+// The answer of a Chat Completions request: { status, text (reasoning + content), finish,
+// prompt } — streamed or not, the same shape.
+async function chat(port, body) {
+  const r = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST',
+    headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+  const raw = await r.text();
+  if (r.status !== 200) return { status: r.status, error: raw };
+  if (!body.stream) {
+    const j = JSON.parse(raw);
+    const m = j.choices[0].message;
+    return { status: 200, text: (m.reasoning_content || '') + '|' + (m.content || ''),
+      finish: j.choices[0].finish_reason, prompt: j.usage.prompt_tokens };
+  }
+  let reasoning = '', content = '', finish = null, prompt = 0, error = null;
+  for (const line of raw.split('\n')) {
+    if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+    const j = JSON.parse(line.slice(6));
+    if (j.error) error = j.error;
+    if (j.usage) prompt = j.usage.prompt_tokens;
+    for (const c of j.choices || []) {
+      reasoning += c.delta.reasoning_content || '';
+      content += c.delta.content || '';
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  if (error) return { status: 200, error: JSON.stringify(error) };
+  return { status: 200, text: reasoning + '|' + content, finish, prompt };
+}
+function tail(L) {
+  return L - BLOCK * Math.floor((L - 1) / BLOCK);
+}
+
+async function main() {
+  const procs = [];
+  const small = ['--kv-budget-mb', '512', '--prefix-cache-mb', '256'];
+  const pd = ['--pd-stage-mb', '128'];
+  try {
+    const t0 = Date.now();
+    const [b, p, d, pBad, pSlow, dFail] = await Promise.all([
+      startServer(fathom, [...small]),
+      startServer(fathom, [...small, ...pd, '--role', 'prefill']),
+      startServer(fathom, [...small, ...pd, '--role', 'decode']),
+      startServer(fathom, [...small, ...pd, '--role', 'prefill', '--pd-test-corrupt-push']),
+      startServer(fathom, [...small, ...pd, '--role', 'prefill', '--pd-test-push-delay-ms', '4000']),
+      startServer(fathom, [...small, ...pd, '--role', 'decode', '--kv-load-failure', 'fail']),
+    ]);
+    procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc);
+    const url = (s) => `http://127.0.0.1:${s.port}`;
+    const routerOf = async (pp, dd) => {
+      const r = await startRouter(fathom, ['--replica', url(pp), '--replica', url(dd)]);
+      procs.push(r.proc);
+      await waitFor(async () => {
+        const m = await metrics(r.port);
+        return metric(m, `fathom_router_replica_role{replica="${url(pp)}",role="prefill"}`) === 1 &&
+          metric(m, `fathom_router_replica_role{replica="${url(dd)}",role="decode"}`) === 1;
+      }, 'the router to learn the roles');
+      return r;
+    };
+    const [r, rBad, rFail, rSlow] = await Promise.all([routerOf(p, d), routerOf(pBad, d),
+      routerOf(pBad, dFail), routerOf(pSlow, d)]);
+    console.log(`# started 6 replicas and 4 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+
+    await check('replicas report their role in /health and /v1/role', async () => {
+      const h = await (await fetch(`${url(p)}/health`)).json();
+      assert.equal(h.status, 'ok');
+      assert.equal(h.role, 'prefill');
+      assert.equal((await (await fetch(`${url(d)}/v1/role`)).json()).role, 'decode');
+      assert.equal((await (await fetch(`${url(b)}/v1/role`)).json()).role, 'both');
+    });
+
+    const cases = [
+      ['greedy, not streamed', chatBody(1, 150, {})],
+      ['greedy, streamed', chatBody(2, 190, { stream: true, stream_options: { include_usage: true } })],
+      ['seeded, not streamed', chatBody(3, 170, { temperature: 0.9, seed: 11 })],
+      ['seeded, streamed', chatBody(4, 230, { temperature: 0.9, seed: 12, stream: true,
+        stream_options: { include_usage: true } })],
+    ];
+    let tails = 0, blocks = 0;
+    for (const [name, body] of cases) {
+      await check(`P/D equals a --role both replica: chat ${name}`, async () => {
+        const [got, want] = await Promise.all([chat(r.port, body), chat(b.port, body)]);
+        assert.equal(got.status, 200, got.error);
+        assert.ok(want.prompt > 2 * BLOCK + 114, `a long prompt (${want.prompt} tokens)`);
+        assert.equal(got.prompt, want.prompt);
+        assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+        tails += tail(want.prompt);
+        blocks += Math.floor((want.prompt - 1) / BLOCK);
+      });
+    }
+    await check('D prefilled only the tails; P pushed the blocks; bytes moved', async () => {
+      const [dm, pm, rm] = await Promise.all([metrics(d.port), metrics(p.port), metrics(r.port)]);
+      const prefilledOnD = metric(dm, 'fathom_prompt_tokens_total') -
+        metric(dm, 'fathom_prefix_cache_hit_tokens_total');
+      assert.equal(prefilledOnD, tails);
+      assert.equal(metric(dm, 'fathom_pd_received_blocks_total'), blocks);
+      assert.equal(metric(dm, 'fathom_pd_received_windows_total'), cases.length);
+      assert.equal(metric(dm, 'fathom_kv_store_hits_total'), blocks);
+      assert.equal(metric(pm, 'fathom_pd_pushed_blocks_total'), blocks);
+      assert.equal(metric(rm, 'fathom_router_pd_requests_total{mode="disaggregated"}'), cases.length);
+      const bytes = metric(rm, 'fathom_router_pd_transfer_bytes_total');
+      assert.ok(bytes > blocks * 100000, `bytes moved: ${bytes}`);
+      assert.equal(metric(pm, 'fathom_pd_pushed_bytes_total'), bytes);
+      assert.equal(metric(dm, 'fathom_pd_received_bytes_total'), bytes);
+      assert.equal(metric(rm, 'fathom_router_pd_transfer_seconds_count'), cases.length);
+      console.log(`#   ${cases.length} hand-offs: ${blocks} blocks, ${(bytes / cases.length / 1e6).toFixed(2)} MB a request`);
+    });
+
+    await check('a prompt already cached on P: a prefix-cache hit there, the blocks still move', async () => {
+      const body = chatBody(5, 200, {});
+      const warm = await chat(p.port, body);  // P serves it directly once
+      assert.equal(warm.status, 200, warm.error);
+      const before = await metricOf(p.port, 'fathom_prefix_cache_hit_tokens_total');
+      const blocksBefore = await metricOf(d.port, 'fathom_pd_received_blocks_total');
+      const [got, want] = await Promise.all([chat(r.port, body), chat(b.port, body)]);
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      const h = Math.floor((want.prompt - 1) / BLOCK);
+      assert.equal(await metricOf(p.port, 'fathom_prefix_cache_hit_tokens_total') - before, h * BLOCK);
+      assert.equal(await metricOf(d.port, 'fathom_pd_received_blocks_total') - blocksBefore, h);
+    });
+
+    await check('a short prompt is prefilled on D', async () => {
+      const body = chatBody(6, 40, {});
+      const rooms = await metricOf(d.port, 'fathom_pd_rooms_total');
+      const [got, want] = await Promise.all([chat(r.port, body), chat(b.port, body)]);
+      assert.ok(want.prompt < 256, `${want.prompt} tokens`);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      assert.equal(await metricOf(d.port, 'fathom_pd_rooms_total'), rooms);
+      assert.equal(await metricOf(r.port, 'fathom_router_pd_requests_total{mode="local"}'), 1);
+    });
+
+    await check('a corrupted push is rejected by D and recomputed there (recompute)', async () => {
+      const body = chatBody(7, 160, { temperature: 0.9, seed: 5 });
+      const [got, want] = await Promise.all([chat(rBad.port, body), chat(b.port, body)]);
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      const dm = await metrics(d.port);
+      assert.equal(metric(dm, 'fathom_pd_rejected_pushes_total'), 1);
+      assert.equal(metric(dm, 'fathom_pd_recomputed_total'), 1);
+      assert.equal(await metricOf(rBad.port, 'fathom_router_pd_transfer_failures_total'), 1);
+    });
+
+    await check('a corrupted push under --kv-load-failure fail: a clear 503, streamed or not', async () => {
+      for (const stream of [false, true]) {
+        const got = await chat(rFail.port, chatBody(8, 160, { stream }));
+        assert.equal(got.status, 503, JSON.stringify(got));
+        const e = JSON.parse(got.error).error;
+        assert.match(e.message, /KV transfer failed: the push was rejected: KV push object: KV object checksum/);
+      }
+      assert.equal(await metricOf(dFail.port, 'fathom_pd_transfer_failures_total'), 2);
+      assert.equal(await metricOf(rFail.port, `fathom_router_replica_up{replica="${url(dFail)}"}`), 1);
+    });
+
+    await check('P SIGKILLed between its prefill and its push: D recomputes, same answer', async () => {
+      const body = chatBody(9, 180, { stream: true });
+      const want = await chat(b.port, body);
+      const pending = chat(rSlow.port, body);
+      // P's engine has finished the prefill (it then waits 4 s before pushing): kill it.
+      await waitFor(async () => (await metricOf(pSlow.port, 'fathom_prompt_tokens_total')) > 0,
+        'the prefill on P');
+      pSlow.proc.kill('SIGKILL');
+      const got = await pending;
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      assert.equal(await metricOf(d.port, 'fathom_pd_recomputed_total'), 2);
+      assert.equal(await metricOf(rSlow.port, 'fathom_router_pd_transfer_failures_total'), 1);
+    });
+  } finally {
+    for (const x of procs) if (x.exitCode === null) x.kill('SIGKILL');
+  }
+  console.log(t.failures === 0 ? 'PASS' : `${t.failures} FAILED`);
+  process.exit(t.failures === 0 ? 0 : 1);
+}
+
+main().catch((e) => {
+  console.log('FAIL ' + (e && e.stack || e));
+  process.exit(1);
+});

@@ -12,6 +12,7 @@ packages=(
   libpcre2-dev libutf8proc-dev libsimdjson-dev nlohmann-json3-dev libcli11-dev
   libboost-dev libxxhash-dev libhiredis-dev redis-server redis-tools
   json-schema-test-suite python3-jsonschema
+  python3-torch python3-numpy libopenblas0-pthread
   nodejs
 )
 

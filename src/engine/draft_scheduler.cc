@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <utility>
 
 namespace fathom::engine {
@@ -11,6 +12,8 @@ double sigmoid(float c) { return 1.0 / (1.0 + std::exp(-double(c))); }
 constexpr double kDecay = 0.995;
 // The prior: as if 8 predictions at each depth had been accepted as predicted.
 constexpr double kPrior = 8.0;
+// The most of the steps' time exploring may cost while drafting does not pay.
+constexpr double kExploreShare = 0.02;
 
 using CostPoint = DraftScheduler::CostPoint;
 
@@ -128,19 +131,35 @@ bool DraftScheduler::should_draft(int64_t tokens, int64_t rows, int64_t most, in
     certain.insert(certain.end(), size_t(sequences), survive);
   }
   bool pays = repays(certain);
-  // stale-global sizes the step from the survival values of a drafted step two before
-  // (variant B): draft only when those would repay drafting too, so that a step never pays
-  // for drafts its capacity then leaves unverified.
-  if (pays && kind_ == DraftSchedule::kStaleGlobal && stale_steps_ > 0) pays = repays(sized());
+  // Drafting is paid before any draft is chosen, so it must be repaid by the drafts the step
+  // is likely to verify: those of the last drafted step (for stale-global, the drafted step
+  // two before, which sizes this one: variant B), not a certain head's.
+  if (pays && stale_steps_ > 0)
+    pays = repays(survival_values(kind_ == DraftSchedule::kStaleGlobal ? sized() : stale_[0]));
   if (pays) return true;
-  if (++since_explore_ < explore_every) return false;
+  // Exploring costs a drafting: at most kExploreShare of the steps' time, every
+  // explore_every steps at the most often.
+  const int64_t every =
+      std::max<int64_t>(explore_every, int64_t(std::ceil(drafting / (kExploreShare * cost(rows)))));
+  if (++since_explore_ < every) return false;
   since_explore_ = 0;
   exploring_ = true;
   return true;
 }
 
-const std::vector<double>& DraftScheduler::sized() const {
+const DraftScheduler::StepConfidences& DraftScheduler::sized() const {
   return stale_steps_ >= 2 ? stale_[1] : stale_[0];
+}
+
+std::vector<double> DraftScheduler::survival_values(const StepConfidences& step) const {
+  std::vector<double> out;
+  for (const std::vector<float>& conf : step) {
+    double survive = 1.0;
+    for (size_t j = 0; j < conf.size(); ++j)
+      out.push_back(survive *= acceptance(int64_t(j) + 1, conf[j]));
+  }
+  std::sort(out.begin(), out.end(), std::greater<>());
+  return out;
 }
 
 std::vector<int64_t> DraftScheduler::choose(std::span<const Candidate> candidates, int64_t tokens,
@@ -148,6 +167,7 @@ std::vector<int64_t> DraftScheduler::choose(std::span<const Candidate> candidate
   std::vector<int64_t> out(candidates.size(), 0);
   // Every candidate draft's survival probability, with its sequence.
   std::vector<std::pair<double, size_t>> live;
+  StepConfidences step;
   for (size_t r = 0; r < candidates.size(); ++r) {
     const Candidate& c = candidates[r];
     const int64_t most = std::min({c.most, drafts_, int64_t(c.confidence.size())});
@@ -155,6 +175,7 @@ std::vector<int64_t> DraftScheduler::choose(std::span<const Candidate> candidate
       out[r] = std::max<int64_t>(most, 0);
       continue;
     }
+    if (most > 0) step.emplace_back(c.confidence.begin(), c.confidence.begin() + most);
     double survive = 1.0;
     for (int64_t j = 1; j <= most; ++j)
       live.emplace_back(survive *= acceptance(j, c.confidence[size_t(j - 1)]), r);
@@ -172,12 +193,13 @@ std::vector<int64_t> DraftScheduler::choose(std::span<const Candidate> candidate
   } else {
     // The capacity from the step two before (while there is none: the newest there is, or
     // this step's own).
-    k = std::min<int64_t>(best_capacity(stale_steps_ > 0 ? sized() : values, tokens, rows),
-                          int64_t(values.size()));
-    stale_[1] = std::move(stale_[0]);
-    stale_[0] = values;
-    ++stale_steps_;
+    k = std::min<int64_t>(
+        best_capacity(stale_steps_ > 0 ? survival_values(sized()) : values, tokens, rows),
+        int64_t(values.size()));
   }
+  stale_[1] = std::move(stale_[0]);
+  stale_[0] = std::move(step);
+  ++stale_steps_;
   for (int64_t i = 0; i < k; ++i) ++out[live[size_t(i)].second];
   if (exploring_)
     for (size_t r = 0; r < candidates.size(); ++r)

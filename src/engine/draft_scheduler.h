@@ -25,9 +25,11 @@
 // uncalibrated or untrained confidence head (random weights) is corrected by what the target
 // actually accepts. Drafting has its own cost: the stages run for every drafting sequence
 // before any draft is chosen. When no confidence (the calibrated certainty) could repay that
-// and the verify rows at the step's size — for `stale-global`, also when the survival values
-// that size the step would not — the step does not draft at all, except every
-// `explore_every` steps, when each sequence verifies at least one draft, to keep measuring.
+// and the verify rows at the step's size, or when the survival values of the last drafted
+// step (for `stale-global`, of the drafted step two before, which sizes the step) would not,
+// the step does not draft at all, except to explore — every `explore_every` steps, or less
+// often when drafting is dear (at most 2% of the steps' time) — when each sequence verifies
+// at least one draft, to keep measuring.
 //
 // Owned by the Engine; used by its executor thread only.
 #pragma once
@@ -88,9 +90,13 @@ class DraftScheduler {
   // Drafts admitted from a's sorted by value (largest first) for a step of `tokens`, `rows`.
   int64_t admit_prefix(std::span<const double> sorted, int64_t tokens, int64_t rows) const;
   int64_t best_capacity(std::span<const double> sorted, int64_t tokens, int64_t rows) const;
-  // stale-global: the survival values that size this step (those of the drafted step two
-  // before, or the one before while there is only one); needs stale_steps_ > 0.
-  const std::vector<double>& sized() const;
+  // A drafted step's candidates: each sequence's confidence logits, up to its most drafts.
+  using StepConfidences = std::vector<std::vector<float>>;
+  // stale-global: the step that sizes this one (the drafted step two before, or the one
+  // before while there is only one); needs stale_steps_ > 0.
+  const StepConfidences& sized() const;
+  // A step's survival values under today's calibration, sorted (largest first).
+  std::vector<double> survival_values(const StepConfidences& step) const;
 
   DraftSchedule kind_;
   int64_t drafts_;
@@ -99,9 +105,8 @@ class DraftScheduler {
   std::array<double, kMaxDrafts> accepted_{}, predicted_{};
   int64_t since_explore_ = 0;
   bool exploring_ = false;
-  // stale-global: the survival probabilities of the last two steps' candidates, sorted
-  // (largest first); stale_[1] is the older.
-  std::array<std::vector<double>, 2> stale_;
+  // The last two drafted steps' candidates; stale_[1] is the older.
+  std::array<StepConfidences, 2> stale_;
   int64_t stale_steps_ = 0;
   static constexpr int64_t explore_every = 16;
 };

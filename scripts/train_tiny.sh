@@ -13,8 +13,8 @@ root="$(dirname "$here")"
 dir="${1:?usage: scripts/train_tiny.sh DIR}"
 fathom="${FATHOM:-$root/build/fathom}"
 tokenizer="${TOKENIZER:-$HOME/.cache/fathom/tokenizers/deepseek_v41_fixture/tokenizer.json}"
-target_steps="${TARGET_STEPS:-320}"
-dspark_steps="${DSPARK_STEPS:-150}"
+target_steps="${TARGET_STEPS:-200}"
+dspark_steps="${DSPARK_STEPS:-120}"
 py=/usr/bin/python3
 
 packages=(python3-torch python3-numpy libopenblas0-pthread fortunes)

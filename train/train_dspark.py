@@ -97,7 +97,7 @@ def main():
     ap.add_argument("--init", required=True)
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--anchors", type=int, default=32)

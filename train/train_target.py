@@ -50,7 +50,7 @@ def main():
     ap.add_argument("--init", required=True, help="random initial checkpoint (fathom mkmodel)")
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--work", required=True, help="state and log directory")
-    ap.add_argument("--steps", type=int, default=320)
+    ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)

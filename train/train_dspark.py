@@ -14,7 +14,6 @@ greedy survival. Deterministic for a seed; resumable like train_target.py.
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -25,7 +24,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from v41 import V41  # noqa: E402
-from train_target import batches, BOS  # noqa: E402
+from train_target import BOS, batches, lr_at, resume, save_state  # noqa: E402
 
 GAMMA = 5
 
@@ -122,21 +121,8 @@ def main():
     stream = np.load(os.path.join(a.corpus, "train.npy"))
     held = np.load(os.path.join(a.corpus, "heldout.npy"))
     gen = torch.Generator().manual_seed(a.seed)
-    step = 0
-    if os.path.exists(state_path):
-        st = torch.load(state_path)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        gen.set_state(st["gen"])
-        step = st["step"]
-        print(f"dspark: resumed at step {step}")
+    step = resume(state_path, model, opt, gen, "dspark")
     it = batches(stream, a.batch, a.seq, gen)
-
-    def lr_at(s):
-        if s < a.warmup:
-            return a.lr * (s + 1) / a.warmup
-        t = (s - a.warmup) / max(1, a.steps - a.warmup)
-        return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
     model.train()
     t0 = time.time()
@@ -144,7 +130,7 @@ def main():
         x = next(it)
         anchors = torch.sort(torch.randperm(a.seq - GAMMA - 2, generator=gen)[:a.anchors]).values
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr_at(step, a.lr, a.warmup, a.steps)
         loss, parts = loss_fn(*draft_terms(model, x, anchors))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -159,9 +145,7 @@ def main():
         with open(log_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
         if step % a.save_every == 0 or step == a.steps:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "gen": gen.get_state(), "step": step}, state_path + ".tmp")
-            os.replace(state_path + ".tmp", state_path)
+            save_state(state_path, model, opt, gen, step)
 
     # Calibration on held-out windows: every anchor, greedy acceptance of each draft against the
     # target's argmax (teacher-forced on the data, as in training).

@@ -35,6 +35,33 @@ def batches(stream, B, T, gen):
         yield x
 
 
+def lr_at(s, lr, warmup, steps):
+    """Linear warm-up over `warmup` steps, then cosine decay to 10% at `steps`."""
+    if s < warmup:
+        return lr * (s + 1) / warmup
+    t = (s - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def resume(state_path, model, opt, gen, tag):
+    """The step a saved state (save_state) resumes at, model, optimiser and batch generator
+    restored; 0 without one."""
+    if not os.path.exists(state_path):
+        return 0
+    st = torch.load(state_path)
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    gen.set_state(st["gen"])
+    print(f"{tag}: resumed at step {st['step']}")
+    return st["step"]
+
+
+def save_state(state_path, model, opt, gen, step):
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                "gen": gen.get_state(), "step": step}, state_path + ".tmp")
+    os.replace(state_path + ".tmp", state_path)
+
+
 def param_groups(model, wd):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -75,28 +102,15 @@ def main():
     held = np.load(os.path.join(a.corpus, "heldout.npy"))
     opt = torch.optim.AdamW(param_groups(model, a.wd), lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     gen = torch.Generator().manual_seed(a.seed)
-    step = 0
-    if os.path.exists(state_path):
-        st = torch.load(state_path)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        gen.set_state(st["gen"])
-        step = st["step"]
-        print(f"target: resumed at step {step}")
+    step = resume(state_path, model, opt, gen, "target")
     it = batches(stream, a.batch, a.seq, gen)
-
-    def lr_at(s):
-        if s < a.warmup:
-            return a.lr * (s + 1) / a.warmup
-        t = (s - a.warmup) / max(1, a.steps - a.warmup)
-        return a.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
     fq = not a.no_fake_quant
     t0 = time.time()
     while step < a.steps:
         x = next(it)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr_at(step, a.lr, a.warmup, a.steps)
         hn, _ = model(x, fake_quant_weights=fq, return_normed=True)
         targets = torch.cat([x[:, 1:], torch.full((x.shape[0], 1), -100)], 1)
         loss = head_cross_entropy(hn, model.head.weight, targets)
@@ -106,15 +120,13 @@ def main():
         opt.step()
         step += 1
         rec = {"step": step, "loss": round(loss.item(), 4), "grad_norm": round(gn.item(), 3),
-               "lr": lr_at(step - 1), "tok_s": round(step * a.batch * a.seq / (time.time() - t0), 1)}
+               "lr": lr_at(step - 1, a.lr, a.warmup, a.steps), "tok_s": round(step * a.batch * a.seq / (time.time() - t0), 1)}
         if step % 10 == 0 or step == a.steps:
             print("target:", json.dumps(rec), flush=True)
         with open(log_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
         if step % a.save_every == 0 or step == a.steps:
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "gen": gen.get_state(), "step": step}, state_path + ".tmp")
-            os.replace(state_path + ".tmp", state_path)
+            save_state(state_path, model, opt, gen, step)
     # Held-out loss of the trained weights (as served: fake-quantised).
     model.eval()
     model.fake_quant_bf16 = True

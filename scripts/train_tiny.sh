@@ -53,6 +53,7 @@ mkdir -p "$work"
     --corpus "$work/corpus" --work "$work" --steps "$dspark_steps"
 "$py" "$root/train/export.py" --init "$work/init" --state "$work/dspark_state.pt" \
   --calibration "$work/dspark_result.json" --out "$dir"
+"$py" "$root/train/draft_vocab.py" --corpus "$work/corpus" --out "$dir"
 "$fathom" inspect --model "$dir" >/dev/null
 cp "$work/corpus/heldout.jsonl" "$dir/heldout.jsonl"
 echo "$stamp" >"$dir/train_stamp"

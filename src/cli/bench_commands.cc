@@ -14,6 +14,8 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemv.h"
+#include "model/config.h"
+#include "model/draft_vocab.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
 #include "prompt/reference.h"
@@ -241,6 +243,7 @@ struct BenchDecodeArgs {
   std::string numerics = "fast";
   std::string speculative = "off";  // or "dspark": greedy speculative decoding, fixed K
   int64_t speculative_tokens = 0;   // drafts per step (0: the model's draft block)
+  int64_t draft_vocab = 0;          // the draft vocabulary's size (0: the whole vocabulary)
   int64_t batch = 1;                // sequences decoding together (forward_each + one head)
 };
 
@@ -348,6 +351,16 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   model::ModelOptions o;
   o.numerics = a.numerics == "strict" ? model::Numerics::kStrict : model::Numerics::kFast;
   o.threads = a.threads;
+  if (a.draft_vocab > 0) {
+    auto cfg = model::load_model_config_dir(a.model);
+    auto ids = cfg.is_ok() ? model::load_draft_vocabulary(a.model, a.draft_vocab, cfg->vocab_size)
+                           : Result<std::vector<int32_t>>(cfg.status());
+    if (!ids.is_ok()) {
+      std::fprintf(stderr, "fathom: %s\n", ids.status().to_string().c_str());
+      return 2;
+    }
+    o.draft_vocabulary = std::move(*ids);
+  }
   auto t_load = std::chrono::steady_clock::now();
   auto m = model::V41Model::load(a.model, o);
   if (!m.is_ok()) {
@@ -393,7 +406,7 @@ int run_bench_decode(const BenchDecodeArgs& a) {
     std::vector<float> rows(size_t((gamma + 1) * V));
     const auto t_dec = std::chrono::steady_clock::now();
     while (emitted < a.decode_tokens) {
-      Status s = (*m)->draft(*st, next, &d);
+      Status s = (*m)->draft(*st, next, &d, false);  // ids only, as the engine drafts
       std::vector<int32_t> in = {next};
       const int64_t n = std::min(
           {gamma, a.decode_tokens - emitted - 1, (*m)->max_decode_rows(*st, gamma + 1) - 1});
@@ -526,6 +539,10 @@ void add_bench_commands(CLI::App& app, Runner* run) {
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
   d->add_option("--speculative-tokens", dargs->speculative_tokens,
                 "Drafts verified per step (default: the model's draft block)")
+      ->check(CLI::PositiveNumber);
+  d->add_option("--speculative-draft-vocab", dargs->draft_vocab,
+                "The draft stages propose only the N most frequent ids of the checkpoint's "
+                "dspark_draft_vocab.json")
       ->check(CLI::PositiveNumber);
   d->callback([dargs, run] { *run = [dargs] { return run_bench_decode(*dargs); }; });
 

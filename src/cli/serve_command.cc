@@ -25,6 +25,8 @@
 #include "kv/redis_store.h"
 #include "kv/retention.h"
 #include "kv/tiered_store.h"
+#include "model/config.h"
+#include "model/draft_vocab.h"
 #include "model/mkmodel.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
@@ -53,7 +55,8 @@ struct ServeArgs {
   bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
   bool no_grammar_masks_ahead = false, grammar_jump_forward = false;
   std::string speculative = "off", speculative_scheduler = "fixed";
-  int64_t speculative_tokens = 0;  // 0: the model's draft block
+  int64_t speculative_tokens = 0;       // 0: the model's draft block
+  int64_t speculative_draft_vocab = 0;  // 0: the whole vocabulary
   bool error_injection = false;
   std::string kv_store_dir, kv_store_redis;
   double kv_store_disk_gb = 10;
@@ -169,6 +172,15 @@ int run_serve(const ServeArgs& a) {
   mo.numerics = a.numerics == "strict" ? model::Numerics::kStrict : model::Numerics::kFast;
   mo.threads = a.threads;
   mo.tokenizer_path = tok_path;
+  if (a.speculative_draft_vocab > 0) {
+    if (a.speculative != "dspark")
+      return fail(invalid_argument("--speculative-draft-vocab needs --speculative dspark"));
+    auto cfg = model::load_model_config_dir(model_dir);
+    if (!cfg.is_ok()) return fail(cfg.status());
+    auto ids = model::load_draft_vocabulary(model_dir, a.speculative_draft_vocab, cfg->vocab_size);
+    if (!ids.is_ok()) return fail(ids.status());
+    mo.draft_vocabulary = std::move(*ids);
+  }
   // Loading maps the checkpoint and reads every weight page once, with a progress bar on a
   // terminal (a line at the end otherwise).
   const bool tty = isatty(2);
@@ -418,6 +430,11 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--speculative-tokens", a->speculative_tokens,
                 "Draft tokens verified per step with --speculative dspark (default: the model's "
                 "draft block, 5 on V4.1)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--speculative-draft-vocab", a->speculative_draft_vocab,
+                "With --speculative dspark: the draft stages propose only the N most frequent "
+                "ids of the checkpoint's dspark_draft_vocab.json (their head reads N rows "
+                "instead of the vocabulary; the output is unchanged, the acceptance may drop)")
       ->check(CLI::PositiveNumber);
   c->add_option("--speculative-scheduler", a->speculative_scheduler,
                 "How many drafts each step verifies: fixed (all of them), prefix (the paper's "

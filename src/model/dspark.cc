@@ -9,7 +9,8 @@
 //   query sees the filled ring slots (slot order) and all 5 block entries.
 // - hidden = hc_pre(stage-2 streams, the last FFN-site pre), logits = head(mtp_norm(hidden)).
 // - Draft k: logits_k += fp32(markov_head · markov_embed[prev]) (prev = the previous id of the
-//   block, the main token first), id = argmax (ties to the lower id), confidence_k =
+//   block, the main token first), id = argmax (ties to the lower id; over the draft
+//   vocabulary when the model has one and only ids are asked for), confidence_k =
 //   fp32(proj · [hidden_k (before the norm), markov_embed[prev]]), divided by the config's
 //   dspark_confidence_temperatures[k] when it has them (Fathom's calibration, not the ref).
 #include <algorithm>
@@ -36,15 +37,16 @@ using detail::rmsnorm;
 using detail::RowPositions;
 using detail::window_kv;
 
-Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out) const {
+Status V41Model::draft(SequenceState& st, int32_t main_token, DraftResult* out,
+                       bool with_logits) const {
   if (out == nullptr) return invalid_argument("draft needs a DraftResult");
   SequenceState* const states[] = {&st};
-  return draft_each(states, std::span(&main_token, 1), std::span(out, 1)).front();
+  return draft_each(states, std::span(&main_token, 1), std::span(out, 1), with_logits).front();
 }
 
 std::vector<Status> V41Model::draft_each(std::span<SequenceState* const> states,
                                          std::span<const int32_t> main_tokens,
-                                         std::span<DraftResult> out) const {
+                                         std::span<DraftResult> out, bool with_logits) const {
   const ModelWeights& W = *w_;
   const ModelConfig& c = W.cfg;
   std::vector<Status> status(states.size());
@@ -149,11 +151,17 @@ std::vector<Status> V41Model::draft_each(std::span<SequenceState* const> states,
 
   // The head over every sequence's rows: the stage-2 streams reduced with the last pre, mtp
   // norm, the shared head.
-  std::vector<float> h(size_t(T * D)), hn(size_t(T * D)), logits(size_t(T * V));
+  // Asked for ids alone, with a draft vocabulary: the head's rows of those ids only, and
+  // `logits` / the Markov head / `V` below are over that vocabulary (ids mapped back at the end).
+  const bool subset = !with_logits && !W.draft_ids.empty();
+  const int64_t Vd = subset ? int64_t(W.draft_ids.size()) : V;
+  std::vector<float> h(size_t(T * D)), hn(size_t(T * D)), logits(size_t(T * Vd));
   for (int64_t i = 0; i < T; ++i)
     hc_pre(&pre[size_t(i * 4)], &X[size_t(i * 4 * D)], D, &h[size_t(i * D)]);
   rmsnorm(ex, h.data(), W.mtp_norm, T, eps, hn.data());
-  kernels::Bf16Matrix head{W.head, V, D};
+  kernels::Bf16Matrix head{subset ? W.draft_head.data() : W.head, Vd, D};
+  const float* markov_head = subset ? W.draft_markov_head.data() : W.markov_head.data();
+  const double* markov_norms = subset ? W.draft_markov_norms.data() : W.markov_head_norms.data();
   if (ex.fast)
     kernels::cpu::matmul_bf16(head, hn.data(), T, logits.data(), ex.pool);
   else
@@ -162,22 +170,36 @@ std::vector<Status> V41Model::draft_each(std::span<SequenceState* const> states,
   // Per sequence, sequential greedy sampling with the Markov bias of the previous token.
   auto sample = [&](int64_t g) {
     DraftResult& d = out[drafting[size_t(g)]];
-    d.logits.assign(logits.begin() + g * B * V, logits.begin() + (g + 1) * B * V);
+    if (with_logits)  // (then Vd == V)
+      d.logits.assign(logits.begin() + g * B * V, logits.begin() + (g + 1) * B * V);
+    else
+      d.logits.clear();
+    std::vector<float> scratch;  // strict numerics without with_logits
     d.ids.assign(size_t(B + 1), 0);
     d.ids[0] = main_tokens[drafting[size_t(g)]];
     d.confidence.assign(size_t(B), 0.0f);
     for (int64_t i = 0; i < B; ++i) {
       const int32_t prev = d.ids[size_t(i)];
       const float* me = &W.markov_embed[size_t(prev) * size_t(R)];
-      float* lg = &d.logits[size_t(i * V)];
-      // The same bits either way (kernels/markov.h).
-      if (ex.fast)
-        kernels::cpu::markov_bias(W.markov_head.data(), V, R, me, lg);
-      else
-        kernels::ref::markov_bias(W.markov_head.data(), V, R, me, lg);
       int32_t best = 0;
-      for (int64_t v = 1; v < V; ++v)
-        if (lg[v] > lg[best]) best = int32_t(v);
+      const float* row = &logits[size_t((g * B + i) * Vd)];
+      if (with_logits) {
+        float* lg = &d.logits[size_t(i * V)];
+        // The same bits either way (kernels/markov.h).
+        if (ex.fast)
+          kernels::cpu::markov_bias(markov_head, V, R, me, lg);
+        else
+          kernels::ref::markov_bias(markov_head, V, R, me, lg);
+        for (int64_t v = 1; v < V; ++v)
+          if (lg[v] > lg[best]) best = int32_t(v);
+      } else if (ex.fast) {
+        // The same id without the vocabulary-wide bias (kernels/markov.h).
+        best = kernels::cpu::markov_argmax(markov_head, markov_norms, Vd, R, me, row);
+      } else {
+        scratch.resize(size_t(Vd));
+        best = kernels::ref::markov_argmax(markov_head, Vd, R, me, row, scratch.data());
+      }
+      if (subset) best = W.draft_ids[size_t(best)];
       d.ids[size_t(i + 1)] = best;
       const float* hx = &h[size_t((g * B + i) * D)];
       double acc = 0;

@@ -14,6 +14,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/dot.h"
 #include "kernels/gemv.h"
+#include "kernels/markov.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "model/attention.h"
@@ -965,6 +966,28 @@ Result<std::unique_ptr<V41Model>> V41Model::load(const std::string& dir,
                                                         {c.vocab_size, c.dspark_markov_rank}));
     FATHOM_ASSIGN_OR_RETURN(W.markov_head, bf16_values(*W.ck, p + "markov_head.head.weight",
                                                        {c.vocab_size, c.dspark_markov_rank}));
+    W.markov_head_norms.resize(size_t(c.vocab_size));
+    kernels::markov_row_norms(W.markov_head.data(), c.vocab_size, c.dspark_markov_rank,
+                              W.markov_head_norms.data());
+    if (!options.draft_vocabulary.empty()) {
+      std::vector<int32_t> ids = options.draft_vocabulary;
+      std::sort(ids.begin(), ids.end());
+      if (std::adjacent_find(ids.begin(), ids.end()) != ids.end() || ids.front() < 0 ||
+          ids.back() >= c.vocab_size)
+        return invalid_argument("the draft vocabulary must list distinct ids in [0, " +
+                                std::to_string(c.vocab_size) + ")");
+      const int64_t R = c.dspark_markov_rank, n = int64_t(ids.size());
+      W.draft_head.resize(size_t(n * D));
+      W.draft_markov_head.resize(size_t(n * R));
+      W.draft_markov_norms.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t id = ids[size_t(i)];
+        std::copy_n(W.head + id * D, D, &W.draft_head[size_t(i * D)]);
+        std::copy_n(&W.markov_head[size_t(id * R)], R, &W.draft_markov_head[size_t(i * R)]);
+        W.draft_markov_norms[size_t(i)] = W.markov_head_norms[size_t(id)];
+      }
+      W.draft_ids = std::move(ids);
+    }
     FATHOM_ASSIGN_OR_RETURN(W.confidence, bf16_values(*W.ck, p + "confidence_head.proj.weight",
                                                       {1, D + c.dspark_markov_rank}));
   }

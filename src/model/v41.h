@@ -59,6 +59,10 @@ struct ModelOptions {
   // checkpoint in from disk), calling `progress(bytes_done, bytes_total)` as it goes.
   bool prefault = false;
   std::function<void(int64_t done, int64_t total)> progress;
+  // DSpark's draft vocabulary (model/draft_vocab.h): distinct ids the draft stages may propose
+  // when only ids are asked for (draft(..., with_logits = false), the engine's call); empty:
+  // the whole vocabulary.
+  std::vector<int32_t> draft_vocabulary;
 };
 
 // What a forward can record for tests and tools. Rows are the chunk's tokens.
@@ -75,11 +79,12 @@ struct ForwardTrace {
 };
 
 // DSpark's output for one step: ids = [main token, block_size greedy draft tokens], the
-// draft logits as the reference returns them (Markov bias included) and the confidence
-// logits (before the sigmoid).
+// draft logits as the reference returns them (Markov bias included; only when asked for: the
+// engine needs the ids alone, which fast numerics then find without the vocabulary-wide bias,
+// kernels/markov.h) and the confidence logits (before the sigmoid).
 struct DraftResult {
   std::vector<int32_t> ids;       // block_size + 1
-  std::vector<float> logits;      // [block_size, vocab]
+  std::vector<float> logits;      // [block_size, vocab], or empty without with_logits
   std::vector<float> confidence;  // [block_size]
 };
 
@@ -200,15 +205,16 @@ class V41Model {
   // it writes the DSpark inputs of every token forwarded since the previous draft (at most
   // the last window of them) into the stages' rings; drafting leaves no other trace in the
   // state, so a rejected draft needs no rollback.
-  Status draft(SequenceState& state, int32_t main_token, DraftResult* out) const;
+  Status draft(SequenceState& state, int32_t main_token, DraftResult* out,
+               bool with_logits = true) const;
   // draft() of several sequences at once: the stages' row-wise work (mixes, norms,
   // projections, experts) and the head run over every sequence's block together (each weight
   // read once for all), each sequence's attention over its own rings: bit for bit what draft()
   // gives each alone. A sequence that fails (its token, a ring's pages) gets its error and the
   // others go on.
   std::vector<Status> draft_each(std::span<SequenceState* const> states,
-                                 std::span<const int32_t> main_tokens,
-                                 std::span<DraftResult> out) const;
+                                 std::span<const int32_t> main_tokens, std::span<DraftResult> out,
+                                 bool with_logits = true) const;
 
   // Speculative verification's undo. mark_rows(s, n) opens a mark before forwarding up to n
   // rows in all (decode rows past the prompt's end; 1 <= n <= the window); keep_rows(s, k)

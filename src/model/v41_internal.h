@@ -69,6 +69,13 @@ struct ModelWeights {
   // DSpark
   kernels::Fp8Matrix main_proj{};
   std::vector<float> main_norm, mtp_norm, markov_embed, markov_head, confidence;
+  std::vector<double> markov_head_norms;  // kernels::markov_row_norms(markov_head)
+  // The draft vocabulary (ModelOptions::draft_vocabulary; empty: the whole vocabulary): its
+  // ids ascending and, in that order, their head rows, Markov head rows and row norms.
+  std::vector<int32_t> draft_ids;
+  std::vector<uint16_t> draft_head;  // [n, dim] bf16
+  std::vector<float> draft_markov_head;
+  std::vector<double> draft_markov_norms;
 };
 
 struct SequenceState {

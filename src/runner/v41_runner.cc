@@ -70,7 +70,7 @@ int64_t V41Runner::draft_block_size() const {
 Status V41Runner::draft(engine::RunnerSequence& s, int32_t main_token, std::vector<int32_t>* drafts,
                         std::vector<float>* confidence) const {
   model::DraftResult d;
-  FATHOM_RETURN_IF_ERROR(model_.draft(state(s), main_token, &d));
+  FATHOM_RETURN_IF_ERROR(model_.draft(state(s), main_token, &d, false));
   drafts->assign(d.ids.begin() + 1, d.ids.end());
   confidence->assign(d.confidence.begin(), d.confidence.end());
   return Status::ok();
@@ -84,7 +84,7 @@ std::vector<Status> V41Runner::draft_each(std::span<engine::RunnerSequence* cons
   raw.reserve(states.size());
   for (engine::RunnerSequence* s : states) raw.push_back(&state(*s));
   std::vector<model::DraftResult> d(states.size());
-  std::vector<Status> out = model_.draft_each(raw, main_tokens, d);
+  std::vector<Status> out = model_.draft_each(raw, main_tokens, d, false);
   for (size_t i = 0; i < states.size(); ++i) {
     if (!out[i].is_ok()) continue;
     drafts[i].assign(d[i].ids.begin() + 1, d[i].ids.end());

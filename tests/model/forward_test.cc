@@ -4,6 +4,7 @@
 // experts of every case — full prefill, chunked prefill and incremental decode — bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kv/page_pool.h"
+#include "model/draft_vocab.h"
 #include "model/npy.h"
 #include "model/rope.h"
 #include "model/v41.h"
@@ -568,7 +570,8 @@ TEST(Fast, ForwardEachKeepsGoingPastAFailedSequence) {
 }
 
 // Several sequences drafted at once (draft_each: the stages' row-wise work and the head over
-// all of them) get bit for bit what draft() gives each alone — ids, confidences and logits —,
+// all of them) get bit for bit what draft() gives each alone — ids, confidences and logits,
+// and the same ids and confidences when only the ids are asked for —,
 // twice in a row (the rings take the rows forwarded in between), and a sequence with a main
 // token outside the vocabulary gets its error while the others go on.
 TEST(Fast, DraftEachEqualsDraftAlone) {
@@ -601,6 +604,13 @@ TEST(Fast, DraftEachEqualsDraftAlone) {
       EXPECT_EQ(got[i].ids, want.ids) << "sequence " << i << " round " << round;
       EXPECT_EQ(bit_differences(got[i].confidence, want.confidence), 0u) << i;
       EXPECT_EQ(bit_differences(got[i].logits, want.logits), 0u) << i;
+      // Ids alone (the engine's call) come from the pruned argmax (kernels/markov.h): the same
+      // ids and confidences as the full Markov bias gives. Drafting again is harmless.
+      DraftResult ids_only;
+      ASSERT_TRUE(m.draft(*alone[k], main[i], &ids_only, false).is_ok());
+      EXPECT_EQ(ids_only.ids, want.ids) << "sequence " << i << " round " << round;
+      EXPECT_EQ(bit_differences(ids_only.confidence, want.confidence), 0u) << i;
+      EXPECT_TRUE(ids_only.logits.empty());
     }
     // Forward one more token each before the next round (it enters the rings then).
     for (size_t k = 0; k < prompts.size(); ++k) {
@@ -785,6 +795,100 @@ TEST(Dspark, ConfidenceTemperaturesDivideEachDraftsLogit) {
   cfg["dspark_confidence_temperatures"] = {1.0, 2.0, 0.0, 1.0, 1.0};
   std::ofstream(dir + "/inference/config.json") << cfg.dump();
   EXPECT_FALSE(V41Model::load(dir).is_ok());
+}
+
+// A draft vocabulary (model/draft_vocab.h) makes the stages propose the argmax over its ids
+// of the very logits the whole vocabulary gives (draft() with logits, the reference's
+// computation): with every draft's id in it the drafts are unchanged; without the first
+// draft's id, the first draft is the best of the rest. Strict and fast numerics alike.
+TEST(Dspark, DraftVocabularyProposesTheBestOfItsIds) {
+  const std::vector<int32_t> tokens = tokens_of("decode_9_33");
+  const int64_t V = 1024;
+  for (Numerics numerics : {Numerics::kStrict, Numerics::kFast}) {
+    ModelOptions o;
+    o.numerics = numerics;
+    auto base = V41Model::load(data(""), o);
+    ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+    auto prefill = [&](const V41Model& m, int32_t* main) {
+      auto st = m.new_sequence();
+      std::vector<float> logits(size_t(9 * V));
+      EXPECT_TRUE(m.forward(*st, std::span(tokens).first(9), logits.data()).is_ok());
+      *main = argmax_1024(&logits[size_t(8 * V)]);
+      return st;
+    };
+    int32_t main = 0;
+    DraftResult full;
+    auto base_state = prefill(**base, &main);
+    ASSERT_TRUE((*base)->draft(*base_state, main, &full).is_ok());
+    ASSERT_EQ(full.logits.size(), size_t(5 * V));
+
+    std::vector<int32_t> with_drafts(full.ids.begin() + 1, full.ids.end());
+    for (int32_t v = 0; v < V; v += 3)
+      if (std::find(with_drafts.begin(), with_drafts.end(), v) == with_drafts.end())
+        with_drafts.push_back(v);
+    std::vector<int32_t> without_first;
+    for (int32_t v = V - 1; v >= 0; --v)
+      if (v != full.ids[1]) without_first.push_back(v);
+    // The best of `without_first` in the first draft's logits, ties to the lower id.
+    int32_t runner_up = -1;
+    for (int32_t v = 0; v < V; ++v)
+      if (v != full.ids[1] &&
+          (runner_up < 0 || full.logits[size_t(v)] > full.logits[size_t(runner_up)]))
+        runner_up = v;
+
+    for (int variant = 0; variant < 2; ++variant) {
+      o.draft_vocabulary = variant == 0 ? with_drafts : without_first;
+      auto m = V41Model::load(data(""), o);
+      ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+      int32_t main2 = 0;
+      auto st = prefill(**m, &main2);
+      ASSERT_EQ(main2, main);
+      DraftResult got, again;
+      ASSERT_TRUE((*m)->draft(*st, main, &got, false).is_ok());
+      EXPECT_TRUE(got.logits.empty());
+      EXPECT_EQ(got.confidence[0], full.confidence[0]);  // the main token's Markov row
+      if (variant == 0) {
+        EXPECT_EQ(got.ids, full.ids) << int(numerics);
+        EXPECT_EQ(bit_differences(got.confidence, full.confidence), 0u);
+      } else {
+        EXPECT_EQ(got.ids[1], runner_up) << int(numerics);
+      }
+      // Asked for logits, a model with a draft vocabulary still drafts over the whole one.
+      ASSERT_TRUE((*m)->draft(*st, main, &again).is_ok());
+      EXPECT_EQ(again.ids, full.ids);
+    }
+    o.draft_vocabulary = {3, 3};
+    auto dup = V41Model::load(data(""), o);
+    EXPECT_EQ(dup.status().code(), StatusCode::kInvalidArgument);
+    o.draft_vocabulary = {0, int32_t(V)};
+    auto out_of_range = V41Model::load(data(""), o);
+    EXPECT_EQ(out_of_range.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+// dspark_draft_vocab.json: the first n ids, ascending; each malformed file its own error.
+TEST(Dspark, DraftVocabularyFileIsValidated) {
+  const std::string dir = testing::TempDir() + "/draft_vocab";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& text) {
+    std::ofstream(dir + "/dspark_draft_vocab.json") << text;
+  };
+  EXPECT_EQ(load_draft_vocabulary(dir, 2, 100).status().code(), StatusCode::kNotFound);
+  write("[7, 3, 99, 5]");
+  auto ok = load_draft_vocabulary(dir, 3, 100);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  EXPECT_EQ(*ok, (std::vector<int32_t>{3, 7, 99}));
+  EXPECT_EQ(load_draft_vocabulary(dir, 5, 100).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(load_draft_vocabulary(dir, 0, 100).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(load_draft_vocabulary(dir, 3, 99).status().code(), StatusCode::kInvalidArgument);
+  for (const char* bad : {"[1, 2, 1]", "[1, -2, 3]", "[1, 2.5, 3]", "{\"a\": 1}", "[1, \"2\", 3]",
+                          "[1, 2, 3", "[1, 99999999999999999999, 3]", "[1, 100, 3]"}) {
+    write(bad);
+    auto r = load_draft_vocabulary(dir, 3, 100);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("dspark_draft_vocab.json"), std::string::npos) << bad;
+  }
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 # after the other on this machine; prints one line per mode and level: tokens/s and its ratio
 # to no speculation at that level, mean accepted length (tokens a verifying step emits), the
 # mean K chosen per drafting sequence step, drafting steps. Check that the machine is quiet.
-# Usage: bench/dspark_pair.sh FATHOM DIR [SECONDS_PER_LEVEL=15] [LEVELS=1,8,32] [MAX_TOKENS=64]
+# Usage: [DSPARK_ARGS="--speculative-draft-vocab 16384"] \
+#   bench/dspark_pair.sh FATHOM DIR [SECONDS_PER_LEVEL=15] [LEVELS=1,8,32] [MAX_TOKENS=64]
+# (DSPARK_ARGS: more fathom serve flags for the speculative modes)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 fathom="${1:?usage: bench/dspark_pair.sh FATHOM DIR}"
@@ -14,7 +16,7 @@ secs="${3:-15}" levels="${4:-1,8,32}" max_tokens="${5:-64}"
 out="$(mktemp -d)"
 for mode in off fixed prefix stale-global; do
   args=""
-  [[ $mode == off ]] || args="--speculative dspark --speculative-scheduler $mode"
+  [[ $mode == off ]] || args="--speculative dspark --speculative-scheduler $mode ${DSPARK_ARGS:-}"
   FATHOM_SERVE_ARGS="$args" PROMPTS="$dir/heldout.jsonl" \
     node "$here/serve_load.js" "$fathom" "$secs" "$dir" "$levels" "$max_tokens" >"$out/$mode.json"
 done

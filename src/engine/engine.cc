@@ -1096,7 +1096,8 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   size_t spec_rows = 0;
   for (const Work& w : work)
     if (w.drafts > 0) spec_rows += size_t(w.n);
-  if (spec_logits_.size() < spec_rows * size_t(vocab_))
+  // (Only a sequence verifying outside the pass, alone, writes its logits here.)
+  if (decodes.size() < 2 && spec_logits_.size() < spec_rows * size_t(vocab_))
     spec_logits_.resize(spec_rows * size_t(vocab_));
   size_t spec_at = 0;
   std::vector<Status> decoded;  // by position in `decodes`, when the pass ran
@@ -1125,10 +1126,11 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     decoded_hidden.resize((verify_rows + decodes.size() - verifies) * size_t(D));
     decoded = runner_.forward_each(states, chunks, decoded_hidden.data(),
                                    std::span<const bool>(verify.get(), decodes.size()));
-    // The verify rows' logits, in work order as spec_at counts them below.
-    if (verify_rows > 0)
-      runner_.head_logits(decoded_hidden.data(), int64_t(verify_rows), spec_logits_.data());
   }
+  // The verify rows of the pass (in work order, as spec_at counts them below) join the head
+  // call of the step's other rows: one read of the head's weights for both, each row's
+  // logits what they are alone.
+  const bool verify_in_head = verify_rows > 0 && !decoded.empty();
   // Where a work item's result is in `decoded` (or none: it runs on its own below).
   std::vector<int64_t> pass_slot(work.size(), -1);
   for (size_t k = 0; k < decoded.size(); ++k) pass_slot[decodes[k]] = int64_t(k);
@@ -1185,9 +1187,16 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
       fork_siblings(s, heads.size() - 1, promised, running, heads, out.deferred);
   }
   const Clock::time_point t_body = Clock::now();
-  // The head's rows: the buffer grows to the largest step and is then reused as it is.
-  if (logits_.size() < heads.size() * size_t(vocab_)) logits_.resize(heads.size() * size_t(vocab_));
-  if (!heads.empty()) runner_.head_logits(hidden, int64_t(heads.size()), logits_.data());
+  // The head's rows (the sampling rows, then the pass's verify rows): the buffers grow to the
+  // largest step and are then reused as they are.
+  const size_t head_calls = heads.size() + (verify_in_head ? verify_rows : 0);
+  if (verify_in_head) {
+    if (hidden_.size() < head_calls * size_t(D)) hidden_.resize(head_calls * size_t(D));
+    hidden = hidden_.data();
+    std::copy_n(decoded_hidden.data(), verify_rows * size_t(D), &hidden[heads.size() * size_t(D)]);
+  }
+  if (logits_.size() < head_calls * size_t(vocab_)) logits_.resize(head_calls * size_t(vocab_));
+  if (head_calls > 0) runner_.head_logits(hidden, int64_t(head_calls), logits_.data());
   const double mask_wait_s = masks_.wait();
   const Clock::time_point t_head = Clock::now();
   double sample_s = 0;
@@ -1213,8 +1222,9 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
     Sequence& s = *v.s;
     if (s.stream->cancelled()) continue;
     const Clock::time_point ts = Clock::now();
-    const int64_t accepted =
-        accept_drafts(s, &spec_logits_[v.logits_at * size_t(vocab_)], v.drafts);
+    float* rows = verify_in_head ? &logits_[(heads.size() + v.logits_at) * size_t(vocab_)]
+                                 : &spec_logits_[v.logits_at * size_t(vocab_)];
+    const int64_t accepted = accept_drafts(s, rows, v.drafts);
     sample_s += std::chrono::duration<double>(Clock::now() - ts).count();
     if (accepted < 0) continue;
     if (v.jump) {  // forced, so all emitted (unless the request ended inside them)

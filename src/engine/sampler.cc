@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/argmax.h"
+
 namespace fathom::engine {
 namespace {
 
@@ -101,10 +103,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
         if (l[i] > l[best]) best = i;
       return best;
     }
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (l[i] > l[best]) best = i;
-    return int32_t(best);
+    return int32_t(kernels::cpu::argmax_first(l, vocab));  // the first maximum
   }
   // Candidates: all ids in id order, or the top-k by logit (ties to the lower id), in
   // descending order. Sorting the whole vocabulary is avoided unless top-p needs an order.

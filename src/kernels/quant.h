@@ -74,6 +74,11 @@ namespace cpu {
 // above 2^-6 and by adding 2^14 below, where fp32's grid is E4M3's), eight lanes at a time.
 // REQUIRES: n % 32 == 0. x and y may alias.
 void fake_quant_e4m3(const float* x, int64_t n, float* y);
+// ref::fake_quant_e2m1 bit for bit: the block's scale as the reference computes it, each
+// value divided by it (for a power-of-two scale, multiplied by its exact inverse: the same
+// rounding), clamped and rounded to E2M1 by comparisons, eight lanes at a time.
+// REQUIRES: n % block == 0, block % 8 == 0. x and y may alias.
+void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, float* y);
 }  // namespace cpu
 
 }  // namespace fathom::kernels

@@ -377,21 +377,22 @@ Status publish_entries(const Exec& ex, const ModelWeights& W, const BlockWeights
   for (int64_t e = 0; e < n; ++e) {
     float* k = &kn[size_t(e * ihd)];
     W.rope_compressed->rotate(k + ihd - rd, (*ids)[size_t(e)] * b.ratio);
-    kernels::ref::fake_quant_e2m1(k, ihd, 32, false, k);
+    (ex.fast ? kernels::cpu::fake_quant_e2m1 : kernels::ref::fake_quant_e2m1)(k, ihd, 32, false, k);
     std::copy_n(k, ihd, src.entries.row(have + e) + hd);
   }
   return Status::ok();
 }
 
 // The latents of publish_entries() rotated, FP4 fake-quantised and stored in their rows.
-void store_latents(const ModelWeights& W, const BlockWeights& b, SequenceState& st,
+void store_latents(const Exec& ex, const ModelWeights& W, const BlockWeights& b, SequenceState& st,
                    const Rope& rope, std::vector<float>* latents, const std::vector<int64_t>& ids) {
   const int64_t hd = W.cfg.head_dim, rd = W.cfg.rope_head_dim;
   kv::PagedRows& rows = st.src[size_t(b.id)].entries;
   for (size_t e = 0; e < ids.size(); ++e) {
     float* lat = &(*latents)[e * size_t(hd)];
     rope.rotate(lat + hd - rd, ids[e] * b.ratio);
-    kernels::ref::fake_quant_e2m1(lat, hd, 16, true, lat);
+    (ex.fast ? kernels::cpu::fake_quant_e2m1 : kernels::ref::fake_quant_e2m1)(lat, hd, 16, true,
+                                                                              lat);
     std::copy_n(lat, hd, rows.row(ids[e]));
   }
 }
@@ -495,7 +496,8 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
     float* q = &qs[size_t(t * nh * ihd)];
     float* w = &ws[size_t(t * nh)];
     for (int64_t h = 0; h < nh; ++h) rope.rotate(q + h * ihd + ihd - rd, p);
-    kernels::ref::fake_quant_e2m1(q, nh * ihd, 32, false, q);
+    (f.ex.fast ? kernels::cpu::fake_quant_e2m1 : kernels::ref::fake_quant_e2m1)(q, nh * ihd, 32,
+                                                                                false, q);
     for (int64_t h = 0; h < nh; ++h) w[h] = kernels::round_to_bf16(w[h] * wscale);
     if (amx) {
       kernels::cpu::index_scores_amx(q, w, nh, ihd, bf16_keys.at(key_layers[size_t(t)]).data(),
@@ -562,7 +564,7 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
     if (b.kv_source)
       FATHOM_RETURN_IF_ERROR(publish_entries(ex, W, b, st, xn, start, T, &latents, &ids));
     if (b.index_source) FATHOM_RETURN_IF_ERROR(indexer(W, b, st, f, xn, qr, rope, own_keys, trace));
-    store_latents(W, b, st, rope, &latents, ids);
+    store_latents(ex, W, b, st, rope, &latents, ids);
   }
 
   // Attention rows: the window (the chunk's own KV and the ring), then the selected
@@ -862,7 +864,7 @@ Status compress_rows(const Exec& ex, const ModelWeights& W, const BlockWeights& 
   rmsnorm(ex, x.data(), b.attn_norm, T, float(W.cfg.norm_eps), xn.data());
   std::vector<int64_t> ids;
   FATHOM_RETURN_IF_ERROR(publish_entries(ex, W, b, st, xn.data(), start, T, &latents, &ids));
-  store_latents(W, b, st, *W.rope_compressed, &latents, ids);
+  store_latents(ex, W, b, st, *W.rope_compressed, &latents, ids);
   return Status::ok();
 }
 

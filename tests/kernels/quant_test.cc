@@ -145,6 +145,62 @@ TEST(E4m3Rounding, FastFakeQuantIsTheReferenceBitForBit) {
   EXPECT_EQ(std::memcmp(inplace.data() + 32, got.data() + 32, (got.size() - 32) * 4), 0);
 }
 
+// The vectorised E2M1 fake-quant against the reference, bit for bit, with both scale kinds
+// (E8M0 per 32, E4M3 per 16): values on and halfway between E2M1 grid points of the block's
+// scale (ties to the even code), zeros of both signs, the clamp at +-6, tiny blocks that hit
+// the scale floors, NaN and huge values.
+TEST(E2m1Rounding, FastFakeQuantIsTheReferenceBitForBit) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-140, 40);
+  static constexpr float kGrid[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f,
+                                    2.0f, 2.5f,  3.0f, 3.5f,  4.0f, 5.0f,  6.0f};
+  for (const bool e4m3_scale : {false, true}) {
+    const int64_t block = e4m3_scale ? 16 : 32;
+    std::vector<float> x(size_t(block * 3000)), want(x.size()), got(x.size());
+    for (size_t b = 0; b < x.size() / size_t(block); ++b) {
+      const int base = expo(rng);
+      for (size_t i = 0; i < size_t(block); ++i) {
+        float v = std::ldexp(mant(rng), base - int(rng() % 6));
+        switch (rng() % 8) {
+          case 0:
+            v = 0.0f;
+            break;
+          case 1:
+            v = -0.0f;
+            break;
+          case 2:  // a grid point or a midpoint of a power-of-two scale near the block's
+          case 3:
+            v = std::ldexp(kGrid[rng() % 15], base - 2);
+            break;
+          default:
+            break;
+        }
+        if (rng() % 2) v = -v;
+        x[b * size_t(block) + i] = v;
+      }
+    }
+    x[5] = std::nanf("");
+    x[size_t(block) + 2] = 1e38f;
+    x[size_t(block) + 3] = -1e38f;
+    ref::fake_quant_e2m1(x.data(), int64_t(x.size()), block, e4m3_scale, want.data());
+    cpu::fake_quant_e2m1(x.data(), int64_t(x.size()), block, e4m3_scale, got.data());
+    int64_t differ = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (std::memcmp(&want[i], &got[i], 4) != 0 && !(std::isnan(want[i]) && std::isnan(got[i])))
+        if (++differ <= 5)
+          ADD_FAILURE() << "x " << x[i] << ": ref " << want[i] << " fast " << got[i] << " block "
+                        << block;
+    EXPECT_EQ(differ, 0) << "e4m3 scale " << e4m3_scale;
+    std::vector<float> inplace(x);
+    cpu::fake_quant_e2m1(inplace.data(), int64_t(inplace.size()), block, e4m3_scale,
+                         inplace.data());
+    EXPECT_EQ(std::memcmp(inplace.data() + 2 * block, got.data() + 2 * block,
+                          (got.size() - size_t(2 * block)) * 4),
+              0);
+  }
+}
+
 // The vectorised SwiGLU against its libm twin: within a bf16 step of |h| (the exp polynomial
 // is a few ulps from expf), on gates and ups over the whole range (the clamps, large
 // negative gates, zeros), weighted and not, including a length with a scalar tail.

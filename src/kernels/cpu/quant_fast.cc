@@ -1,8 +1,10 @@
 // The activation fake-quant of the fast numerics: ref::fake_quant_e4m3's values, computed on
-// the floats' bits without libm calls or branches, eight lanes at a time (AVX2, the
-// baseline). Compiled for the baseline.
+// the floats' bits without libm calls or branches, and ref::fake_quant_e2m1's by comparisons,
+// eight lanes at a time (AVX2, the baseline). Compiled for the baseline.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -64,6 +66,57 @@ void fake_quant_e4m3(const float* x, int64_t n, float* y) {
       const __m256i out = _mm256_or_si256(_mm256_castps_si256(_mm256_mul_ps(q, scale)),
                                           _mm256_and_si256(_mm256_castps_si256(v[j]), sign_mask));
       _mm256_storeu_ps(y + b + 8 * j, _mm256_castsi256_ps(out));
+    }
+  }
+}
+
+void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, float* y) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
+  const __m256 six = _mm256_set1_ps(6.0f), minus_six = _mm256_set1_ps(-6.0f);
+  // E2M1's rounding boundaries (ties to the even code: > at .25, 1.25, 2.5, 5; >= at .75,
+  // 1.75, 3.5) and the magnitude each boundary leads to.
+  struct Step {
+    float at, mag;
+    bool inclusive;
+  };
+  static constexpr Step kSteps[7] = {
+      {0.25f, 0.5f, false}, {0.75f, 1.0f, true}, {1.25f, 1.5f, false}, {1.75f, 2.0f, true},
+      {2.5f, 3.0f, false},  {3.5f, 4.0f, true},  {5.0f, 6.0f, false}};
+  for (int64_t b = 0; b < n; b += block) {
+    __m256 acc = _mm256_setzero_ps();  // max_ps(|x|, acc) keeps acc for a NaN, as std::max
+    for (int64_t i = b; i < b + block; i += 8)
+      acc = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), acc);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    float amax = 0.0f;
+    for (float l : lanes) amax = std::max(amax, l);
+    float scale;
+    if (e4m3_scale) {
+      scale = round_to_e4m3(std::max(amax, 6.0f * 0x1p-9f) / 6.0f);
+    } else {
+      const float v = std::max(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f);
+      int e;
+      const float m = std::frexp(v, &e);
+      scale = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
+    }
+    const __m256 scale_v = _mm256_set1_ps(scale);
+    const __m256 inverse = _mm256_set1_ps(1.0f / scale);  // exact for a power of two
+    for (int64_t i = b; i < b + block; i += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + i);
+      __m256 q = e4m3_scale ? _mm256_div_ps(xv, scale_v) : _mm256_mul_ps(xv, inverse);
+      // std::clamp(q, -6, 6): NaN stays.
+      q = _mm256_blendv_ps(q, six, _mm256_cmp_ps(six, q, _CMP_LT_OQ));
+      q = _mm256_blendv_ps(q, minus_six, _mm256_cmp_ps(q, minus_six, _CMP_LT_OQ));
+      const __m256 a = _mm256_and_ps(q, abs_mask);
+      __m256 mag = _mm256_setzero_ps();
+      for (const Step& st : kSteps)
+        mag = _mm256_blendv_ps(
+            mag, _mm256_set1_ps(st.mag),
+            _mm256_cmp_ps(a, _mm256_set1_ps(st.at), st.inclusive ? _CMP_GE_OQ : _CMP_GT_OQ));
+      __m256 r = _mm256_or_ps(mag, _mm256_and_ps(q, sign_mask));
+      r = _mm256_blendv_ps(r, q, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));  // a NaN is itself
+      _mm256_storeu_ps(y + i, _mm256_mul_ps(r, scale_v));
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/bench_engine_decode.h"
 #include "cli/commands.h"
 #include "core/json_write.h"
 #include "core/py_json.h"
@@ -241,7 +242,8 @@ struct BenchDecodeArgs {
   int64_t prompt_tokens = 512, decode_tokens = 32, chunk = 512;
   int threads = 2;
   std::string numerics = "fast";
-  std::string speculative = "off";  // or "dspark": greedy speculative decoding, fixed K
+  std::string speculative = "off";  // or "dspark": through the engine, beside "off"
+  std::string scheduler = "fixed";  // the draft scheduler with dspark
   int64_t speculative_tokens = 0;   // drafts per step (0: the model's draft block)
   int64_t draft_vocab = 0;          // the draft vocabulary's size (0: the whole vocabulary)
   int64_t batch = 1;                // sequences decoding together (forward_each + one head)
@@ -374,6 +376,17 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(size_t(a.prompt_tokens));
   for (auto& t : prompt) t = int32_t(rng() % uint32_t(std::min<int64_t>(V, 30000)));
+  if (a.speculative == "dspark") {
+    EngineDecodeBench b;
+    b.batch = a.batch;
+    b.decode_tokens = a.decode_tokens;
+    b.speculative_tokens = a.speculative_tokens;
+    b.scheduler = a.scheduler;
+    b.model_dir = a.model;
+    b.numerics = a.numerics;
+    b.threads = a.threads;
+    return run_engine_decode_bench(**m, prompt, b);
+  }
   if (a.batch > 1) return bench_batched_decode(a, **m, prompt, load_s, machine_gbps);
   auto st = (*m)->new_sequence();
   std::vector<float> logits(size_t(a.chunk * V));
@@ -389,63 +402,6 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   const double prefill_s = seconds_since(t0);
   int32_t next = 1;
   std::vector<double> step;
-  const model::ModelConfig& cfg = (*m)->config();
-  const int64_t block = cfg.n_mtp_layers > 0 ? cfg.dspark_block_size : 0;
-  const int64_t gamma = a.speculative_tokens > 0 ? a.speculative_tokens : block;
-  if (a.speculative == "dspark") {
-    if (block <= 0 || gamma > block) {
-      std::fprintf(stderr, "fathom: --speculative dspark: the model drafts %lld tokens\n",
-                   (long long)block);
-      return 2;
-    }
-    // Greedy speculative decoding at batch 1, as the engine runs it: draft after the next
-    // token, verify it and the drafts in one forward, keep the drafts equal to the argmax.
-    model::set_prompt_end(*st, a.prompt_tokens);
-    model::DraftResult d;
-    int64_t emitted = 0, steps = 0, verified = 0, accepted = 0;
-    std::vector<float> rows(size_t((gamma + 1) * V));
-    const auto t_dec = std::chrono::steady_clock::now();
-    while (emitted < a.decode_tokens) {
-      Status s = (*m)->draft(*st, next, &d, false);  // ids only, as the engine drafts
-      std::vector<int32_t> in = {next};
-      const int64_t n = std::min(
-          {gamma, a.decode_tokens - emitted - 1, (*m)->max_decode_rows(*st, gamma + 1) - 1});
-      in.insert(in.end(), d.ids.begin() + 1, d.ids.begin() + 1 + std::max<int64_t>(0, n));
-      if (s.is_ok()) s = (*m)->mark_rows(*st, int64_t(in.size()));
-      if (s.is_ok()) s = (*m)->forward(*st, in, rows.data());
-      if (!s.is_ok()) {
-        std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
-        return 1;
-      }
-      int64_t kept = 0;
-      for (size_t k = 0; k < in.size(); ++k) {
-        const float* r = &rows[k * size_t(V)];
-        next = int32_t(std::max_element(r, r + V) - r);
-        ++kept;
-        if (k + 1 == in.size() || next != in[k + 1]) break;
-      }
-      if (Status ks = (*m)->keep_rows(*st, kept); !ks.is_ok()) {
-        std::fprintf(stderr, "fathom: %s\n", ks.to_string().c_str());
-        return 1;
-      }
-      ++steps;
-      emitted += kept;
-      verified += int64_t(in.size()) - 1;
-      accepted += kept - 1;
-    }
-    const double secs = seconds_since(t_dec);
-    std::printf(
-        "{\"model\":\"%s\",\"threads\":%d,\"numerics\":\"%s\",\"speculative\":\"dspark\","
-        "\"speculative_scheduler\":\"fixed\",\"prefill_tokens\":%lld,\"prefill_tokens_per_s\":%.2f,"
-        "\"decode_tokens\":%lld,\"decode_tokens_per_s\":%.2f,\"steps\":%lld,"
-        "\"mean_accepted_length\":%.3f,\"draft_tokens_per_step\":%.3f,"
-        "\"verified_tokens_per_step\":%.3f,\"accepted_drafts\":%lld}\n",
-        a.model.c_str(), a.threads, a.numerics.c_str(), (long long)a.prompt_tokens,
-        double(a.prompt_tokens) / prefill_s, (long long)emitted, double(emitted) / secs,
-        (long long)steps, double(emitted) / double(steps), double(gamma),
-        double(verified) / double(steps), (long long)accepted);
-    return 0;
-  }
   for (int64_t i = 0; i < a.decode_tokens; ++i) {
     auto ts = std::chrono::steady_clock::now();
     Status s = (*m)->forward(*st, std::span(&next, 1), logits.data());
@@ -531,9 +487,14 @@ void add_bench_commands(CLI::App& app, Runner* run) {
   d->add_option("--numerics", dargs->numerics, "fast or strict")
       ->check(CLI::IsMember({"fast", "strict"}));
   d->add_option("--speculative", dargs->speculative,
-                "off, or dspark: greedy speculative decoding with the checkpoint's draft stages "
-                "(prints mean_accepted_length, draft_tokens_per_step, verified_tokens_per_step)")
+                "off, or dspark: --batch greedy requests through the engine with the "
+                "checkpoint's draft stages and, in the same run, without them (prints "
+                "decode_tokens_per_s, off_decode_tokens_per_s, vs_off, mean_accepted_length, "
+                "draft_tokens_per_step, verified_tokens_per_step, mean_chosen_k)")
       ->check(CLI::IsMember({"off", "dspark"}));
+  d->add_option("--speculative-scheduler", dargs->scheduler,
+                "With --speculative dspark: fixed, prefix or stale-global (as fathom serve)")
+      ->check(CLI::IsMember({"fixed", "prefix", "stale-global"}));
   d->add_option("--batch", dargs->batch,
                 "Sequences decoding together (one forward_each and one head a step)")
       ->check(CLI::Range(int64_t(1), int64_t(1024)));

@@ -181,7 +181,58 @@ function describe(trace) {
     distinct_prompt_blocks: distinctBlocks };  // 128-token blocks: the working set of a prefix cache
 }
 
-module.exports = { DEFAULTS, makeTrace, mooncakeRows, parseOptions, describe };
+// ---- replaying a Mooncake JSONL file (the published traces or this generator's output) ----
+// Rows in timestamp order (the first `max` if max > 0); each needs timestamp, input_length,
+// output_length and hash_ids.
+function readJsonl(file, max = 0) {
+  const rows = require('fs').readFileSync(file, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+  for (const r of rows)
+    if (!Number.isFinite(r.timestamp) || !Number.isFinite(r.input_length) || !Array.isArray(r.hash_ids))
+      throw new Error(file + ': a row without timestamp, input_length or hash_ids: ' + JSON.stringify(r).slice(0, 200));
+  rows.sort((x, y) => x.timestamp - y.timestamp);
+  return max > 0 ? rows.slice(0, max) : rows;
+}
+
+// Replay lengths: a trace's hash ids stand for 512-token blocks; replayed with `hashBlock`
+// tokens per id, every length is scaled by hashBlock / 512 (512: as recorded).
+const scaled = (n, hashBlock) => Math.max(1, Math.round(n * hashBlock / 512));
+
+// A row's prompt: hash id h stands for `hashBlock` pseudo-random ids fixed by h (equal leading
+// ids give equal leading tokens: the trace's shared prefixes), cut to the scaled input_length
+// (a short last block; missing ids padded from the row's own seed).
+function promptFromHashIds(row, hashBlock) {
+  const n = scaled(row.input_length, hashBlock);
+  let ids = [];
+  for (const h of row.hash_ids) {
+    if (ids.length >= n) break;
+    ids = ids.concat(tokens(mix(0xB10C, h), hashBlock));
+  }
+  if (ids.length < n) ids = ids.concat(tokens(mix(0x9AD, row.timestamp, n), n - ids.length));
+  return ids.slice(0, n);
+}
+
+// The file's shape (scaled lengths) and the hit rate of an unbounded single cache at whole
+// hash-id blocks.
+function describeRows(rows, hashBlock) {
+  const seen = new Set();
+  let prompt = 0, hit = 0, output = 0;
+  for (const r of rows) {
+    const n = scaled(r.input_length, hashBlock);
+    const full = Math.min(r.hash_ids.length, Math.floor(n / hashBlock));
+    let m = 0, key = '';
+    const keys = r.hash_ids.slice(0, full).map((h) => (key += h + ','));
+    while (m < keys.length && seen.has(keys[m])) m++;
+    for (const k of keys) seen.add(k);
+    prompt += n;
+    output += scaled(r.output_length || 1, hashBlock);
+    hit += m * hashBlock;
+  }
+  const span = rows.length ? rows[rows.length - 1].timestamp - rows[0].timestamp : 0;
+  return { requests: rows.length, prompt_tokens: prompt, output_tokens: output, span_s: +(span / 1000).toFixed(1),
+    ideal_hit_rate_one_unbounded_cache: prompt ? +(hit / prompt).toFixed(4) : 0 };
+}
+
+module.exports = { DEFAULTS, makeTrace, mooncakeRows, parseOptions, describe, readJsonl, promptFromHashIds, describeRows, scaled };
 
 if (require.main === module) {
   const trace = makeTrace(parseOptions(process.argv.slice(2)));

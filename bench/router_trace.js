@@ -12,11 +12,18 @@
 //   TRACE OPTIONS: --seed --sessions --rate --turns --max-turns --first-tokens --add-tokens
 //     --output-tokens --sigma --think-ms --system-prompts --system-tokens --system-share
 //     --max-prompt-tokens (bench/mooncake_trace.js has their meaning and defaults).
+//   --jsonl FILE replays a Mooncake JSONL file instead (the published traces, or
+//     bench/mooncake_trace.js's output): each row at timestamp × --time-scale (open loop), its
+//     prompt from its hash_ids (an id = --hash-block fixed pseudo-random tokens; below 512 every
+//     length is scaled by hash-block / 512), max_tokens = its output_length (scaled);
+//     --max-requests N replays the first N rows.
 // Prints one JSON object: the trace's shape; per run (policy, repeat) the prompt tokens the
 // replicas served from their prefix cache (hit_rate = cached / prompt tokens), the router's
 // predicted hit tokens beside the reported ones, requests/s and tokens/s over the trace's wall
-// time, TTFT (mean, p50, p90, p99) and end-to-end latency, requests per replica; then per
-// policy the mean and each ratio to round_robin.
+// time, TTFT (mean, p50, p90, p99) and end-to-end latency, the replicas' CPU seconds (the work
+// done, which other jobs on a shared machine inflate far less than wall time) and requests per
+// CPU second, requests and prefix-cache blocks per replica; then per policy the mean and each
+// ratio to round_robin. Each run's object also goes to stderr as it ends.
 //
 // lockstep (the original trace; positional arguments): SESSIONS sessions of TURNS turns; a
 // session's first prompt is FIRST random token ids, each later turn is the previous prompt + the
@@ -26,8 +33,9 @@
 // replica (hits by structure).
 //   node bench/router_trace.js FATHOM [REPLICAS] [SESSIONS] [TURNS] [CONCURRENCY] [FIRST] [ADD]
 'use strict';
+const fs = require('fs');
 const { startServer, startRouter, randomPrompt } = require('../tests/serve/start_server.js');
-const { makeTrace, parseOptions, describe } = require('./mooncake_trace.js');
+const { makeTrace, parseOptions, describe, readJsonl, describeRows, promptFromHashIds, scaled } = require('./mooncake_trace.js');
 const [fathom, ...rest] = process.argv.slice(2);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -46,11 +54,16 @@ async function startFleet(replicas, policy, serveArgs = [], routerArgs = []) {
     if (up === replicas && (policy !== 'cache_aware' || fed === replicas || i > 50)) break;
     await sleep(100);
   }
-  // Each replica's prefix cache at the end: blocks and bytes held.
+  // Each replica's prefix cache at the end (blocks and bytes held) and the CPU seconds it used
+  // (user + system, /proc/PID/stat): the work, which other jobs on the machine do not inflate
+  // as they do wall time.
   const caches = async () => Promise.all(reps.map(async (r) => {
     const m = await (await fetch(`http://127.0.0.1:${r.port}/metrics`)).text();
     const g = (name) => Number((m.match(new RegExp('^' + name + ' ([\\d.e+]+)', 'm')) || [0, 0])[1]);
-    return { blocks: g('fathom_prefix_cache_blocks'), mb: +(g('fathom_prefix_cache_bytes') / 1048576).toFixed(1) };
+    const f = fs.readFileSync(`/proc/${r.proc.pid}/stat`, 'utf8');
+    const x = f.slice(f.lastIndexOf(')') + 2).split(' ');
+    return { blocks: g('fathom_prefix_cache_blocks'), mb: +(g('fathom_prefix_cache_bytes') / 1048576).toFixed(1),
+      cpu_s: (Number(x[11]) + Number(x[12])) / 100 };  // utime, stime in clock ticks (USER_HZ = 100)
   }));
   const stop = async () => {
     router.proc.kill('SIGTERM');
@@ -173,7 +186,14 @@ async function mooncakeRun(trace, policy, a) {
       ids = ids.concat(res.ids);
     }
   }
-  await Promise.all(trace.sessions.map(session));
+  // A Mooncake JSONL file: each row at its timestamp (open loop), its prompt from its hash ids.
+  async function row(r) {
+    await sleep(r.timestamp * a.timeScale - (performance.now() - t0));
+    const res = await complete(base, promptFromHashIds(r, a.hashBlock), scaled(r.output_length || 1, a.hashBlock));
+    records.push({ ttft: res.ttft, seconds: res.seconds, prompt: res.usage.prompt_tokens,
+      cached: res.usage.prompt_tokens_details.cached_tokens, generated: res.usage.completion_tokens });
+  }
+  await Promise.all(trace.rows ? trace.rows.map(row) : trace.sessions.map(session));
   const seconds = (performance.now() - t0) / 1000;
   const c = await routerCounters(base);
   const cache = await caches();
@@ -193,12 +213,14 @@ async function mooncakeRun(trace, policy, a) {
     ttft_mean_s: r3(ttfts.reduce((x, y) => x + y, 0) / ttfts.length), ttft_p50_s: r3(quantile(ttfts, 0.5)),
     ttft_p90_s: r3(quantile(ttfts, 0.9)), ttft_p99_s: r3(quantile(ttfts, 0.99)),
     latency_p50_s: r3(quantile(lat, 0.5)), latency_p99_s: r3(quantile(lat, 0.99)),
+    replica_cpu_s: +cache.reduce((x, r) => x + r.cpu_s, 0).toFixed(1),
+    requests_per_replica_cpu_s: r3(records.length / cache.reduce((x, r) => x + r.cpu_s, 0)),
     routed_per_replica: c.routed, prefix_cache_per_replica: cache };
 }
 
 async function mooncake() {
   const a = { replicas: 4, policies: 'cache_aware,round_robin,least_load', repeats: 1, model: '',
-    serveArgs: '', routerArgs: '' };
+    serveArgs: '', routerArgs: '', jsonl: '', hashBlock: 512, timeScale: 1, maxRequests: 0 };
   const traceArgs = [];
   for (let i = 0; i < rest.length; i += 2) {
     const key = rest[i].replace(/^--/, '').replace(/-(\w)/g, (_, ch) => ch.toUpperCase());
@@ -213,9 +235,17 @@ async function mooncake() {
   const policies = a.policies.split(',');
   a.serveArgs = [...(a.serveArgs ? a.serveArgs.split(/\s+/) : []), ...(a.model ? [a.model] : [])];
   a.routerArgs = a.routerArgs ? a.routerArgs.split(/\s+/) : [];
-  const trace = makeTrace(parseOptions(traceArgs));
-  const out = { trace: 'mooncake', replicas: a.replicas, model: a.model || 'embedded demo',
-    serve_args: a.serveArgs, router_args: a.routerArgs, options: trace.options, shape: describe(trace), runs: [] };
+  let trace, out;
+  if (a.jsonl) {
+    if (traceArgs.length) throw new Error('--jsonl replays a file: no generator options (' + traceArgs[0] + ')');
+    trace = { rows: readJsonl(a.jsonl, a.maxRequests) };
+    out = { trace: 'jsonl', file: a.jsonl, hash_block: a.hashBlock, time_scale: a.timeScale, shape: describeRows(trace.rows, a.hashBlock) };
+  } else {
+    trace = makeTrace(parseOptions(traceArgs));
+    out = { trace: 'mooncake', options: trace.options, shape: describe(trace) };
+  }
+  Object.assign(out, { replicas: a.replicas, model: a.model || 'embedded demo', serve_args: a.serveArgs,
+    router_args: a.routerArgs, runs: [] });
   for (let rep = 0; rep < a.repeats; rep++)
     for (const policy of policies) {
       const run = await mooncakeRun(trace, policy, a);
@@ -224,7 +254,8 @@ async function mooncake() {
       console.error(JSON.stringify(run));
     }
   // Per policy: the mean of each figure over the repeats, and its ratio to round_robin's.
-  const keys = ['hit_rate', 'requests_per_s', 'prompt_tokens_per_s', 'generated_tokens_per_s', 'ttft_mean_s', 'ttft_p50_s', 'ttft_p99_s'];
+  const keys = ['hit_rate', 'requests_per_s', 'prompt_tokens_per_s', 'generated_tokens_per_s', 'ttft_mean_s', 'ttft_p50_s',
+    'ttft_p99_s', 'replica_cpu_s', 'requests_per_replica_cpu_s'];
   out.mean = {};
   for (const p of policies) {
     const runs = out.runs.filter((r) => r.policy === p);
@@ -235,6 +266,8 @@ async function mooncake() {
       if (p === 'round_robin') continue;
       out.mean[p].hit_rate_ratio_to_round_robin = +(out.mean[p].hit_rate / out.mean.round_robin.hit_rate).toFixed(3);
       out.mean[p].requests_per_s_ratio_to_round_robin = +(out.mean[p].requests_per_s / out.mean.round_robin.requests_per_s).toFixed(3);
+      out.mean[p].requests_per_replica_cpu_s_ratio_to_round_robin =
+        +(out.mean[p].requests_per_replica_cpu_s / out.mean.round_robin.requests_per_replica_cpu_s).toFixed(3);
       out.mean[p].ttft_mean_ratio_to_round_robin = +(out.mean[p].ttft_mean_s / out.mean.round_robin.ttft_mean_s).toFixed(3);
     }
   return out;

@@ -8,12 +8,16 @@
 //     store tier. Those objects are leased (pinned) from before the prefill until the push is
 //     done or `lease_s` passes; then the block objects of blocks 1..w and the window side
 //     object of block w (w: the deepest block of the hit boundary's chain that has one) are
-//     pushed to D's room in kv/pd_wire.h frames (POST /v1/kv_push).
+//     pushed to D's room in kv/pd_wire.h frames, cut into chunks of push_chunk_bytes, one
+//     POST /v1/kv_push each, in order (the next only after D accepted the last).
 //   - decode (D): POST /v1/pd/reserve {room, prompt, cache_salt?} opens a room: D computes the
 //     chained keys of the prompt blocks it may resume from (its own hit rule) — what a push
-//     must carry. POST /v1/kv_push?room=R checks every frame and object against them and this
-//     replica's model fingerprint (kv::verify_push) and installs the objects, leased, in its
-//     staging tier; a request carrying the room (header X-Fathom-KV-Room) then passes
+//     must carry. POST /v1/kv_push?room=R takes the push's chunks in order into the room's
+//     kv::PushAssembler, which checks every chunk, frame and object against them and this
+//     replica's model fingerprint; after the last chunk the objects are installed, leased, in
+//     the staging tier (a room whose push is partial holds the chunks' checked objects in
+//     memory until the push completes, fails, or the room's lease ends). A request carrying
+//     the room (header X-Fathom-KV-Room) then passes
 //     admit_room() and is submitted as any request: the engine's admission reads the pushed
 //     blocks from the staging tier exactly as from the KV store (each checked again, the
 //     token ids included) and prefills only the tail. A room whose push failed or never came
@@ -33,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,6 +47,7 @@
 #include "core/status.h"
 #include "kv/block_format.h"
 #include "kv/memory_store.h"
+#include "kv/pd_wire.h"
 #include "kv/retention.h"
 #include "serve/http_server.h"
 
@@ -67,13 +73,18 @@ struct PdOptions {
   kv::Store* store = nullptr;
   kv::RetentionPolicy retention;
   bool recompute_on_failure = true;  // decode: --kv-load-failure recompute (else fail)
-  double lease_s = 30;               // leases on P's pushed blocks; a room's life on D
+  // prefill: the push stream's bytes per chunk (one HTTP body each, plus a 40-byte header);
+  // keep it well under D's body limit (32 MiB).
+  size_t push_chunk_bytes = kv::kDefaultChunkBytes;
+  double lease_s = 30;  // leases on P's pushed blocks; a room's life on D
   int push_timeout_ms = 30000;
   std::string push_auth_header;  // sent with pushes ("Authorization: Bearer K\r\n" or empty)
   // Testing aids (prefill): alter a byte inside the first pushed block object before framing
-  // (D must reject it), and wait this long after the prefill before pushing.
+  // (D must reject it), wait this long after the prefill before pushing, and this long
+  // between chunks.
   bool test_corrupt_push = false;
   int test_push_delay_ms = 0;
+  int test_chunk_delay_ms = 0;
 };
 
 class PdRoutes {
@@ -99,12 +110,16 @@ class PdRoutes {
   std::string metrics_text() const;
 
  private:
-  enum class RoomState { kReserved, kReceiving, kComplete, kFailed };
+  // kReserved: no chunk yet; kPartial: some chunks in, more expected; kReceiving: a chunk is
+  // being checked (its handler holds the assembler); then kComplete or kFailed.
+  enum class RoomState { kReserved, kPartial, kReceiving, kComplete, kFailed };
   struct Room {
     std::vector<uint64_t> chain;  // the prompt blocks D may resume from
     RoomState state = RoomState::kReserved;
     std::string why;  // kFailed
     std::chrono::steady_clock::time_point deadline;
+    std::unique_ptr<kv::PushAssembler> push;  // from the first chunk until complete or failed
+    int64_t chunk_bytes = 0;                  // the bodies of the chunks accepted so far
   };
 
   http::Response reserve(const http::Request& req);
@@ -122,10 +137,11 @@ class PdRoutes {
   // Counters (guarded by mu_).
   struct Counters {
     int64_t prefills = 0, prefill_failures = 0, pushes = 0, push_failures = 0;
-    int64_t pushed_blocks = 0, pushed_bytes = 0;
+    int64_t pushed_blocks = 0, pushed_bytes = 0, pushed_chunks = 0;
     double push_seconds = 0;
     int64_t rooms = 0, received_pushes = 0, rejected_pushes = 0, received_blocks = 0,
             received_windows = 0, received_bytes = 0, transfer_failures = 0, recomputed = 0;
+    int64_t received_chunks = 0, rejected_chunks = 0;
   } n_;
 
   friend class PdJob;

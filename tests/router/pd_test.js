@@ -4,14 +4,17 @@
 //   - Chat Completions, streamed and not, greedy and seeded, on prompts of 400-700 tokens (past
 //     the indexer's top-k point and several 128-token blocks): the router's answers equal B's;
 //     D prefilled only each prompt's tail (its prompt tokens minus its cache hits), received
-//     the blocks P pushed, and bytes moved.
+//     the blocks P pushed, and bytes moved. P pushes in 256 KiB chunks (--pd-push-chunk-bytes),
+//     so every hand-off moves in several requests; D counts the chunks P sent. A second P with
+//     the default 8 MiB chunks moves its hand-off in one.
 //   - A prompt already cached on P (sent to P directly first): P's prefill is a prefix-cache
 //     hit, the hand-off still moves the blocks, the answer equals B's.
 //   - A short prompt is prefilled on D (not disaggregated).
 //   - Transfer failures: a push altered by P (--pd-test-corrupt-push) is rejected by D's checks
 //     and, with --kv-load-failure recompute, recomputed on D (equal to B); with fail, the client
 //     gets a 503 naming the failure. P SIGKILLed after its prefill, before its push: D
-//     recomputes, equal to B.
+//     recomputes, equal to B. P SIGKILLed between two chunks of its push: D recomputes, equal
+//     to B, and the partial room is closed.
 // Usage: node pd_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
@@ -90,17 +93,22 @@ async function main() {
   const procs = [];
   const small = ['--kv-budget-mb', '512', '--prefix-cache-mb', '256'];
   const pd = ['--pd-stage-mb', '128'];
+  const CHUNK = 256 * 1024;
+  const chunked = ['--pd-push-chunk-bytes', String(CHUNK)];
   try {
     const t0 = Date.now();
-    const [b, p, d, pBad, pSlow, dFail] = await Promise.all([
+    const [b, p, d, pBad, pSlow, dFail, pWhole, pMid] = await Promise.all([
       startServer(fathom, [...small]),
-      startServer(fathom, [...small, ...pd, '--role', 'prefill']),
+      startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill']),
       startServer(fathom, [...small, ...pd, '--role', 'decode']),
       startServer(fathom, [...small, ...pd, '--role', 'prefill', '--pd-test-corrupt-push']),
       startServer(fathom, [...small, ...pd, '--role', 'prefill', '--pd-test-push-delay-ms', '4000']),
       startServer(fathom, [...small, ...pd, '--role', 'decode', '--kv-load-failure', 'fail']),
+      startServer(fathom, [...small, ...pd, '--role', 'prefill']),
+      startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill',
+        '--pd-test-chunk-delay-ms', '4000']),
     ]);
-    procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc);
+    procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc, pWhole.proc, pMid.proc);
     const url = (s) => `http://127.0.0.1:${s.port}`;
     const routerOf = async (pp, dd) => {
       const r = await startRouter(fathom, ['--replica', url(pp), '--replica', url(dd)]);
@@ -112,9 +120,10 @@ async function main() {
       }, 'the router to learn the roles');
       return r;
     };
-    const [r, rBad, rFail, rSlow] = await Promise.all([routerOf(p, d), routerOf(pBad, d),
-      routerOf(pBad, dFail), routerOf(pSlow, d)]);
-    console.log(`# started 6 replicas and 4 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    const [r, rBad, rFail, rSlow, rWhole, rMid] = await Promise.all([routerOf(p, d),
+      routerOf(pBad, d), routerOf(pBad, dFail), routerOf(pSlow, d), routerOf(pWhole, d),
+      routerOf(pMid, d)]);
+    console.log(`# started 8 replicas and 6 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 
     await check('replicas report their role in /health and /v1/role', async () => {
       const h = await (await fetch(`${url(p)}/health`)).json();
@@ -158,7 +167,30 @@ async function main() {
       assert.equal(metric(pm, 'fathom_pd_pushed_bytes_total'), bytes);
       assert.equal(metric(dm, 'fathom_pd_received_bytes_total'), bytes);
       assert.equal(metric(rm, 'fathom_router_pd_transfer_seconds_count'), cases.length);
-      console.log(`#   ${cases.length} hand-offs: ${blocks} blocks, ${(bytes / cases.length / 1e6).toFixed(2)} MB a request`);
+      // Chunked: every hand-off moved in several chunks of at most CHUNK stream bytes (plus a
+      // 40-byte header each), all of them counted by D.
+      const chunks = metric(pm, 'fathom_pd_pushed_chunks_total');
+      assert.equal(metric(dm, 'fathom_pd_received_chunks_total'), chunks);
+      assert.equal(metric(dm, 'fathom_pd_rejected_chunks_total'), 0);
+      assert.ok(chunks >= 2 * cases.length, `${chunks} chunks for ${cases.length} pushes`);
+      assert.ok(bytes <= chunks * (CHUNK + 40), `${bytes} bytes in ${chunks} chunks`);
+      assert.ok(bytes > (chunks - cases.length) * CHUNK, `${bytes} bytes in ${chunks} chunks`);
+      assert.equal(metric(dm, 'fathom_pd_open_rooms'), 0);
+      console.log(`#   ${cases.length} hand-offs: ${blocks} blocks, ${(bytes / cases.length / 1e6).toFixed(2)} MB a request, ${chunks} chunks`);
+    });
+
+    await check('a hand-off in one chunk (default 8 MiB chunks) equals a --role both replica', async () => {
+      const body = chatBody(10, 210, { temperature: 0.9, seed: 3 });
+      const before = await metrics(d.port);
+      const [got, want] = await Promise.all([chat(rWhole.port, body), chat(b.port, body)]);
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      const after = await metrics(d.port);
+      const delta = (n) => metric(after, n) - metric(before, n);
+      assert.equal(await metricOf(pWhole.port, 'fathom_pd_pushed_chunks_total'), 1);
+      assert.equal(delta('fathom_pd_received_chunks_total'), 1);
+      assert.equal(delta('fathom_pd_received_blocks_total'), Math.floor((want.prompt - 1) / BLOCK));
+      assert.equal(delta('fathom_pd_recomputed_total'), 0);
     });
 
     await check('a prompt already cached on P: a prefix-cache hit there, the blocks still move', async () => {
@@ -220,6 +252,27 @@ async function main() {
       assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
       assert.equal(await metricOf(d.port, 'fathom_pd_recomputed_total'), 2);
       assert.equal(await metricOf(rSlow.port, 'fathom_router_pd_transfer_failures_total'), 1);
+    });
+
+    await check('P SIGKILLed between two chunks of its push: D recomputes, same answer', async () => {
+      const body = chatBody(11, 220, { temperature: 0.9, seed: 7 });
+      const want = await chat(b.port, body);
+      const chunksBefore = await metricOf(d.port, 'fathom_pd_received_chunks_total');
+      const pending = chat(rMid.port, body);
+      // P pushed its first chunk (it waits 4 s before each next one): kill it.
+      await waitFor(async () =>
+        (await metricOf(d.port, 'fathom_pd_received_chunks_total')) > chunksBefore,
+      'the first chunk on D');
+      assert.equal(await metricOf(d.port, 'fathom_pd_open_rooms'), 1);
+      pMid.proc.kill('SIGKILL');
+      const got = await pending;
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      const dm = await metrics(d.port);
+      assert.equal(metric(dm, 'fathom_pd_received_chunks_total'), chunksBefore + 1);
+      assert.equal(metric(dm, 'fathom_pd_recomputed_total'), 3);
+      assert.equal(metric(dm, 'fathom_pd_open_rooms'), 0);
+      assert.equal(await metricOf(rMid.port, 'fathom_router_pd_transfer_failures_total'), 1);
     });
   } finally {
     for (const x of procs) if (x.exitCode === null) x.kill('SIGKILL');

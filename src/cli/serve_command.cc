@@ -293,6 +293,7 @@ int run_serve(const ServeArgs& a) {
   pdo.block_tokens = eo.prefix_block;
   pdo.stage = stage;
   pdo.store = kv_store.get();
+  if (*role == serve::PdRole::kDecode) pdo.reserver = &eng;
   pdo.retention = *retention;
   pdo.recompute_on_failure = a.kv_load_failure == "recompute";
   pdo.lease_s = a.pd_lease_s;

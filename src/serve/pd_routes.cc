@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/py_json.h"
 #include "engine/generator.h"
+#include "engine/kv_reservations.h"
 #include "kv/pd_wire.h"
 #include "kv/prefix_cache.h"
 #include "kv/store.h"
@@ -206,14 +207,24 @@ void PdRoutes::add_to(
 }
 
 void PdRoutes::expire_rooms_locked(Clock::time_point now) {
-  for (auto it = rooms_.begin(); it != rooms_.end();)
-    it = it->second.deadline <= now && it->second.state != RoomState::kReceiving ? rooms_.erase(it)
-                                                                                 : std::next(it);
+  for (auto it = rooms_.begin(); it != rooms_.end();) {
+    if (it->second.deadline <= now && it->second.state != RoomState::kReceiving) {
+      if (it->second.hold != 0 && opt_.reserver) opt_.reserver->release_kv(it->second.hold);
+      it = rooms_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 Response PdRoutes::reserve(const Request& req) {
   auto b = parse_prompt_body(req.body, engine_.vocab_size());
   if (!b.is_ok()) return bad_request(b.status().message());
+  int64_t max_tokens = 256;  // GenerationRequest's default
+  if (const Value* m = b->json.find("max_tokens")) {
+    if (!m->int_fits_int64(&max_tokens) || max_tokens < 1)
+      return bad_request("'max_tokens' must be a positive integer");
+  }
   Room room;
   room.chain = resumable_chain(b->prompt, opt_.block_tokens, b->cache_salt);
   const auto now = Clock::now();
@@ -224,9 +235,20 @@ Response PdRoutes::reserve(const Request& req) {
     expire_rooms_locked(now);
     if (rooms_.size() >= kMaxRooms)
       return error(503, "too many hand-offs under way", "server_error", "too_many_rooms");
-    if (!rooms_.emplace(b->room, std::move(room)).second)
+    if (rooms_.count(b->room) != 0)
       return error(409, "room '" + b->room + "' is already open", "invalid_request_error",
                    "room_exists");
+    // Decode first: the request's KV pages are held before P is asked to prefill.
+    if (opt_.reserver != nullptr) {
+      auto hold = opt_.reserver->reserve_kv(b->prompt, kv::tenant_salt(b->cache_salt), max_tokens,
+                                            room.deadline);
+      if (!hold.is_ok()) {
+        ++n_.refused_reservations;
+        return error(503, hold.status().message(), "server_error", "kv_capacity");
+      }
+      room.hold = *hold;
+    }
+    rooms_.emplace(b->room, std::move(room));
     ++n_.rooms;
   }
   return Response::json(
@@ -360,7 +382,12 @@ Status PdRoutes::admit_room(std::string_view room) {
                     " chunks"
           : it->second.state == RoomState::kReceiving ? "the push did not finish in time"
                                                       : "the push was rejected: " + it->second.why;
-    if (it != rooms_.end() && it->second.state != RoomState::kReceiving) rooms_.erase(it);
+    if (it != rooms_.end() && it->second.state != RoomState::kReceiving) {
+      // Recomputed here, the request still takes its hold at admission; failed, it never comes.
+      if (!opt_.recompute_on_failure && it->second.hold != 0 && opt_.reserver)
+        opt_.reserver->release_kv(it->second.hold);
+      rooms_.erase(it);
+    }
   }
   ++n_.transfer_failures;
   if (opt_.recompute_on_failure) ++n_.recomputed;
@@ -536,6 +563,11 @@ std::string PdRoutes::metrics_text() const {
   }
   if (opt_.role == PdRole::kDecode) {
     counter("fathom_pd_rooms_total", "Hand-off rooms reserved", c.rooms);
+    counter("fathom_pd_refused_reservations_total",
+            "Reservations refused for want of KV pages (503 kv_capacity)", c.refused_reservations);
+    o << "# HELP fathom_pd_reserved_kv_pages KV pages held now for hand-offs not yet admitted\n"
+         "# TYPE fathom_pd_reserved_kv_pages gauge\nfathom_pd_reserved_kv_pages "
+      << (opt_.reserver ? opt_.reserver->reserved_kv_pages() : 0) << "\n";
     counter("fathom_pd_received_pushes_total", "Pushes received (accepted or not)",
             c.received_pushes);
     counter("fathom_pd_rejected_pushes_total", "Pushes that failed their checks",

@@ -10,19 +10,22 @@
 //     object of block w (w: the deepest block of the hit boundary's chain that has one) are
 //     pushed to D's room in kv/pd_wire.h frames, cut into chunks of push_chunk_bytes, one
 //     POST /v1/kv_push each, in order (the next only after D accepted the last).
-//   - decode (D): POST /v1/pd/reserve {room, prompt, cache_salt?} opens a room: D computes the
-//     chained keys of the prompt blocks it may resume from (its own hit rule) — what a push
-//     must carry. POST /v1/kv_push?room=R takes the push's chunks in order into the room's
-//     kv::PushAssembler, which checks every chunk, frame and object against them and this
-//     replica's model fingerprint; after the last chunk the objects are installed, leased, in
-//     the staging tier (a room whose push is partial holds the chunks' checked objects in
-//     memory until the push completes, fails, or the room's lease ends). A request carrying
-//     the room (header X-Fathom-KV-Room) then passes
-//     admit_room() and is submitted as any request: the engine's admission reads the pushed
-//     blocks from the staging tier exactly as from the KV store (each checked again, the
-//     token ids included) and prefills only the tail. A room whose push failed or never came
-//     follows --kv-load-failure: recompute (the request prefills on D) or fail (a 503 with
-//     code kv_transfer_failed, in the protocol's error shape).
+//   - decode (D): POST /v1/pd/reserve {room, prompt, cache_salt?, max_tokens?} opens a room:
+//     D first holds the KV pages of prompt + max_tokens (256 when not stated) in its engine
+//     (engine/kv_reservations.h: other admissions leave them free; the request's admission
+//     takes them) or refuses with a 503, code kv_capacity, when it lacks them; the hold ends
+//     at admission, when the room fails under --kv-load-failure fail, or with the room's
+//     lease. D computes the chained keys of the prompt blocks it may resume from (its own
+//     hit rule) — what a push must carry. POST /v1/kv_push?room=R takes the push's chunks in order
+//     into the room's kv::PushAssembler, which checks every chunk, frame and object against them
+//     and this replica's model fingerprint; after the last chunk the objects are installed, leased,
+//     in the staging tier (a room whose push is partial holds the chunks' checked objects in memory
+//     until the push completes, fails, or the room's lease ends). A request carrying the room
+//     (header X-Fathom-KV-Room) then passes admit_room() and is submitted as any request: the
+//     engine's admission reads the pushed blocks from the staging tier exactly as from the KV store
+//     (each checked again, the token ids included) and prefills only the tail. A room whose push
+//     failed or never came follows --kv-load-failure: recompute (the request prefills on D) or fail
+//     (a 503 with code kv_transfer_failed, in the protocol's error shape).
 //   - both: neither route; unchanged behaviour.
 // Rooms live at most `lease_s`; at most kMaxRooms are open.
 //
@@ -53,7 +56,8 @@
 
 namespace fathom::engine {
 class Generator;
-}
+class KvReserver;
+}  // namespace fathom::engine
 
 namespace fathom::serve {
 
@@ -71,6 +75,8 @@ struct PdOptions {
   kv::MemoryStore* stage = nullptr;
   // prefill: the engine's store (the stage, or tiers over it), read for the push. Not owned.
   kv::Store* store = nullptr;
+  // decode: the engine's KV holds (a reservation holds pages when non-null). Not owned.
+  engine::KvReserver* reserver = nullptr;
   kv::RetentionPolicy retention;
   bool recompute_on_failure = true;  // decode: --kv-load-failure recompute (else fail)
   // prefill: the push stream's bytes per chunk (one HTTP body each, plus a 40-byte header);
@@ -120,6 +126,7 @@ class PdRoutes {
     std::chrono::steady_clock::time_point deadline;
     std::unique_ptr<kv::PushAssembler> push;  // from the first chunk until complete or failed
     int64_t chunk_bytes = 0;                  // the bodies of the chunks accepted so far
+    uint64_t hold = 0;                        // the engine's KV hold for the request (0: none)
   };
 
   http::Response reserve(const http::Request& req);
@@ -141,7 +148,7 @@ class PdRoutes {
     double push_seconds = 0;
     int64_t rooms = 0, received_pushes = 0, rejected_pushes = 0, received_blocks = 0,
             received_windows = 0, received_bytes = 0, transfer_failures = 0, recomputed = 0;
-    int64_t received_chunks = 0, rejected_chunks = 0;
+    int64_t received_chunks = 0, rejected_chunks = 0, refused_reservations = 0;
   } n_;
 
   friend class PdJob;

@@ -15,10 +15,16 @@
 //     gets a 503 naming the failure. P SIGKILLed after its prefill, before its push: D
 //     recomputes, equal to B. P SIGKILLed between two chunks of its push: D recomputes, equal
 //     to B, and the partial room is closed.
+//   - Decode first: a D with a 3 MiB KV pool holds a reservation's pages (prompt + max_tokens)
+//     from /v1/pd/reserve on; a second reservation is refused (503 kv_capacity) while the first
+//     stands, and the router then prefills that request on D (equal to B); the held request
+//     gets its answer (equal to B) and its hold ends at admission; then the second is
+//     accepted; an unused room's hold ends with its lease; no KV page is left in use beyond
+//     the prefix cache's.
 // Usage: node pd_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
-const { startServer, startRouter, checker } = require('../serve/start_server.js');
+const { startServer, startRouter, checker, randomPrompt } = require('../serve/start_server.js');
 
 const [fathom] = process.argv.slice(2);
 const t = checker();
@@ -97,7 +103,7 @@ async function main() {
   const chunked = ['--pd-push-chunk-bytes', String(CHUNK)];
   try {
     const t0 = Date.now();
-    const [b, p, d, pBad, pSlow, dFail, pWhole, pMid] = await Promise.all([
+    const [b, p, d, pBad, pSlow, dFail, pWhole, pMid, dTiny] = await Promise.all([
       startServer(fathom, [...small]),
       startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill']),
       startServer(fathom, [...small, ...pd, '--role', 'decode']),
@@ -107,8 +113,11 @@ async function main() {
       startServer(fathom, [...small, ...pd, '--role', 'prefill']),
       startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill',
         '--pd-test-chunk-delay-ms', '4000']),
+      startServer(fathom, ['--kv-budget-mb', '3', '--prefix-cache-mb', '1', ...pd, '--role',
+        'decode', '--pd-lease-seconds', '5']),
     ]);
-    procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc, pWhole.proc, pMid.proc);
+    procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc, pWhole.proc, pMid.proc,
+      dTiny.proc);
     const url = (s) => `http://127.0.0.1:${s.port}`;
     const routerOf = async (pp, dd) => {
       const r = await startRouter(fathom, ['--replica', url(pp), '--replica', url(dd)]);
@@ -120,10 +129,10 @@ async function main() {
       }, 'the router to learn the roles');
       return r;
     };
-    const [r, rBad, rFail, rSlow, rWhole, rMid] = await Promise.all([routerOf(p, d),
+    const [r, rBad, rFail, rSlow, rWhole, rMid, rTiny] = await Promise.all([routerOf(p, d),
       routerOf(pBad, d), routerOf(pBad, dFail), routerOf(pSlow, d), routerOf(pWhole, d),
-      routerOf(pMid, d)]);
-    console.log(`# started 8 replicas and 6 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      routerOf(pMid, d), routerOf(pWhole, dTiny)]);
+    console.log(`# started 9 replicas and 7 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 
     await check('replicas report their role in /health and /v1/role', async () => {
       const h = await (await fetch(`${url(p)}/health`)).json();
@@ -273,6 +282,62 @@ async function main() {
       assert.equal(metric(dm, 'fathom_pd_recomputed_total'), 3);
       assert.equal(metric(dm, 'fathom_pd_open_rooms'), 0);
       assert.equal(await metricOf(rMid.port, 'fathom_router_pd_transfer_failures_total'), 1);
+    });
+
+    await check('D holds a reservation\'s KV pages: a second is refused until the first request ran', async () => {
+      const reserve = (room, prompt) => fetch(`${url(dTiny)}/v1/pd/reserve`, { method: 'POST',
+        body: JSON.stringify({ room, prompt, max_tokens: 64 }) });
+      const complete = async (port, prompt, room) => {
+        const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST',
+          headers: { 'Content-Type': 'application/json', ...(room ? { 'X-Fathom-KV-Room': room } : {}) },
+          body: JSON.stringify({ prompt, max_tokens: 12, temperature: 0 }) });
+        const j = await r.json();
+        assert.equal(r.status, 200, JSON.stringify(j));
+        return [j.choices[0].text, j.choices[0].finish_reason];
+      };
+      const pa = randomPrompt(501, 600), pb = randomPrompt(502, 600);
+      const [wantA, wantB] = await Promise.all([complete(b.port, pa), complete(b.port, pb)]);
+      const pagesTotal = await metricOf(dTiny.port, 'fathom_kv_pages_total');
+      const a = await reserve('hold-a', pa);
+      assert.equal(a.status, 200, await a.text());
+      const held = await metricOf(dTiny.port, 'fathom_pd_reserved_kv_pages');
+      assert.ok(held > pagesTotal / 2 && held <= pagesTotal, `${held} of ${pagesTotal} pages held`);
+      const refused = await reserve('hold-b', pb);
+      assert.equal(refused.status, 503);
+      const e = (await refused.json()).error;
+      assert.equal(e.code, 'kv_capacity');
+      assert.match(e.message, /no KV room for the hand-off: it needs \d+ pages/);
+      // Through the router: D refuses the room, the request is prefilled on D, same answer.
+      const body = chatBody(12, 200, {});
+      const [got, want] = await Promise.all([chat(rTiny.port, body), chat(b.port, body)]);
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      assert.equal(await metricOf(rTiny.port, 'fathom_router_pd_requests_total{mode="local"}'), 1);
+      assert.equal(await metricOf(dTiny.port, 'fathom_pd_refused_reservations_total'), 2);
+      // A's request (no push came: D prefills it) takes its hold at admission.
+      // (Its pages go back to the pool at the end of the step that sent its last token.)
+      const idle = () => waitFor(async () =>
+        (await metricOf(dTiny.port, 'fathom_running_sequences')) === 0, 'D to be idle');
+      assert.deepStrictEqual(await complete(dTiny.port, pa, 'hold-a'), wantA);
+      assert.equal(await metricOf(dTiny.port, 'fathom_pd_reserved_kv_pages'), 0);
+      await idle();
+      const b2 = await reserve('hold-b', pb);
+      assert.equal(b2.status, 200, await b2.text());
+      assert.deepStrictEqual(await complete(dTiny.port, pb, 'hold-b'), wantB);
+      await idle();
+      // A room never used: its hold ends with its lease (5 s).
+      assert.equal((await reserve('hold-c', pa)).status, 200);
+      assert.ok(await metricOf(dTiny.port, 'fathom_pd_reserved_kv_pages') > 0);
+      await waitFor(async () => (await metricOf(dTiny.port, 'fathom_pd_reserved_kv_pages')) === 0,
+        'the unused hold to end', 15000);
+      assert.equal((await reserve('hold-d', pb)).status, 200);
+      const dm = await metrics(dTiny.port);
+      // Idle, D's pages in use are the prefix cache's (whose bytes also count the window side
+      // objects kept off the pool); a request's pages left behind would be 30+ pages more.
+      assert.equal(metric(dm, 'fathom_running_sequences'), 0);
+      assert.ok(metric(dm, 'fathom_kv_bytes') <= metric(dm, 'fathom_prefix_cache_bytes'),
+        `${metric(dm, 'fathom_kv_bytes')} bytes in use, ${metric(dm, 'fathom_prefix_cache_bytes')} cached`);
+      assert.equal(metric(dm, 'fathom_pd_refused_reservations_total'), 2);
     });
   } finally {
     for (const x of procs) if (x.exitCode === null) x.kill('SIGKILL');

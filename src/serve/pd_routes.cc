@@ -206,9 +206,15 @@ void PdRoutes::add_to(
   }
 }
 
+void PdRoutes::unbuffer_locked(Room& room) {
+  buffered_ -= room.buffered;
+  room.buffered = 0;
+}
+
 void PdRoutes::expire_rooms_locked(Clock::time_point now) {
   for (auto it = rooms_.begin(); it != rooms_.end();) {
     if (it->second.deadline <= now && it->second.state != RoomState::kReceiving) {
+      unbuffer_locked(it->second);
       if (it->second.hold != 0 && opt_.reserver) opt_.reserver->release_kv(it->second.hold);
       it = rooms_.erase(it);
     } else {
@@ -274,6 +280,17 @@ Response PdRoutes::receive(const Request& req) {
     if (room.state == RoomState::kComplete || room.state == RoomState::kFailed)
       return error(409, "room '" + name + "' already has its push", "invalid_request_error",
                    "room_used");
+    if (buffered_ + int64_t(req.body.size()) > opt_.stage->budget_bytes()) {
+      unbuffer_locked(room);
+      room.push.reset();
+      room.state = RoomState::kFailed;
+      room.why = "the staging tier cannot hold more of the pushes under way";
+      ++n_.rejected_chunks;
+      ++n_.received_pushes;
+      ++n_.rejected_pushes;
+      cv_.notify_all();
+      return error(503, room.why, "server_error", "stage_full");
+    }
     if (!room.push) {
       kv::PushExpectation expect;
       expect.model = opt_.model;
@@ -320,7 +337,13 @@ Response PdRoutes::receive(const Request& req) {
                    : complete       ? RoomState::kComplete
                                     : RoomState::kPartial;
       room.why = failure;
-      if (room.state == RoomState::kPartial) room.push = std::move(push);
+      if (room.state == RoomState::kPartial) {
+        room.push = std::move(push);
+        room.buffered += int64_t(req.body.size());
+        buffered_ += int64_t(req.body.size());
+      } else {
+        unbuffer_locked(room);
+      }
     }
     if (failure.empty()) {
       ++n_.received_chunks;
@@ -368,6 +391,7 @@ Status PdRoutes::admit_room(std::string_view room) {
       return it == rooms_.end() || it->second.state != RoomState::kReceiving;
     });
     if (it != rooms_.end() && it->second.state == RoomState::kComplete) {
+      unbuffer_locked(it->second);
       rooms_.erase(it);
       return Status::ok();
     }
@@ -386,6 +410,7 @@ Status PdRoutes::admit_room(std::string_view room) {
       // Recomputed here, the request still takes its hold at admission; failed, it never comes.
       if (!opt_.recompute_on_failure && it->second.hold != 0 && opt_.reserver)
         opt_.reserver->release_kv(it->second.hold);
+      unbuffer_locked(it->second);
       rooms_.erase(it);
     }
   }

@@ -127,6 +127,7 @@ class PdRoutes {
     std::unique_ptr<kv::PushAssembler> push;  // from the first chunk until complete or failed
     int64_t chunk_bytes = 0;                  // the bodies of the chunks accepted so far
     uint64_t hold = 0;                        // the engine's KV hold for the request (0: none)
+    int64_t buffered = 0;  // of chunk_bytes, what counts in buffered_ (a push not yet done)
   };
 
   http::Response reserve(const http::Request& req);
@@ -134,6 +135,8 @@ class PdRoutes {
   // The prefill job (on a thread of its own); `cancelled` is set when the client left.
   http::Response prefill(const std::string& body, const std::atomic<bool>& cancelled);
   void expire_rooms_locked(std::chrono::steady_clock::time_point now);
+  // The room's push no longer buffers anything (done, failed, or the room goes).
+  void unbuffer_locked(Room& room);
 
   engine::Generator& engine_;
   const PdOptions opt_;
@@ -141,6 +144,9 @@ class PdRoutes {
   std::condition_variable cv_;
   std::map<std::string, Room, std::less<>> rooms_;  // guarded by mu_
   int64_t jobs_ = 0;                                // guarded by mu_: prefill jobs running
+  // Chunk bytes of pushes not yet complete, over all rooms (guarded by mu_): at most the
+  // staging tier's budget, so partial pushes cannot hold more memory than it.
+  int64_t buffered_ = 0;
   // Counters (guarded by mu_).
   struct Counters {
     int64_t prefills = 0, prefill_failures = 0, pushes = 0, push_failures = 0;

@@ -21,6 +21,9 @@
 //     gets its answer (equal to B) and its hold ends at admission; then the second is
 //     accepted; an unused room's hold ends with its lease; no KV page is left in use beyond
 //     the prefix cache's.
+//   - Partial pushes are bounded: a D whose staging tier is 1 MiB takes two ~0.9 MB hand-offs
+//     pushed at once in 256 KiB chunks (1 s apart): one push fails with stage_full, its request
+//     is recomputed on D; both answers equal B's.
 // Usage: node pd_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
@@ -103,7 +106,7 @@ async function main() {
   const chunked = ['--pd-push-chunk-bytes', String(CHUNK)];
   try {
     const t0 = Date.now();
-    const [b, p, d, pBad, pSlow, dFail, pWhole, pMid, dTiny] = await Promise.all([
+    const [b, p, d, pBad, pSlow, dFail, pWhole, pMid, dTiny, pPace, dStage] = await Promise.all([
       startServer(fathom, [...small]),
       startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill']),
       startServer(fathom, [...small, ...pd, '--role', 'decode']),
@@ -115,9 +118,12 @@ async function main() {
         '--pd-test-chunk-delay-ms', '4000']),
       startServer(fathom, ['--kv-budget-mb', '3', '--prefix-cache-mb', '1', ...pd, '--role',
         'decode', '--pd-lease-seconds', '5']),
+      startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill',
+        '--pd-test-chunk-delay-ms', '1000']),
+      startServer(fathom, [...small, '--pd-stage-mb', '1', '--role', 'decode']),
     ]);
     procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc, pWhole.proc, pMid.proc,
-      dTiny.proc);
+      dTiny.proc, pPace.proc, dStage.proc);
     const url = (s) => `http://127.0.0.1:${s.port}`;
     const routerOf = async (pp, dd) => {
       const r = await startRouter(fathom, ['--replica', url(pp), '--replica', url(dd)]);
@@ -129,10 +135,10 @@ async function main() {
       }, 'the router to learn the roles');
       return r;
     };
-    const [r, rBad, rFail, rSlow, rWhole, rMid, rTiny] = await Promise.all([routerOf(p, d),
-      routerOf(pBad, d), routerOf(pBad, dFail), routerOf(pSlow, d), routerOf(pWhole, d),
-      routerOf(pMid, d), routerOf(pWhole, dTiny)]);
-    console.log(`# started 9 replicas and 7 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    const [r, rBad, rFail, rSlow, rWhole, rMid, rTiny, rStage] = await Promise.all([
+      routerOf(p, d), routerOf(pBad, d), routerOf(pBad, dFail), routerOf(pSlow, d),
+      routerOf(pWhole, d), routerOf(pMid, d), routerOf(pWhole, dTiny), routerOf(pPace, dStage)]);
+    console.log(`# started 11 replicas and 8 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 
     await check('replicas report their role in /health and /v1/role', async () => {
       const h = await (await fetch(`${url(p)}/health`)).json();
@@ -338,6 +344,22 @@ async function main() {
       assert.ok(metric(dm, 'fathom_kv_bytes') <= metric(dm, 'fathom_prefix_cache_bytes'),
         `${metric(dm, 'fathom_kv_bytes')} bytes in use, ${metric(dm, 'fathom_prefix_cache_bytes')} cached`);
       assert.equal(metric(dm, 'fathom_pd_refused_reservations_total'), 2);
+    });
+
+    await check('partial pushes are bounded by D\'s staging tier: one fails (stage_full), both answers right', async () => {
+      const bodies = [chatBody(13, 190, {}), chatBody(14, 195, { temperature: 0.9, seed: 4 })];
+      const [got, want] = await Promise.all([Promise.all(bodies.map((x) => chat(rStage.port, x))),
+        Promise.all(bodies.map((x) => chat(b.port, x)))]);
+      for (let i = 0; i < 2; i++) {
+        assert.equal(got[i].status, 200, got[i].error);
+        assert.deepStrictEqual([got[i].text, got[i].finish], [want[i].text, want[i].finish]);
+      }
+      const dm = await metrics(dStage.port);
+      assert.equal(metric(dm, 'fathom_pd_received_pushes_total'), 2);
+      assert.equal(metric(dm, 'fathom_pd_rejected_pushes_total'), 1);
+      assert.equal(metric(dm, 'fathom_pd_recomputed_total'), 1);
+      assert.ok(metric(dm, 'fathom_pd_received_blocks_total') >= 4);
+      assert.equal(metric(dm, 'fathom_pd_open_rooms'), 0);
     });
   } finally {
     for (const x of procs) if (x.exitCode === null) x.kill('SIGKILL');

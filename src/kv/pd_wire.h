@@ -1,8 +1,9 @@
-// The P/D hand-off's wire format: what a prefill replica pushes to a decode replica (the body
-// of POST /v1/kv_push). The payloads are the KV store's own objects (kv/block_format.h: a
-// versioned, checksummed header naming the model, the block's chained key, its parent and its
-// position) — the hand-off invents no other serialisation — each in a frame that carries its
-// own length and checksum, so a cut or altered transfer is told apart from a damaged object:
+// The P/D hand-off's wire format: what a prefill replica pushes to a decode replica (the push
+// stream, carried by the chunks of POST /v1/kv_push, below). The payloads are the KV store's own
+// objects (kv/block_format.h: a versioned, checksummed header naming the model, the block's chained
+// key, its parent and its position) — the hand-off invents no other serialisation — each in a frame
+// that carries its own length and checksum, so a cut or altered transfer is told apart from a
+// damaged object:
 //
 //   offset  size  field
 //        0     4  magic "FKVF"

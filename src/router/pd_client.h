@@ -2,7 +2,7 @@
 // serve/pd_routes.h): the router reserves a room on the decode replica (D) for a request's
 // prompt, asks the prefill replica (P) to prefill the prompt and push its KV blocks into that
 // room, then sends the request itself to D with the room's id (header kKvRoomHeader). P's push
-// to D is one POST of kv/pd_wire.h frames. Each call is one blocking exchange on one
+// to D is one POST per chunk of kv/pd_wire.h frames. Each call is one blocking exchange on one
 // connection, every wait bounded. Free functions: any thread.
 #pragma once
 

@@ -68,6 +68,8 @@ struct ServeArgs {
   std::string pd_push_api_key;
   bool pd_test_corrupt_push = false;
   int pd_test_push_delay_ms = 0;
+  int64_t pd_push_chunk_bytes = int64_t(kv::kDefaultChunkBytes);
+  int pd_test_chunk_delay_ms = 0;
 };
 
 std::string cache_dir() {
@@ -303,6 +305,7 @@ int run_serve(const ServeArgs& a) {
   pdo.block_tokens = eo.prefix_block;
   pdo.stage = stage;
   pdo.store = kv_store.get();
+  if (*role == serve::PdRole::kDecode) pdo.reserver = &eng;
   pdo.retention = *retention;
   pdo.recompute_on_failure = a.kv_load_failure == "recompute";
   pdo.lease_s = a.pd_lease_s;
@@ -311,6 +314,8 @@ int run_serve(const ServeArgs& a) {
     pdo.push_auth_header = "Authorization: Bearer " + a.pd_push_api_key + "\r\n";
   pdo.test_corrupt_push = a.pd_test_corrupt_push;
   pdo.test_push_delay_ms = a.pd_test_push_delay_ms;
+  pdo.push_chunk_bytes = size_t(a.pd_push_chunk_bytes);
+  pdo.test_chunk_delay_ms = a.pd_test_chunk_delay_ms;
   serve::PdRoutes pd(eng, pdo);
   so.pd = &pd;
   serve::Server server(eng, **tok, *enc, so);
@@ -507,6 +512,13 @@ void add_serve_command(CLI::App& app, Runner* run) {
               "Testing aid (prefill): alter a byte of the first pushed block object");
   c->add_option("--pd-test-push-delay-ms", a->pd_test_push_delay_ms,
                 "Testing aid (prefill): wait this long between the prefill and the push")
+      ->check(CLI::Range(0, 600000));
+  c->add_option("--pd-push-chunk-bytes", a->pd_push_chunk_bytes,
+                "prefill: a push moves in chunks of this many bytes, one request each (keep "
+                "it well under the decode replica's 32 MiB body limit; default 8 MiB)")
+      ->check(CLI::Range(int64_t(4096), int64_t(30) << 20));
+  c->add_option("--pd-test-chunk-delay-ms", a->pd_test_chunk_delay_ms,
+                "Testing aid (prefill): wait this long between a push's chunks")
       ->check(CLI::Range(0, 600000));
   c->add_flag("--allow-forced-output", a->forced,
               "Testing aid: accept forced_output_ids (teacher-forced output tokens)");

@@ -209,7 +209,7 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   so.max_running = opt_.max_running;
   so.prefix_block = opt_.prefix_block;
   so.chunk_at_blocks = cache_on_;
-  scheduler_ = std::make_unique<Scheduler>(runner_, pool_.get(), so);
+  scheduler_ = std::make_unique<Scheduler>(runner_, pool_.get(), so, &reservations_);
   executor_ = std::thread([this] { executor_loop(); });
   thread_ = std::thread([this] { scheduler_loop(); });
 }
@@ -224,6 +224,31 @@ void Engine::shutdown() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+Result<uint64_t> Engine::reserve_kv(std::span<const int32_t> prompt, uint64_t salt,
+                                    int64_t max_tokens, KvReservations::Clock::time_point until) {
+  if (prompt.empty() || max_tokens < 0) return invalid_argument("an empty prompt or max_tokens");
+  const int64_t tokens = std::min<int64_t>(int64_t(prompt.size()) + max_tokens, context_length());
+  const int64_t pages = runner_.pages_needed(*runner_.new_sequence(pool_.get()), tokens);
+  int64_t cached_pages = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cached_pages = stats_.prefix_cache_bytes / pool_->page_bytes();
+  }
+  const int64_t free_pages =
+      pool_->available() + cached_pages - pool_->max_pages() / 100;  // the admission watermark
+  return reservations_.hold(KvReservations::key_of(prompt, salt), pages, free_pages, until);
+}
+
+int64_t Engine::held_for_others(const Sequence& s) const {
+  if (reservations_.empty()) return 0;
+  return reservations_.held_except(KvReservations::key_of(s.req.prompt, s.req.cache_salt));
+}
+
+void Engine::end_hold(const Sequence& s) {
+  if (!reservations_.empty())
+    reservations_.claim(KvReservations::key_of(s.req.prompt, s.req.cache_salt));
 }
 
 Result<std::shared_ptr<Sequence>> Engine::make_sequence(GenerationRequest request) {
@@ -854,6 +879,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
   const Clock::time_point t_begin = Clock::now();
   Outcome out;
   for (auto& s : plan.cancelled) {
+    end_hold(*s);
     finish(*s, FinishCause::kCancelled);
   }
   // Drop cancelled requests.
@@ -865,20 +891,23 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
                 running.end());
 
   // Admission by KV pages: a request is admitted when its prompt's pages (less what a
-  // prefix hit shares) fit what the pool has free, evicting cached blocks for room; the
-  // first always is. Growth in decode is met by eviction, then by preemption below.
+  // prefix hit shares) fit what the pool has free beside the pages held for other P/D
+  // hand-offs (kv_reservations.h), evicting cached blocks for room; the first always is; the
+  // hold for the request itself, if any, ends as it is admitted. Growth in decode is met by
+  // eviction, then by preemption below.
   const int64_t watermark = pool_->max_pages() / 100;
   for (size_t i = 0; i < plan.admit.size(); ++i) {
     Sequence& s = *plan.admit[i];
     if (s.stream->cancelled()) {
+      end_hold(s);
       finish(s, FinishCause::kCancelled);
       continue;
     }
     bool fits = int64_t(running.size()) < opt_.max_running;
     if (fits) {
       admit(s);
-      const int64_t need =
-          runner_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) + watermark;
+      const int64_t need = runner_.pages_needed(*s.state, int64_t(s.all.size()) - s.prefilled) +
+                           watermark + held_for_others(s);
       while (pool_->available() < need && cache_.evict_one(true)) {
       }
       fits = running.empty() || pool_->available() >= need;
@@ -892,6 +921,7 @@ Outcome Engine::execute(Plan& plan, std::vector<std::shared_ptr<Sequence>>& runn
       }
       break;
     }
+    end_hold(s);
     running.push_back(plan.admit[i]);
   }
 

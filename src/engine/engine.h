@@ -45,6 +45,7 @@
 #include "engine/draft_scheduler.h"
 #include "engine/generator.h"
 #include "engine/grammar_masks.h"
+#include "engine/kv_reservations.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
@@ -158,7 +159,7 @@ struct EngineStats {
   std::vector<std::pair<std::string, kv::StoreStats>> store_tiers;  // by tier: "disk", "redis"
 };
 
-class Engine : public Generator {
+class Engine : public Generator, public KvReserver {
  public:
   // `runner` (the model) must outlive the engine. `eos_id` < 0: no EOS.
   Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id);
@@ -193,6 +194,13 @@ class Engine : public Generator {
   // The prefix cache's block stored / removed events (published once a step), or null without
   // a prefix cache or with kv_event_ring 0. Lives as long as the engine; any thread may read it.
   const kv::KvEventLog* kv_events() const { return kv_events_.get(); }
+  // KV held for P/D hand-offs (engine/kv_reservations.h): the pages of a fresh sequence of
+  // prompt + max_tokens (capped at the context), against the pool's free pages plus those of
+  // cached prefix blocks (evicted on demand), less the admission watermark.
+  Result<uint64_t> reserve_kv(std::span<const int32_t> prompt, uint64_t salt, int64_t max_tokens,
+                              KvReservations::Clock::time_point until) override;
+  void release_kv(uint64_t id) override { reservations_.release(id); }
+  int64_t reserved_kv_pages() const override { return reservations_.held(); }
 
  private:
   // The scheduler thread: hands the Scheduler's plans to the executor and its outcomes back.
@@ -247,12 +255,17 @@ class Engine : public Generator {
                      std::vector<std::shared_ptr<Sequence>>& running, std::vector<Sequence*>& heads,
                      std::vector<std::shared_ptr<Sequence>>& deferred);
   Result<std::shared_ptr<Sequence>> make_sequence(GenerationRequest request);
+  // The pages held for hand-offs other than `s`'s (0 when none are held).
+  int64_t held_for_others(const Sequence& s) const;
+  // `s` is admitted, or ends before it was: the hold for it, if any, ends.
+  void end_hold(const Sequence& s);
 
   const ModelRunner& runner_;
   EngineOptions opt_;
   int64_t vocab_;
   bool cache_on_ = false;                 // prefix caching possible with this block size and pool
   std::unique_ptr<kv::PagePool> pool_;    // before cache_: cached blocks go first
+  KvReservations reservations_;           // any thread; before scheduler_, which reads it
   std::unique_ptr<Scheduler> scheduler_;  // scheduler thread (chunk_size: any thread)
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -4,8 +4,9 @@
 
 namespace fathom::engine {
 
-Scheduler::Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options)
-    : runner_(runner), pool_(pool), opt_(options), free_pages_(pool->max_pages()) {}
+Scheduler::Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options,
+                     const KvReservations* holds)
+    : runner_(runner), pool_(pool), opt_(options), holds_(holds), free_pages_(pool->max_pages()) {}
 
 int64_t Scheduler::chunk_size(const Sequence& s, int64_t prefilled, int64_t left,
                               int64_t want) const {
@@ -79,7 +80,11 @@ Plan Scheduler::plan(const Plan* in_flight) {
     const int64_t left = std::max<int64_t>(1, s->resume_hint);
     auto fresh = runner_.new_sequence(pool_);
     const int64_t need = runner_.pages_needed(*fresh, std::min(left, budget));
-    if (running > 0 && need > room) break;
+    const int64_t held =
+        holds_ == nullptr || holds_->empty()
+            ? 0
+            : holds_->held_except(KvReservations::key_of(s->req.prompt, s->req.cache_salt));
+    if (running > 0 && need + held > room) break;
     room -= need;
     const int64_t n = std::min(left, budget);
     s->resume_hint_at_plan = left;

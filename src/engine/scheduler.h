@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/kv_reservations.h"
 #include "engine/model_runner.h"
 #include "engine/sequence.h"
 #include "kv/page_pool.h"
@@ -30,8 +31,11 @@ struct SchedulerOptions {
 class Scheduler {
  public:
   // `runner` and `pool` must outlive the scheduler; the pool only sizes the page estimates of
-  // admissions (the scheduler allocates nothing from it).
-  Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options);
+  // admissions (the scheduler allocates nothing from it). `holds` (null: none), when given,
+  // must outlive it too: an admission looks for room beside the pages held for other P/D
+  // hand-offs.
+  Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options,
+            const KvReservations* holds = nullptr);
 
   // Tokens the executor runs for an intent of `want` on a sequence with `left` tokens to go
   // after `prefilled`: prefill chunks end at the next prefix-cache block of the prompt and at
@@ -59,6 +63,7 @@ class Scheduler {
   const ModelRunner& runner_;
   kv::PagePool* const pool_;
   const SchedulerOptions opt_;
+  const KvReservations* const holds_;
   std::deque<std::shared_ptr<Sequence>> waiting_;
   std::vector<Report> view_;  // the executor's running sequences as last reported
   int64_t free_pages_ = 0;    // as last reported

@@ -53,6 +53,7 @@ class MemoryStore final : public Store {
   void release(std::span<const StoreKey> keys);
   // Keys under a live lease now.
   int64_t leased() const;
+  int64_t budget_bytes() const { return opt_.budget_bytes; }
 
  private:
   struct Entry {

@@ -50,8 +50,10 @@ std::string prompt_body(std::string_view room, std::span<const int32_t> prompt,
 
 Result<PdReservation> pd_reserve(const Endpoint& d, std::string_view room,
                                  std::span<const int32_t> prompt, std::string_view cache_salt,
-                                 const PdCallOptions& o) {
-  const std::string body = prompt_body(room, prompt, cache_salt) + "}";
+                                 const PdCallOptions& o, int64_t max_tokens) {
+  std::string body = prompt_body(room, prompt, cache_salt);
+  if (max_tokens > 0) body += ",\"max_tokens\":" + std::to_string(max_tokens);
+  body += "}";
   FATHOM_ASSIGN_OR_RETURN(auto r, post(d, "/v1/pd/reserve", body, o));
   if (r.first != 200)
     return Status(

@@ -2,7 +2,7 @@
 // serve/pd_routes.h): the router reserves a room on the decode replica (D) for a request's
 // prompt, asks the prefill replica (P) to prefill the prompt and push its KV blocks into that
 // room, then sends the request itself to D with the room's id (header kKvRoomHeader). P's push
-// to D is one POST of kv/pd_wire.h frames. Each call is one blocking exchange on one
+// to D is one POST per chunk of kv/pd_wire.h frames. Each call is one blocking exchange on one
 // connection, every wait bounded. Free functions: any thread.
 #pragma once
 
@@ -27,13 +27,15 @@ struct PdCallOptions {
   int timeout_ms = 60000;  // the whole answer
 };
 
-// What D expects, or why it refused (kIoError: unreachable; kResourceExhausted: it has no room).
+// What D expects, or why it refused (kIoError: unreachable; kResourceExhausted: it has no room
+// — too many rooms, or no KV pages for prompt + max_tokens: D holds them from the reservation
+// on). max_tokens < 1: not stated (D assumes 256).
 struct PdReservation {
   int64_t expect_blocks = 0;  // the prompt blocks D may resume from
 };
 Result<PdReservation> pd_reserve(const Endpoint& d, std::string_view room,
                                  std::span<const int32_t> prompt, std::string_view cache_salt,
-                                 const PdCallOptions& o);
+                                 const PdCallOptions& o, int64_t max_tokens = 0);
 
 // What P did: it prefilled the prompt and D accepted `blocks` blocks (and one window side
 // object) of `bytes` bytes in all, in `push_seconds`.
@@ -48,7 +50,7 @@ Result<PdPrefillResult> pd_prefill(const Endpoint& p, std::string_view room,
                                    std::string_view retention, std::string_view push_to,
                                    const PdCallOptions& o);
 
-// P's push of `body` (kv/pd_wire.h frames) into D's room: D's JSON answer, or an error with
+// One chunk of P's push (kv/pd_wire.h) into D's room: D's JSON answer, or an error with
 // D's message (kCorrupt when D rejected the objects, kIoError when it could not be reached).
 Result<std::string> pd_push(const Endpoint& d, std::string_view room, std::string_view body,
                             const PdCallOptions& o);

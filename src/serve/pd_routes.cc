@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/py_json.h"
 #include "engine/generator.h"
+#include "engine/kv_reservations.h"
 #include "kv/pd_wire.h"
 #include "kv/prefix_cache.h"
 #include "kv/store.h"
@@ -205,15 +206,31 @@ void PdRoutes::add_to(
   }
 }
 
+void PdRoutes::unbuffer_locked(Room& room) {
+  buffered_ -= room.buffered;
+  room.buffered = 0;
+}
+
 void PdRoutes::expire_rooms_locked(Clock::time_point now) {
-  for (auto it = rooms_.begin(); it != rooms_.end();)
-    it = it->second.deadline <= now && it->second.state != RoomState::kReceiving ? rooms_.erase(it)
-                                                                                 : std::next(it);
+  for (auto it = rooms_.begin(); it != rooms_.end();) {
+    if (it->second.deadline <= now && it->second.state != RoomState::kReceiving) {
+      unbuffer_locked(it->second);
+      if (it->second.hold != 0 && opt_.reserver) opt_.reserver->release_kv(it->second.hold);
+      it = rooms_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 Response PdRoutes::reserve(const Request& req) {
   auto b = parse_prompt_body(req.body, engine_.vocab_size());
   if (!b.is_ok()) return bad_request(b.status().message());
+  int64_t max_tokens = 256;  // GenerationRequest's default
+  if (const Value* m = b->json.find("max_tokens")) {
+    if (!m->int_fits_int64(&max_tokens) || max_tokens < 1)
+      return bad_request("'max_tokens' must be a positive integer");
+  }
   Room room;
   room.chain = resumable_chain(b->prompt, opt_.block_tokens, b->cache_salt);
   const auto now = Clock::now();
@@ -224,9 +241,20 @@ Response PdRoutes::reserve(const Request& req) {
     expire_rooms_locked(now);
     if (rooms_.size() >= kMaxRooms)
       return error(503, "too many hand-offs under way", "server_error", "too_many_rooms");
-    if (!rooms_.emplace(b->room, std::move(room)).second)
+    if (rooms_.count(b->room) != 0)
       return error(409, "room '" + b->room + "' is already open", "invalid_request_error",
                    "room_exists");
+    // Decode first: the request's KV pages are held before P is asked to prefill.
+    if (opt_.reserver != nullptr) {
+      auto hold = opt_.reserver->reserve_kv(b->prompt, kv::tenant_salt(b->cache_salt), max_tokens,
+                                            room.deadline);
+      if (!hold.is_ok()) {
+        ++n_.refused_reservations;
+        return error(503, hold.status().message(), "server_error", "kv_capacity");
+      }
+      room.hold = *hold;
+    }
+    rooms_.emplace(b->room, std::move(room));
     ++n_.rooms;
   }
   return Response::json(
@@ -235,52 +263,99 @@ Response PdRoutes::reserve(const Request& req) {
 
 Response PdRoutes::receive(const Request& req) {
   const std::string name = query_value(req.target, "room");
-  kv::PushExpectation expect;
-  expect.model = opt_.model;
-  expect.block_tokens = uint32_t(opt_.block_tokens);
+  std::unique_ptr<kv::PushAssembler> push;
+  std::vector<uint64_t> chain;
   Clock::time_point until;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    expire_rooms_locked(Clock::now());
     auto it = rooms_.find(name);
     if (it == rooms_.end())
       return error(404, "no open room '" + name + "' (expired, or never reserved)",
                    "invalid_request_error", "unknown_room");
-    if (it->second.state != RoomState::kReserved)
+    Room& room = it->second;
+    if (room.state == RoomState::kReceiving)
+      return error(409, "room '" + name + "' is taking another chunk", "invalid_request_error",
+                   "room_busy");
+    if (room.state == RoomState::kComplete || room.state == RoomState::kFailed)
       return error(409, "room '" + name + "' already has its push", "invalid_request_error",
                    "room_used");
-    it->second.state = RoomState::kReceiving;
-    expect.chain = it->second.chain;
-    until = it->second.deadline;
+    if (buffered_ + int64_t(req.body.size()) > opt_.stage->budget_bytes()) {
+      unbuffer_locked(room);
+      room.push.reset();
+      room.state = RoomState::kFailed;
+      room.why = "the staging tier cannot hold more of the pushes under way";
+      ++n_.rejected_chunks;
+      ++n_.received_pushes;
+      ++n_.rejected_pushes;
+      cv_.notify_all();
+      return error(503, room.why, "server_error", "stage_full");
+    }
+    if (!room.push) {
+      kv::PushExpectation expect;
+      expect.model = opt_.model;
+      expect.block_tokens = uint32_t(opt_.block_tokens);
+      expect.chain = room.chain;
+      expect.max_stream_bytes = uint64_t(opt_.stage->budget_bytes());
+      room.push = std::make_unique<kv::PushAssembler>(std::move(expect));
+    }
+    room.state = RoomState::kReceiving;
+    push = std::move(room.push);
+    chain = room.chain;
+    until = room.deadline;
   }
+  // The chunk's checks, and the objects it completes, outside the lock.
   kv::PushFailure why;
-  auto v = kv::verify_push(req.body, expect, &why);
+  auto added = push->add_chunk(req.body, &why);
   std::string failure;
-  if (!v.is_ok()) {
-    failure = v.status().message();
-  } else {
-    for (size_t i = 0; i < v->blocks.size() && failure.empty(); ++i)
-      if (!opt_.stage->install(kv::store_key(opt_.model, expect.chain[i], kv::ObjectKind::kBlock),
-                               std::move(v->blocks[i]), until))
+  kv::VerifiedPush v;
+  if (!added.is_ok()) {
+    failure = added.status().message();
+  } else if (*added) {
+    v = push->take();
+    for (size_t i = 0; i < v.blocks.size() && failure.empty(); ++i)
+      if (!opt_.stage->install(kv::store_key(opt_.model, chain[i], kv::ObjectKind::kBlock),
+                               std::move(v.blocks[i]), until))
         failure = "the staging tier is full";
-    if (failure.empty() && v->window_block > 0 &&
+    if (failure.empty() && v.window_block > 0 &&
         !opt_.stage->install(
-            kv::store_key(opt_.model, expect.chain[v->window_block - 1], kv::ObjectKind::kWindow),
-            std::move(v->window), until))
+            kv::store_key(opt_.model, chain[v.window_block - 1], kv::ObjectKind::kWindow),
+            std::move(v.window), until))
       failure = "the staging tier is full";
   }
+  const bool complete = failure.empty() && *added;
+  const uint32_t chunk = push->chunks_received(), chunks = push->chunk_count();
+  int64_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = rooms_.find(name);
     if (it != rooms_.end()) {
-      it->second.state = failure.empty() ? RoomState::kComplete : RoomState::kFailed;
-      it->second.why = failure;
+      Room& room = it->second;
+      if (failure.empty()) room.chunk_bytes += int64_t(req.body.size());
+      bytes = room.chunk_bytes;
+      room.state = !failure.empty() ? RoomState::kFailed
+                   : complete       ? RoomState::kComplete
+                                    : RoomState::kPartial;
+      room.why = failure;
+      if (room.state == RoomState::kPartial) {
+        room.push = std::move(push);
+        room.buffered += int64_t(req.body.size());
+        buffered_ += int64_t(req.body.size());
+      } else {
+        unbuffer_locked(room);
+      }
     }
-    ++n_.received_pushes;
     if (failure.empty()) {
-      n_.received_blocks += int64_t(v->blocks.size());
-      n_.received_windows += v->window_block > 0 ? 1 : 0;
-      n_.received_bytes += int64_t(req.body.size());
+      ++n_.received_chunks;
     } else {
+      ++n_.rejected_chunks;
+    }
+    if (complete || !failure.empty()) ++n_.received_pushes;
+    if (complete) {
+      n_.received_blocks += int64_t(v.blocks.size());
+      n_.received_windows += v.window_block > 0 ? 1 : 0;
+      n_.received_bytes += bytes;
+    } else if (!failure.empty()) {
       ++n_.rejected_pushes;
     }
   }
@@ -292,10 +367,15 @@ Response PdRoutes::receive(const Request& req) {
                      ? std::string("object_") + kv::block_fault_name(why.block)
                      : std::string(kv::push_fault_name(why.fault)));
   }
+  if (!complete)
+    return Response::json(200, "{\"room\":\"" + name + "\",\"chunk\":" + std::to_string(chunk - 1) +
+                                   ",\"chunks\":" + std::to_string(chunks) +
+                                   ",\"complete\":false}");
   return Response::json(200, "{\"room\":\"" + name +
-                                 "\",\"blocks\":" + std::to_string(v->blocks.size()) +
-                                 ",\"window_block\":" + std::to_string(v->window_block) +
-                                 ",\"bytes\":" + std::to_string(req.body.size()) + "}");
+                                 "\",\"blocks\":" + std::to_string(v.blocks.size()) +
+                                 ",\"window_block\":" + std::to_string(v.window_block) +
+                                 ",\"chunks\":" + std::to_string(chunks) +
+                                 ",\"bytes\":" + std::to_string(bytes) + ",\"complete\":true}");
 }
 
 Status PdRoutes::admit_room(std::string_view room) {
@@ -311,14 +391,28 @@ Status PdRoutes::admit_room(std::string_view room) {
       return it == rooms_.end() || it->second.state != RoomState::kReceiving;
     });
     if (it != rooms_.end() && it->second.state == RoomState::kComplete) {
+      unbuffer_locked(it->second);
       rooms_.erase(it);
       return Status::ok();
     }
-    why = it == rooms_.end()                          ? "the room was closed"
-          : it->second.state == RoomState::kReserved  ? "no push arrived from the prefill replica"
+    // The router sends the request after P answered, so a push still partial now will not
+    // be finished (P gave up or died between chunks).
+    why = it == rooms_.end()                         ? "the room was closed"
+          : it->second.state == RoomState::kReserved ? "no push arrived from the prefill replica"
+          : it->second.state == RoomState::kPartial
+              ? "the push stopped after " +
+                    std::to_string(it->second.push ? it->second.push->chunks_received() : 0) +
+                    " of " + std::to_string(it->second.push ? it->second.push->chunk_count() : 0) +
+                    " chunks"
           : it->second.state == RoomState::kReceiving ? "the push did not finish in time"
                                                       : "the push was rejected: " + it->second.why;
-    if (it != rooms_.end() && it->second.state != RoomState::kReceiving) rooms_.erase(it);
+    if (it != rooms_.end() && it->second.state != RoomState::kReceiving) {
+      // Recomputed here, the request still takes its hold at admission; failed, it never comes.
+      if (!opt_.recompute_on_failure && it->second.hold != 0 && opt_.reserver)
+        opt_.reserver->release_kv(it->second.hold);
+      unbuffer_locked(it->second);
+      rooms_.erase(it);
+    }
   }
   ++n_.transfer_failures;
   if (opt_.recompute_on_failure) ++n_.recomputed;
@@ -414,12 +508,24 @@ Response PdRoutes::prefill(const std::string& body, const std::atomic<bool>& can
     objects.front()[kv::kObjectHeaderBytes + 8] ^= 0x01;
   if (opt_.test_push_delay_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(opt_.test_push_delay_ms));
-  const std::string push = kv::encode_push(objects, window);
+  const std::vector<std::string> chunks =
+      kv::encode_chunks(kv::encode_push(objects, window), opt_.push_chunk_bytes);
   const auto t1 = Clock::now();
   router::PdCallOptions co;
   co.auth_header = opt_.push_auth_header;
   co.timeout_ms = opt_.push_timeout_ms;
-  auto pushed = router::pd_push(*ep, b->room, push, co);
+  Result<std::string> pushed = std::string();
+  int64_t push_bytes = 0;
+  for (size_t i = 0; i < chunks.size() && pushed.is_ok(); ++i) {
+    if (i > 0 && opt_.test_chunk_delay_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(opt_.test_chunk_delay_ms));
+    if (cancelled.load()) {
+      pushed = io_error("the router left during the push");
+      break;
+    }
+    pushed = router::pd_push(*ep, b->room, chunks[i], co);
+    push_bytes += int64_t(chunks[i].size());
+  }
   const double push_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -427,7 +533,8 @@ Response PdRoutes::prefill(const std::string& body, const std::atomic<bool>& can
     ++n_.pushes;
     if (pushed.is_ok()) {
       n_.pushed_blocks += int64_t(w);
-      n_.pushed_bytes += int64_t(push.size());
+      n_.pushed_bytes += push_bytes;
+      n_.pushed_chunks += int64_t(chunks.size());
       n_.push_seconds += push_seconds;
     } else {
       ++n_.push_failures;
@@ -441,15 +548,20 @@ Response PdRoutes::prefill(const std::string& body, const std::atomic<bool>& can
                 prefill_seconds, push_seconds);
   return Response::json(200, "{\"room\":\"" + b->room + "\",\"blocks\":" + std::to_string(w) +
                                  ",\"window_block\":" + std::to_string(w) +
-                                 ",\"bytes\":" + std::to_string(push.size()) +
+                                 ",\"bytes\":" + std::to_string(push_bytes) +
+                                 ",\"chunks\":" + std::to_string(chunks.size()) +
                                  ",\"cached_tokens\":" + std::to_string(cached) + secs + "}");
 }
 
 std::string PdRoutes::metrics_text() const {
   Counters c;
+  size_t open_rooms = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     c = n_;
+    const auto now = Clock::now();
+    for (const auto& [name, room] : rooms_)
+      if (room.deadline > now || room.state == RoomState::kReceiving) ++open_rooms;
   }
   std::ostringstream o;
   auto counter = [&](const char* name, const char* help, auto v) {
@@ -465,8 +577,9 @@ std::string PdRoutes::metrics_text() const {
     counter("fathom_pd_push_failures_total", "Pushes the decode replica refused or never got",
             c.push_failures);
     counter("fathom_pd_pushed_blocks_total", "Block objects pushed and accepted", c.pushed_blocks);
-    counter("fathom_pd_pushed_bytes_total", "Push bytes (frames included) accepted",
+    counter("fathom_pd_pushed_bytes_total", "Push bytes (frames and chunks included) accepted",
             c.pushed_bytes);
+    counter("fathom_pd_pushed_chunks_total", "Chunks of accepted pushes", c.pushed_chunks);
     counter("fathom_pd_push_seconds_total", "Seconds spent pushing (accepted pushes)",
             c.push_seconds);
     o << "# HELP fathom_pd_leased_objects Staged objects under a lease now\n"
@@ -475,6 +588,11 @@ std::string PdRoutes::metrics_text() const {
   }
   if (opt_.role == PdRole::kDecode) {
     counter("fathom_pd_rooms_total", "Hand-off rooms reserved", c.rooms);
+    counter("fathom_pd_refused_reservations_total",
+            "Reservations refused for want of KV pages (503 kv_capacity)", c.refused_reservations);
+    o << "# HELP fathom_pd_reserved_kv_pages KV pages held now for hand-offs not yet admitted\n"
+         "# TYPE fathom_pd_reserved_kv_pages gauge\nfathom_pd_reserved_kv_pages "
+      << (opt_.reserver ? opt_.reserver->reserved_kv_pages() : 0) << "\n";
     counter("fathom_pd_received_pushes_total", "Pushes received (accepted or not)",
             c.received_pushes);
     counter("fathom_pd_rejected_pushes_total", "Pushes that failed their checks",
@@ -483,8 +601,15 @@ std::string PdRoutes::metrics_text() const {
             c.received_blocks);
     counter("fathom_pd_received_windows_total", "Window side objects received and installed",
             c.received_windows);
-    counter("fathom_pd_received_bytes_total", "Bytes of accepted pushes (frames included)",
-            c.received_bytes);
+    counter("fathom_pd_received_bytes_total",
+            "Bytes of accepted pushes (frames and chunks included)", c.received_bytes);
+    counter("fathom_pd_received_chunks_total", "Push chunks that passed their checks",
+            c.received_chunks);
+    counter("fathom_pd_rejected_chunks_total", "Push chunks that failed their checks",
+            c.rejected_chunks);
+    o << "# HELP fathom_pd_open_rooms Hand-off rooms open now (reserved, receiving or "
+         "waiting for their request)\n# TYPE fathom_pd_open_rooms gauge\nfathom_pd_open_rooms "
+      << open_rooms << "\n";
     counter("fathom_pd_transfer_failures_total", "Requests whose KV transfer failed or never came",
             c.transfer_failures);
     counter("fathom_pd_recomputed_total",

@@ -1,6 +1,8 @@
 // The P/D hand-off's push format (kv/pd_wire.h) and the staging tier (kv/memory_store.h): a
 // push round-trips; every cut, flipped byte, foreign model, wrong key, reordering and count
-// is rejected with the PushFault (and BlockFault) that names it; leased objects outlive the
+// is rejected with the PushFault (and BlockFault) that names it; a push cut into chunks of any
+// size assembles to the same objects, and every cut, flipped byte, missing, repeated or
+// reordered chunk, changed count or offset is its own typed fault; leased objects outlive the
 // byte budget until their lease ends.
 #include <gtest/gtest.h>
 
@@ -164,6 +166,173 @@ TEST(PdWire, OrderCountsAndExtrasAreChecked) {
   append_frame(&odd, FrameType(7), "abc");
   EXPECT_EQ(failure(odd, f.expect).fault, PushFault::kBadFrame);
   EXPECT_EQ(failure(std::string(40, 'x'), f.expect).fault, PushFault::kBadFrame);
+}
+
+// Feeds `chunks` to a fresh assembler; the failure of the first chunk that fails (kNone when
+// none does), after checking that the Status names the same failure.
+PushFailure chunk_failure(const std::vector<std::string>& chunks, const PushExpectation& e,
+                          size_t* failed_at = nullptr) {
+  PushAssembler a(e);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    PushFailure why;
+    auto r = a.add_chunk(chunks[i], &why);
+    if (r.is_ok()) continue;
+    const PushFailure again = push_failure_of(r.status());
+    EXPECT_EQ(again.fault, why.fault) << r.status().message();
+    EXPECT_EQ(again.block, why.block) << r.status().message();
+    if (failed_at) *failed_at = i;
+    return why;
+  }
+  return {};
+}
+
+// A push of 4 blocks and a window, to be cut into chunks.
+struct ChunkFixture : Fixture {
+  std::string stream;
+  ChunkFixture() {
+    keys = chain(5);
+    expect.chain = keys;
+    blocks.clear();
+    for (uint32_t b = 1; b <= 4; ++b) blocks.push_back(object(m, keys, b, ObjectKind::kBlock));
+    window = object(m, keys, 4, ObjectKind::kWindow);
+    stream = encode_push(blocks, window);
+  }
+};
+
+TEST(PdWire, ChunkedPushRoundTripsWhateverTheChunkSize) {
+  ChunkFixture f;
+  auto whole = verify_push(f.stream, f.expect);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+  // Larger than the push, cut inside headers and objects, smaller than any object (an object
+  // spans many chunks), one byte a chunk.
+  for (size_t bytes :
+       {size_t(1) << 20, f.stream.size(), size_t(1000), size_t(97), size_t(13), size_t(1)}) {
+    const std::vector<std::string> chunks = encode_chunks(f.stream, bytes);
+    ASSERT_EQ(chunks.size(), (f.stream.size() + bytes - 1) / bytes);
+    PushAssembler a(f.expect);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      EXPECT_LE(chunks[i].size(), bytes + kChunkHeaderBytes);
+      auto r = a.add_chunk(chunks[i]);
+      ASSERT_TRUE(r.is_ok()) << "chunk " << i << " of " << bytes << ": " << r.status().message();
+      EXPECT_EQ(*r, i + 1 == chunks.size());
+    }
+    ASSERT_TRUE(a.complete());
+    EXPECT_EQ(a.chunks_received(), chunks.size());
+    EXPECT_EQ(a.stream_bytes(), f.stream.size());
+    const VerifiedPush v = a.take();
+    EXPECT_EQ(v.blocks, whole->blocks);
+    EXPECT_EQ(v.window, f.window);
+    EXPECT_EQ(v.window_block, 4u);
+    EXPECT_EQ(v.object_bytes, whole->object_bytes);
+  }
+}
+
+TEST(PdWire, EveryChunkTruncationAndFlippedByteIsTyped) {
+  ChunkFixture f;
+  const std::vector<std::string> chunks = encode_chunks(f.stream, 1500);
+  ASSERT_GE(chunks.size(), 3u);
+  const std::string& c = chunks[1];
+  for (size_t n = 0; n < c.size(); n += 7) {
+    EXPECT_EQ(chunk_failure({chunks[0], c.substr(0, n)}, f.expect).fault,
+              PushFault::kChunkTruncated)
+        << "cut at " << n;
+  }
+  for (size_t i = 0; i < c.size(); ++i) {
+    std::string bad = c;
+    bad[i] = char(bad[i] ^ 0x5a);
+    const PushFault got = chunk_failure({chunks[0], bad}, f.expect).fault;
+    // The magic and reserved bytes: not a chunk; the length: the body no longer matches it;
+    // anything else, the header's fields included: the checksum.
+    if (i < 8)
+      EXPECT_EQ(got, PushFault::kChunkBadHeader) << "byte " << i;
+    else if (i >= 24 && i < 32)
+      EXPECT_TRUE(got == PushFault::kChunkTruncated || got == PushFault::kChunkBadHeader)
+          << "byte " << i << ": " << push_fault_name(got);
+    else
+      EXPECT_EQ(got, PushFault::kChunkChecksum) << "byte " << i;
+  }
+  EXPECT_EQ(chunk_failure({c + "x"}, f.expect).fault, PushFault::kChunkBadHeader);
+}
+
+TEST(PdWire, ChunkOrderDuplicatesCountsAndOffsetsAreTyped) {
+  ChunkFixture f;
+  const std::vector<std::string> c = encode_chunks(f.stream, 700);
+  const uint32_t n = uint32_t(c.size());
+  ASSERT_GE(n, 4u);
+  size_t at = 99;
+  // A chunk missing: the next one arrives out of order.
+  EXPECT_EQ(chunk_failure({c[0], c[2]}, f.expect, &at).fault, PushFault::kChunkOutOfOrder);
+  EXPECT_EQ(at, 1u);
+  EXPECT_EQ(chunk_failure({c[1]}, f.expect).fault, PushFault::kChunkOutOfOrder);
+  // The same chunk twice.
+  EXPECT_EQ(chunk_failure({c[0], c[1], c[1]}, f.expect, &at).fault, PushFault::kChunkDuplicate);
+  EXPECT_EQ(at, 2u);
+  // Index past the count, a count of 0, a count that changes between chunks.
+  const std::string_view p1 = std::string_view(c[1]).substr(kChunkHeaderBytes);
+  const uint64_t off1 = std::string_view(c[0]).size() - kChunkHeaderBytes;
+  EXPECT_EQ(chunk_failure({encode_chunk(n, n, 0, "")}, f.expect).fault, PushFault::kChunkBadHeader);
+  EXPECT_EQ(chunk_failure({encode_chunk(0, 0, 0, "")}, f.expect).fault, PushFault::kChunkBadHeader);
+  EXPECT_EQ(chunk_failure({c[0], encode_chunk(1, n + 1, off1, p1)}, f.expect).fault,
+            PushFault::kChunkCountMismatch);
+  // A stream offset that skips or repeats bytes.
+  EXPECT_EQ(chunk_failure({c[0], encode_chunk(1, n, off1 + 1, p1)}, f.expect).fault,
+            PushFault::kChunkOffset);
+  EXPECT_EQ(chunk_failure({c[0], encode_chunk(1, n, 0, p1)}, f.expect).fault,
+            PushFault::kChunkOffset);
+  // The stream ends before the last chunk (a count too high) ...
+  {
+    std::vector<std::string> more = encode_chunks(f.stream, 700);
+    for (uint32_t i = 0; i < n; ++i)
+      more[i] = encode_chunk(i, n + 1, uint64_t(i) * 700,
+                             std::string_view(c[i]).substr(kChunkHeaderBytes));
+    EXPECT_EQ(chunk_failure(more, f.expect, &at).fault, PushFault::kChunkCountMismatch);
+    EXPECT_EQ(at, size_t(n - 1));
+  }
+  // ... or the last chunk comes before the stream ends (a count too low): truncated.
+  {
+    std::vector<std::string> fewer;
+    for (uint32_t i = 0; i + 1 < n; ++i)
+      fewer.push_back(encode_chunk(i, n - 1, uint64_t(i) * 700,
+                                   std::string_view(c[i]).substr(kChunkHeaderBytes)));
+    EXPECT_EQ(chunk_failure(fewer, f.expect).fault, PushFault::kTruncated);
+  }
+  // Bytes after the end frame in the last chunk.
+  EXPECT_EQ(chunk_failure(encode_chunks(f.stream + "x", 700), f.expect).fault,
+            PushFault::kUnexpected);
+  // After the push completed, or failed, every chunk is refused.
+  PushAssembler a(f.expect);
+  for (const std::string& x : c) ASSERT_TRUE(a.add_chunk(x).is_ok());
+  PushFailure why;
+  EXPECT_FALSE(a.add_chunk(c.back(), &why).is_ok());
+  EXPECT_EQ(why.fault, PushFault::kChunkAfterEnd);
+  PushAssembler b(f.expect);
+  EXPECT_FALSE(b.add_chunk(c[1]).is_ok());
+  EXPECT_FALSE(b.add_chunk(c[0], &why).is_ok());
+  EXPECT_EQ(why.fault, PushFault::kChunkAfterEnd);
+}
+
+TEST(PdWire, ChunksCarryTheStreamsOwnChecks) {
+  ChunkFixture f;
+  // An object altered before framing fails its own checksum, though it spans chunks.
+  std::vector<std::string> damaged = f.blocks;
+  damaged[1][kObjectHeaderBytes + 20] ^= 1;
+  PushFailure why = chunk_failure(encode_chunks(encode_push(damaged, f.window), 700), f.expect);
+  EXPECT_EQ(why.fault, PushFault::kObject);
+  EXPECT_EQ(why.block, BlockFault::kChecksum);
+  // Blocks out of order; a frame flipped inside one chunk (re-chunked, so the chunk checks pass).
+  EXPECT_EQ(chunk_failure(encode_chunks(push({f.blocks[1]}, ""), 700), f.expect).fault,
+            PushFault::kUnexpected);
+  std::string flipped = f.stream;
+  flipped[kFrameHeaderBytes + kObjectHeaderBytes + 20] ^= 1;
+  EXPECT_EQ(chunk_failure(encode_chunks(flipped, 700), f.expect).fault, PushFault::kFrameChecksum);
+  // A frame that claims more than the receiver takes is refused before it is buffered.
+  PushExpectation bounded = f.expect;
+  bounded.max_stream_bytes = f.stream.size() - 1;
+  size_t at = 0;
+  EXPECT_EQ(chunk_failure(encode_chunks(f.stream, 700), bounded, &at).fault, PushFault::kBadFrame);
+  EXPECT_EQ(verify_push(f.stream, bounded).status().code(), StatusCode::kCorrupt);
+  bounded.max_stream_bytes = f.stream.size();
+  EXPECT_EQ(chunk_failure(encode_chunks(f.stream, 700), bounded).fault, PushFault::kNone);
 }
 
 StoreKey key(uint64_t i) { return StoreKey{i, i * 3}; }

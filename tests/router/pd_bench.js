@@ -3,11 +3,13 @@
 // through a router in front of a prefill and a decode replica (alternating, a fresh prompt each
 // time), the bytes each hand-off pushed, P's push time (so the loopback transfer rate: the
 // frames over HTTP, D's checks and install included), P's prefill time and the whole hand-off.
-// Usage: node pd_bench.js FATHOM [TOKENS] [REPEAT]    (prints one JSON line)
+// CHUNK_BYTES is P's --pd-push-chunk-bytes (default: the replica's, 8 MiB, one chunk for
+// these prompts); the chunks each push took are reported.
+// Usage: node pd_bench.js FATHOM [TOKENS] [REPEAT] [CHUNK_BYTES]    (prints one JSON line)
 'use strict';
 const { startServer, startRouter, randomPrompt } = require('../serve/start_server.js');
 
-const [fathom, tokensArg, repeatArg] = process.argv.slice(2);
+const [fathom, tokensArg, repeatArg, chunkArg] = process.argv.slice(2);
 const TOKENS = Number(tokensArg || 2048), REPEAT = Number(repeatArg || 3);
 
 async function metrics(port) {
@@ -43,7 +45,8 @@ async function main() {
   const small = ['--kv-budget-mb', '1024', '--prefix-cache-mb', '512'];
   try {
     const [b, p, d] = await Promise.all([startServer(fathom, small),
-      startServer(fathom, [...small, '--role', 'prefill']),
+      startServer(fathom, [...small, '--role', 'prefill',
+        ...(chunkArg ? ['--pd-push-chunk-bytes', chunkArg] : [])]),
       startServer(fathom, [...small, '--role', 'decode'])]);
     procs.push(b.proc, p.proc, d.proc);
     const u = (s) => `http://127.0.0.1:${s.port}`;
@@ -70,6 +73,8 @@ async function main() {
       ttft_local_s: local.map((x) => +x.toFixed(4)), ttft_pd_s: pd.map((x) => +x.toFixed(4)),
       bytes_per_request: Math.round(bytes / n),
       blocks_per_request: metric(rm, 'fathom_router_pd_transfer_blocks_total') / n,
+      chunk_bytes: chunkArg ? Number(chunkArg) : 8 << 20,
+      chunks_per_request: metric(pm, 'fathom_pd_pushed_chunks_total') / n,
       push_seconds_mean: +(push / n).toFixed(5),
       push_mb_per_s: +(bytes / push / 1e6).toFixed(1),
       handoff_seconds_mean: +(handoff / n).toFixed(4),

@@ -4,18 +4,30 @@
 //   - Chat Completions, streamed and not, greedy and seeded, on prompts of 400-700 tokens (past
 //     the indexer's top-k point and several 128-token blocks): the router's answers equal B's;
 //     D prefilled only each prompt's tail (its prompt tokens minus its cache hits), received
-//     the blocks P pushed, and bytes moved.
+//     the blocks P pushed, and bytes moved. P pushes in 256 KiB chunks (--pd-push-chunk-bytes),
+//     so every hand-off moves in several requests; D counts the chunks P sent. A second P with
+//     the default 8 MiB chunks moves its hand-off in one.
 //   - A prompt already cached on P (sent to P directly first): P's prefill is a prefix-cache
 //     hit, the hand-off still moves the blocks, the answer equals B's.
 //   - A short prompt is prefilled on D (not disaggregated).
 //   - Transfer failures: a push altered by P (--pd-test-corrupt-push) is rejected by D's checks
 //     and, with --kv-load-failure recompute, recomputed on D (equal to B); with fail, the client
 //     gets a 503 naming the failure. P SIGKILLed after its prefill, before its push: D
-//     recomputes, equal to B.
+//     recomputes, equal to B. P SIGKILLed between two chunks of its push: D recomputes, equal
+//     to B, and the partial room is closed.
+//   - Decode first: a D with a 3 MiB KV pool holds a reservation's pages (prompt + max_tokens)
+//     from /v1/pd/reserve on; a second reservation is refused (503 kv_capacity) while the first
+//     stands, and the router then prefills that request on D (equal to B); the held request
+//     gets its answer (equal to B) and its hold ends at admission; then the second is
+//     accepted; an unused room's hold ends with its lease; no KV page is left in use beyond
+//     the prefix cache's.
+//   - Partial pushes are bounded: a D whose staging tier is 1 MiB takes two ~0.9 MB hand-offs
+//     pushed at once in 256 KiB chunks (1 s apart): one push fails with stage_full, its request
+//     is recomputed on D; both answers equal B's.
 // Usage: node pd_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
-const { startServer, startRouter, checker } = require('../serve/start_server.js');
+const { startServer, startRouter, checker, randomPrompt } = require('../serve/start_server.js');
 
 const [fathom] = process.argv.slice(2);
 const t = checker();
@@ -90,17 +102,28 @@ async function main() {
   const procs = [];
   const small = ['--kv-budget-mb', '512', '--prefix-cache-mb', '256'];
   const pd = ['--pd-stage-mb', '128'];
+  const CHUNK = 256 * 1024;
+  const chunked = ['--pd-push-chunk-bytes', String(CHUNK)];
   try {
     const t0 = Date.now();
-    const [b, p, d, pBad, pSlow, dFail] = await Promise.all([
+    const [b, p, d, pBad, pSlow, dFail, pWhole, pMid, dTiny, pPace, dStage] = await Promise.all([
       startServer(fathom, [...small]),
-      startServer(fathom, [...small, ...pd, '--role', 'prefill']),
+      startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill']),
       startServer(fathom, [...small, ...pd, '--role', 'decode']),
       startServer(fathom, [...small, ...pd, '--role', 'prefill', '--pd-test-corrupt-push']),
       startServer(fathom, [...small, ...pd, '--role', 'prefill', '--pd-test-push-delay-ms', '4000']),
       startServer(fathom, [...small, ...pd, '--role', 'decode', '--kv-load-failure', 'fail']),
+      startServer(fathom, [...small, ...pd, '--role', 'prefill']),
+      startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill',
+        '--pd-test-chunk-delay-ms', '4000']),
+      startServer(fathom, ['--kv-budget-mb', '3', '--prefix-cache-mb', '1', ...pd, '--role',
+        'decode', '--pd-lease-seconds', '5']),
+      startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill',
+        '--pd-test-chunk-delay-ms', '1000']),
+      startServer(fathom, [...small, '--pd-stage-mb', '1', '--role', 'decode']),
     ]);
-    procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc);
+    procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc, pWhole.proc, pMid.proc,
+      dTiny.proc, pPace.proc, dStage.proc);
     const url = (s) => `http://127.0.0.1:${s.port}`;
     const routerOf = async (pp, dd) => {
       const r = await startRouter(fathom, ['--replica', url(pp), '--replica', url(dd)]);
@@ -112,9 +135,10 @@ async function main() {
       }, 'the router to learn the roles');
       return r;
     };
-    const [r, rBad, rFail, rSlow] = await Promise.all([routerOf(p, d), routerOf(pBad, d),
-      routerOf(pBad, dFail), routerOf(pSlow, d)]);
-    console.log(`# started 6 replicas and 4 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    const [r, rBad, rFail, rSlow, rWhole, rMid, rTiny, rStage] = await Promise.all([
+      routerOf(p, d), routerOf(pBad, d), routerOf(pBad, dFail), routerOf(pSlow, d),
+      routerOf(pWhole, d), routerOf(pMid, d), routerOf(pWhole, dTiny), routerOf(pPace, dStage)]);
+    console.log(`# started 11 replicas and 8 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 
     await check('replicas report their role in /health and /v1/role', async () => {
       const h = await (await fetch(`${url(p)}/health`)).json();
@@ -158,7 +182,30 @@ async function main() {
       assert.equal(metric(pm, 'fathom_pd_pushed_bytes_total'), bytes);
       assert.equal(metric(dm, 'fathom_pd_received_bytes_total'), bytes);
       assert.equal(metric(rm, 'fathom_router_pd_transfer_seconds_count'), cases.length);
-      console.log(`#   ${cases.length} hand-offs: ${blocks} blocks, ${(bytes / cases.length / 1e6).toFixed(2)} MB a request`);
+      // Chunked: every hand-off moved in several chunks of at most CHUNK stream bytes (plus a
+      // 40-byte header each), all of them counted by D.
+      const chunks = metric(pm, 'fathom_pd_pushed_chunks_total');
+      assert.equal(metric(dm, 'fathom_pd_received_chunks_total'), chunks);
+      assert.equal(metric(dm, 'fathom_pd_rejected_chunks_total'), 0);
+      assert.ok(chunks >= 2 * cases.length, `${chunks} chunks for ${cases.length} pushes`);
+      assert.ok(bytes <= chunks * (CHUNK + 40), `${bytes} bytes in ${chunks} chunks`);
+      assert.ok(bytes > (chunks - cases.length) * CHUNK, `${bytes} bytes in ${chunks} chunks`);
+      assert.equal(metric(dm, 'fathom_pd_open_rooms'), 0);
+      console.log(`#   ${cases.length} hand-offs: ${blocks} blocks, ${(bytes / cases.length / 1e6).toFixed(2)} MB a request, ${chunks} chunks`);
+    });
+
+    await check('a hand-off in one chunk (default 8 MiB chunks) equals a --role both replica', async () => {
+      const body = chatBody(10, 210, { temperature: 0.9, seed: 3 });
+      const before = await metrics(d.port);
+      const [got, want] = await Promise.all([chat(rWhole.port, body), chat(b.port, body)]);
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      const after = await metrics(d.port);
+      const delta = (n) => metric(after, n) - metric(before, n);
+      assert.equal(await metricOf(pWhole.port, 'fathom_pd_pushed_chunks_total'), 1);
+      assert.equal(delta('fathom_pd_received_chunks_total'), 1);
+      assert.equal(delta('fathom_pd_received_blocks_total'), Math.floor((want.prompt - 1) / BLOCK));
+      assert.equal(delta('fathom_pd_recomputed_total'), 0);
     });
 
     await check('a prompt already cached on P: a prefix-cache hit there, the blocks still move', async () => {
@@ -220,6 +267,99 @@ async function main() {
       assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
       assert.equal(await metricOf(d.port, 'fathom_pd_recomputed_total'), 2);
       assert.equal(await metricOf(rSlow.port, 'fathom_router_pd_transfer_failures_total'), 1);
+    });
+
+    await check('P SIGKILLed between two chunks of its push: D recomputes, same answer', async () => {
+      const body = chatBody(11, 220, { temperature: 0.9, seed: 7 });
+      const want = await chat(b.port, body);
+      const chunksBefore = await metricOf(d.port, 'fathom_pd_received_chunks_total');
+      const pending = chat(rMid.port, body);
+      // P pushed its first chunk (it waits 4 s before each next one): kill it.
+      await waitFor(async () =>
+        (await metricOf(d.port, 'fathom_pd_received_chunks_total')) > chunksBefore,
+      'the first chunk on D');
+      assert.equal(await metricOf(d.port, 'fathom_pd_open_rooms'), 1);
+      pMid.proc.kill('SIGKILL');
+      const got = await pending;
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      const dm = await metrics(d.port);
+      assert.equal(metric(dm, 'fathom_pd_received_chunks_total'), chunksBefore + 1);
+      assert.equal(metric(dm, 'fathom_pd_recomputed_total'), 3);
+      assert.equal(metric(dm, 'fathom_pd_open_rooms'), 0);
+      assert.equal(await metricOf(rMid.port, 'fathom_router_pd_transfer_failures_total'), 1);
+    });
+
+    await check('D holds a reservation\'s KV pages: a second is refused until the first request ran', async () => {
+      const reserve = (room, prompt) => fetch(`${url(dTiny)}/v1/pd/reserve`, { method: 'POST',
+        body: JSON.stringify({ room, prompt, max_tokens: 64 }) });
+      const complete = async (port, prompt, room) => {
+        const r = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: 'POST',
+          headers: { 'Content-Type': 'application/json', ...(room ? { 'X-Fathom-KV-Room': room } : {}) },
+          body: JSON.stringify({ prompt, max_tokens: 12, temperature: 0 }) });
+        const j = await r.json();
+        assert.equal(r.status, 200, JSON.stringify(j));
+        return [j.choices[0].text, j.choices[0].finish_reason];
+      };
+      const pa = randomPrompt(501, 600), pb = randomPrompt(502, 600);
+      const [wantA, wantB] = await Promise.all([complete(b.port, pa), complete(b.port, pb)]);
+      const pagesTotal = await metricOf(dTiny.port, 'fathom_kv_pages_total');
+      const a = await reserve('hold-a', pa);
+      assert.equal(a.status, 200, await a.text());
+      const held = await metricOf(dTiny.port, 'fathom_pd_reserved_kv_pages');
+      assert.ok(held > pagesTotal / 2 && held <= pagesTotal, `${held} of ${pagesTotal} pages held`);
+      const refused = await reserve('hold-b', pb);
+      assert.equal(refused.status, 503);
+      const e = (await refused.json()).error;
+      assert.equal(e.code, 'kv_capacity');
+      assert.match(e.message, /no KV room for the hand-off: it needs \d+ pages/);
+      // Through the router: D refuses the room, the request is prefilled on D, same answer.
+      const body = chatBody(12, 200, {});
+      const [got, want] = await Promise.all([chat(rTiny.port, body), chat(b.port, body)]);
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      assert.equal(await metricOf(rTiny.port, 'fathom_router_pd_requests_total{mode="local"}'), 1);
+      assert.equal(await metricOf(dTiny.port, 'fathom_pd_refused_reservations_total'), 2);
+      // A's request (no push came: D prefills it) takes its hold at admission.
+      // (Its pages go back to the pool at the end of the step that sent its last token.)
+      const idle = () => waitFor(async () =>
+        (await metricOf(dTiny.port, 'fathom_running_sequences')) === 0, 'D to be idle');
+      assert.deepStrictEqual(await complete(dTiny.port, pa, 'hold-a'), wantA);
+      assert.equal(await metricOf(dTiny.port, 'fathom_pd_reserved_kv_pages'), 0);
+      await idle();
+      const b2 = await reserve('hold-b', pb);
+      assert.equal(b2.status, 200, await b2.text());
+      assert.deepStrictEqual(await complete(dTiny.port, pb, 'hold-b'), wantB);
+      await idle();
+      // A room never used: its hold ends with its lease (5 s).
+      assert.equal((await reserve('hold-c', pa)).status, 200);
+      assert.ok(await metricOf(dTiny.port, 'fathom_pd_reserved_kv_pages') > 0);
+      await waitFor(async () => (await metricOf(dTiny.port, 'fathom_pd_reserved_kv_pages')) === 0,
+        'the unused hold to end', 15000);
+      assert.equal((await reserve('hold-d', pb)).status, 200);
+      const dm = await metrics(dTiny.port);
+      // Idle, D's pages in use are the prefix cache's (whose bytes also count the window side
+      // objects kept off the pool); a request's pages left behind would be 30+ pages more.
+      assert.equal(metric(dm, 'fathom_running_sequences'), 0);
+      assert.ok(metric(dm, 'fathom_kv_bytes') <= metric(dm, 'fathom_prefix_cache_bytes'),
+        `${metric(dm, 'fathom_kv_bytes')} bytes in use, ${metric(dm, 'fathom_prefix_cache_bytes')} cached`);
+      assert.equal(metric(dm, 'fathom_pd_refused_reservations_total'), 2);
+    });
+
+    await check('partial pushes are bounded by D\'s staging tier: one fails (stage_full), both answers right', async () => {
+      const bodies = [chatBody(13, 190, {}), chatBody(14, 195, { temperature: 0.9, seed: 4 })];
+      const [got, want] = await Promise.all([Promise.all(bodies.map((x) => chat(rStage.port, x))),
+        Promise.all(bodies.map((x) => chat(b.port, x)))]);
+      for (let i = 0; i < 2; i++) {
+        assert.equal(got[i].status, 200, got[i].error);
+        assert.deepStrictEqual([got[i].text, got[i].finish], [want[i].text, want[i].finish]);
+      }
+      const dm = await metrics(dStage.port);
+      assert.equal(metric(dm, 'fathom_pd_received_pushes_total'), 2);
+      assert.equal(metric(dm, 'fathom_pd_rejected_pushes_total'), 1);
+      assert.equal(metric(dm, 'fathom_pd_recomputed_total'), 1);
+      assert.ok(metric(dm, 'fathom_pd_received_blocks_total') >= 4);
+      assert.equal(metric(dm, 'fathom_pd_open_rooms'), 0);
     });
   } finally {
     for (const x of procs) if (x.exitCode === null) x.kill('SIGKILL');

@@ -331,7 +331,7 @@ bool read_logprob(const Value& v, float* out) {
   } else {
     return false;
   }
-  if (std::isnan(d) || d > 0) return false;
+  if (std::isnan(d) || d == INFINITY) return false;
   *out = d <= -9999 ? -INFINITY : float(d);
   return true;
 }

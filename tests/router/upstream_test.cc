@@ -596,7 +596,7 @@ TEST(UpstreamReader, FathomLogprobIds) {
        "not its token's"},
       {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":"x","top":[]}]}]})",
        "without a log probability"},
-      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":0.5,"top":[]}]}]})",
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":true,"top":[]}]}]})",
        "without a log probability"},
       {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":-1,"top":[[1,-1],[2,-2],[3,-3]]}]}]})",
        "at most 2"},

@@ -460,9 +460,8 @@ TEST(UpstreamCall, VllmMapsTheFeaturesOntoItsOwnFields) {
                 ->text,
             "root ::= \"a\"");
   g.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kChoice, "", {"a", "b"});
-  const Value* ch = body_of(build_upstream_call(UpstreamKind::kVllm, g, 1, {}, "", ""))
-                        .find("structured_outputs")
-                        ->find("choice");
+  const Value choice = body_of(build_upstream_call(UpstreamKind::kVllm, g, 1, {}, "", ""));
+  const Value* ch = choice.find("structured_outputs")->find("choice");
   ASSERT_NE(ch, nullptr);
   EXPECT_EQ(ch->items.size(), 2u);
 }

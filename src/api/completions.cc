@@ -61,6 +61,44 @@ Status read_prompt(const Value& r, CompletionsRequest& req) {
   return Status::ok();
 }
 
+// Fathom's id-level fields (logprob_ids, reasoning_budget, think_end_id, grammar_after_think).
+Status read_id_level_fields(const Value& r, CompletionsRequest& req) {
+  if (const Value* v = field(r, "logprob_ids")) {
+    if (v->kind == Value::Kind::kBool) return bad("'logprob_ids' must be an integer in [0, 20]");
+    FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "logprob_ids"));
+    if (k < 0 || k > 20) return bad("'logprob_ids' must be in [0, 20]");
+    if (!req.return_token_ids)
+      return bad(
+          "'logprob_ids' requires 'return_token_ids' to be true (its entries align with "
+          "token_ids)");
+    if (req.logprobs) return bad("'logprob_ids' cannot be combined with 'logprobs'");
+    req.logprob_ids = int(k);
+  }
+  if (const Value* v = field(r, "think_end_id")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, "think_end_id"));
+    if (t < 0 || t > INT32_MAX) return bad("'think_end_id' must be a token id");
+    req.think_end_id = int32_t(t);
+  }
+  if (const Value* v = field(r, "reasoning_budget")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t b, integer(*v, "reasoning_budget"));
+    if (b < 0) return bad("'reasoning_budget' must not be negative");
+    if (req.think_end_id < 0)
+      return bad("'reasoning_budget' requires 'think_end_id' (the id it forces)");
+    req.reasoning_budget = b;
+  }
+  if (const Value* v = field(r, "grammar_after_think")) {
+    if (v->kind != Value::Kind::kBool) return bad("'grammar_after_think' must be a boolean");
+    req.grammar_after_think = v->boolean;
+    if (req.grammar_after_think && req.think_end_id < 0)
+      return bad("'grammar_after_think' requires 'think_end_id'");
+    if (req.grammar_after_think && !req.structured.active())
+      return bad("'grammar_after_think' requires a structured output constraint");
+  }
+  if (req.think_end_id >= 0 && req.reasoning_budget < 0 && !req.grammar_after_think)
+    return bad("'think_end_id' is only used with 'reasoning_budget' or 'grammar_after_think'");
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<CompletionsRequest> parse_completions_request(std::string_view body,
@@ -86,9 +124,10 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
       req.include_usage = iu->boolean;
     }
   }
-  FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r));
+  FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r, /*stop_token_ids=*/true));
   FATHOM_RETURN_IF_ERROR(read_vllm_structured_outputs(r, req.structured));
   FATHOM_RETURN_IF_ERROR(read_llama_structured_outputs(r, req.structured));
+  FATHOM_RETURN_IF_ERROR(read_grammar_spec(r, req.structured));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "echo", false));
   if (const Value* s = field(r, "suffix")) {
     if (!s->is_string()) return bad("'suffix' must be a string");
@@ -154,6 +193,11 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
     if (k < 0 || k > 20) return bad("'logprobs' must be in [0, 20]");
     req.logprobs = int(k);
   }
+  if (const Value* v = field(r, "stop_token_ids")) {
+    if (!v->is_array()) return bad("'stop_token_ids' must be a list of token ids");
+    FATHOM_ASSIGN_OR_RETURN(req.stop_token_ids, token_ids(*v, "stop_token_ids"));
+  }
+  FATHOM_RETURN_IF_ERROR(read_id_level_fields(r, req));
   return req;
 }
 
@@ -228,16 +272,41 @@ std::string CompletionsResponder::chunk(Value choice) const {
 }
 
 void CompletionsResponder::set_token_ids(Value& c, const std::vector<int32_t>& ids,
+                                         const std::vector<IdLogprob>& lps,
                                          bool with_prompt) const {
   c.set("prompt_token_ids",
         with_prompt && choice_.prompt_ids ? ids_json(*choice_.prompt_ids) : Value());
   c.set("token_ids", ids_json(ids));
+  if (!choice_.logprob_ids) return;
+  Value a = Value::array();
+  auto lp = [](float x) { return std::isfinite(x) ? Value::from_float(x) : Value(); };
+  for (const IdLogprob& l : lps) {
+    Value e = Value::object(), top = Value::array();
+    e.set("id", Value::from_int(l.id));
+    e.set("logprob", lp(l.logprob));
+    for (const auto& [id, p] : l.top) {
+      Value pair = Value::array();
+      pair.items.push_back(Value::from_int(id));
+      pair.items.push_back(lp(p));
+      top.items.push_back(std::move(pair));
+    }
+    e.set("top", std::move(top));
+    a.items.push_back(std::move(e));
+  }
+  c.set("logprob_ids", std::move(a));
 }
 
 void CompletionsResponder::add_token_ids(const std::vector<int32_t>& ids) {
   if (!choice_.token_ids) return;
   pending_ids_.insert(pending_ids_.end(), ids.begin(), ids.end());
   token_ids_.insert(token_ids_.end(), ids.begin(), ids.end());
+}
+
+void CompletionsResponder::add_logprob_ids(std::vector<IdLogprob> lps) {
+  if (!choice_.logprob_ids) return;
+  lp_ids_.insert(lp_ids_.end(), lps.begin(), lps.end());
+  pending_lp_ids_.insert(pending_lp_ids_.end(), std::make_move_iterator(lps.begin()),
+                         std::make_move_iterator(lps.end()));
 }
 
 std::string CompletionsResponder::stream(const std::string& text,
@@ -248,9 +317,10 @@ std::string CompletionsResponder::stream(const std::string& text,
   pending_.clear();
   Value c = choice_json(text, lp, nullptr);
   if (choice_.token_ids) {
-    set_token_ids(c, pending_ids_, !prompt_ids_sent_);
+    set_token_ids(c, pending_ids_, pending_lp_ids_, !prompt_ids_sent_);
     prompt_ids_sent_ = true;
     pending_ids_.clear();
+    pending_lp_ids_.clear();
   }
   return chunk(std::move(c));
 }
@@ -261,9 +331,10 @@ std::string CompletionsResponder::stream_finish(prompt::FinishReason reason, con
   pending_.clear();
   Value c = choice_json("", Value(), finish_name(reason));
   if (choice_.token_ids) {
-    set_token_ids(c, pending_ids_, !prompt_ids_sent_);
+    set_token_ids(c, pending_ids_, pending_lp_ids_, !prompt_ids_sent_);
     prompt_ids_sent_ = true;
     pending_ids_.clear();
+    pending_lp_ids_.clear();
   }
   std::string out = chunk(std::move(c));
   if (choice_.n == 1) out += stream_tail(usage);
@@ -305,7 +376,7 @@ std::string completion_json(const std::vector<CompletionsResponder>& choices, co
     Value choice =
         c->choice_json(c->text_, c->logprobs_json(c->logprobs_, &offset),
                        finish_name(c->finished_ ? c->finish_ : prompt::FinishReason::kStop));
-    if (c->choice_.token_ids) c->set_token_ids(choice, c->token_ids_, true);
+    if (c->choice_.token_ids) c->set_token_ids(choice, c->token_ids_, c->lp_ids_, true);
     out.items.push_back(std::move(choice));
   }
   r.set("choices", std::move(out));

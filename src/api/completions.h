@@ -49,6 +49,31 @@ struct CompletionsRequest {
   // server recomputes it as the decode steps that made it and streams only what follows. It
   // counts toward max_tokens. `fathom router` sends it when it moves a request mid-stream.
   std::vector<int32_t> resume_output_ids;
+  // vLLM's stop_token_ids: the output ends with the first of these ids generated (it is the
+  // output's last token; finish_reason "stop").
+  std::vector<int32_t> stop_token_ids;
+  // Fathom's id-level fields (what `fathom router` sends its replicas, so that no text crosses
+  // that link; README). logprob_ids: each generated id's log probability and this many most
+  // likely alternatives (0..20), by id, as the choice's `logprob_ids` beside its `token_ids`
+  // (return_token_ids must be true; not together with `logprobs`). -1: not asked.
+  int logprob_ids = -1;
+  // reasoning_budget (>= 0) with think_end_id: after that many generated tokens without
+  // think_end_id, the next token is think_end_id (forced by id). -1: no budget.
+  int64_t reasoning_budget = -1;
+  // The id that ends reasoning; required by reasoning_budget and grammar_after_think. -1: none.
+  int32_t think_end_id = -1;
+  // The structured output constraint starts after think_end_id is generated (the reasoning
+  // before it is free). Needs a constraint and think_end_id.
+  bool grammar_after_think = false;
+};
+
+// One generated id's log probability and its most likely alternatives (most likely first), by
+// id: Fathom's `logprob_ids` entries {"id", "logprob", "top": [[id, logprob], ...]}; a
+// logprob that is not finite is written as null.
+struct IdLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 // Rejected with a 400 naming the field: batched prompts (more than one prompt in a list),
@@ -64,7 +89,8 @@ struct CompletionsChoice {
   int n = 1;
   bool logprobs = false;
   bool include_usage = false;
-  bool token_ids = false;  // CompletionsRequest::return_token_ids
+  bool token_ids = false;    // CompletionsRequest::return_token_ids
+  bool logprob_ids = false;  // CompletionsRequest::logprob_ids >= 0 (with token_ids)
   // The prompt's ids, sent as prompt_token_ids when token_ids is set.
   std::shared_ptr<const std::vector<int32_t>> prompt_ids;
 };
@@ -82,6 +108,9 @@ class CompletionsResponder {
   // The generated ids behind the text (when the choice returns token ids): they go out with
   // the next chunk, and fold into the complete response.
   void add_token_ids(const std::vector<int32_t>& ids);
+  // Their id-level log probabilities (when the choice returns logprob_ids), one per id given to
+  // add_token_ids, in the same order: they travel with those ids.
+  void add_logprob_ids(std::vector<IdLogprob> logprobs);
   // The finish chunk (finish_reason "length" for kLength, else "stop"); with n == 1 followed by
   // stream_tail(usage).
   std::string stream_finish(prompt::FinishReason reason, const Usage& usage);
@@ -109,9 +138,10 @@ class CompletionsResponder {
                             const char* finish_reason) const;
   std::string chunk(pyjson::Value choice) const;
   // token_ids: `prompt_token_ids` (the first chunk of a stream, and the complete response;
-  // null on later chunks, as vLLM sends it) and `token_ids` on a choice object.
+  // null on later chunks, as vLLM sends it) and `token_ids` on a choice object; with
+  // logprob_ids, `logprob_ids` too.
   void set_token_ids(pyjson::Value& choice, const std::vector<int32_t>& ids,
-                     bool with_prompt) const;
+                     const std::vector<IdLogprob>& lps, bool with_prompt) const;
 
   std::string id_, model_;
   int64_t created_;
@@ -119,8 +149,9 @@ class CompletionsResponder {
   std::vector<TokenLogprob> pending_;  // tokens whose text has not been sent yet
   std::vector<int32_t> pending_ids_;   // ids not sent yet (streaming, token_ids)
   std::vector<int32_t> token_ids_;     // every generated id (complete response, token_ids)
-  bool prompt_ids_sent_ = false;       // streaming, token_ids: prompt_token_ids went out
-  int64_t stream_offset_ = 0;          // characters sent so far (text_offset)
+  std::vector<IdLogprob> pending_lp_ids_, lp_ids_;  // the same for logprob_ids
+  bool prompt_ids_sent_ = false;  // streaming, token_ids: prompt_token_ids went out
+  int64_t stream_offset_ = 0;     // characters sent so far (text_offset)
   // Folded state.
   std::string text_;
   std::vector<TokenLogprob> logprobs_;

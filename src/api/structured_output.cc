@@ -116,4 +116,113 @@ Status read_llama_structured_outputs(const Value& r, StructuredOutput& out) {
   return Status::ok();
 }
 
+namespace {
+
+using GKind = grammar::GrammarSpec::Kind;
+using Whitespace = grammar::JsonSchemaOptions::Whitespace;
+
+constexpr std::pair<GKind, const char*> kSpecKinds[] = {{GKind::kJsonSchema, "json_schema"},
+                                                        {GKind::kRegex, "regex"},
+                                                        {GKind::kGbnf, "gbnf"},
+                                                        {GKind::kChoice, "choice"},
+                                                        {GKind::kDsml, "dsml"}};
+
+}  // namespace
+
+Result<grammar::GrammarSpec> parse_grammar_spec(const Value& v) {
+  if (!v.is_object()) return bad("'grammar_spec' must be an object");
+  grammar::GrammarSpec spec;
+  const Value* kind = field(v, "kind");
+  if (kind == nullptr || !kind->is_string())
+    return bad("'grammar_spec.kind' must be one of json_schema, regex, gbnf, choice, dsml");
+  bool known = false;
+  for (const auto& [k, name] : kSpecKinds)
+    if (kind->text == name) {
+      spec.kind = k;
+      known = true;
+    }
+  if (!known)
+    return bad("'grammar_spec.kind' must be one of json_schema, regex, gbnf, choice, dsml");
+  for (size_t i = 0; i < v.keys.size(); ++i) {
+    const std::string& key = v.keys[i];
+    if (key != "kind" && key != "text" && key != "choices" && key != "json")
+      return bad("'grammar_spec." + key + "' is not a field of grammar_spec");
+  }
+  const Value* text = field(v, "text");
+  const Value* choices = field(v, "choices");
+  const Value* json = field(v, "json");
+  if (spec.kind == GKind::kChoice) {
+    if (text != nullptr) return bad("'grammar_spec.text' is not used by kind choice");
+    if (choices == nullptr || !choices->is_array() || choices->items.empty())
+      return bad("'grammar_spec.choices' must be a non-empty list of strings");
+    for (const Value& c : choices->items) {
+      if (!c.is_string()) return bad("'grammar_spec.choices' must be a non-empty list of strings");
+      spec.choices.push_back(c.text);
+    }
+  } else {
+    if (choices != nullptr) return bad("'grammar_spec.choices' is only used by kind choice");
+    if (text == nullptr || !text->is_string()) return bad("'grammar_spec.text' must be a string");
+    spec.text = text->text;
+  }
+  if (json != nullptr) {
+    if (spec.kind != GKind::kJsonSchema)
+      return bad("'grammar_spec.json' is only used by kind json_schema");
+    if (!json->is_object()) return bad("'grammar_spec.json' must be an object");
+    for (size_t i = 0; i < json->keys.size(); ++i) {
+      const std::string& key = json->keys[i];
+      const Value& o = json->items[i];
+      const std::string name = "'grammar_spec.json." + key + "'";
+      if (key == "whitespace") {
+        if (!o.is_string() || (o.text != "compact" && o.text != "bounded"))
+          return bad(name + " must be \"compact\" or \"bounded\"");
+        spec.json.whitespace = o.text == "compact" ? Whitespace::kCompact : Whitespace::kBounded;
+      } else if (key == "max_whitespace") {
+        int64_t n = 0;
+        if (o.kind != Value::Kind::kInt || !o.int_fits_int64(&n) || n < 0 || n > 1024)
+          return bad(name + " must be an integer in [0, 1024]");
+        spec.json.max_whitespace = int(n);
+      } else if (key == "strict_additional_properties") {
+        if (o.kind != Value::Kind::kBool) return bad(name + " must be a boolean");
+        spec.json.strict_additional_properties = o.boolean;
+      } else {
+        return bad(name + " is not a JSON option of grammar_spec");
+      }
+    }
+  }
+  return spec;
+}
+
+Status read_grammar_spec(const Value& r, StructuredOutput& out) {
+  const Value* v = field(r, "grammar_spec");
+  if (v == nullptr) return Status::ok();
+  FATHOM_RETURN_IF_ERROR(check_unset(out, "grammar_spec"));
+  FATHOM_ASSIGN_OR_RETURN(grammar::GrammarSpec spec, parse_grammar_spec(*v));
+  out.kind = StructuredOutput::Kind::kSpec;
+  out.spec = std::make_shared<const grammar::GrammarSpec>(std::move(spec));
+  out.field = "grammar_spec";
+  return Status::ok();
+}
+
+Value grammar_spec_json(const grammar::GrammarSpec& spec) {
+  Value v = Value::object();
+  for (const auto& [k, name] : kSpecKinds)
+    if (spec.kind == k) v.set("kind", Value::from_string(name));
+  if (spec.kind == GKind::kChoice) {
+    Value c = Value::array();
+    for (const std::string& s : spec.choices) c.items.push_back(Value::from_string(s));
+    v.set("choices", std::move(c));
+  } else {
+    v.set("text", Value::from_string(spec.text));
+  }
+  if (spec.kind == GKind::kJsonSchema) {
+    Value j = Value::object();
+    j.set("whitespace",
+          Value::from_string(spec.json.whitespace == Whitespace::kCompact ? "compact" : "bounded"));
+    j.set("max_whitespace", Value::from_int(spec.json.max_whitespace));
+    j.set("strict_additional_properties", Value::from_bool(spec.json.strict_additional_properties));
+    v.set("json", std::move(j));
+  }
+  return v;
+}
+
 }  // namespace fathom::api

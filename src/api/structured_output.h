@@ -10,17 +10,22 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "core/py_json.h"
 #include "core/status.h"
+#include "grammar/grammar_cache.h"
 
 namespace fathom::api {
 
 struct StructuredOutput {
-  enum class Kind { kNone, kJsonSchema, kJsonObject, kRegex, kChoice, kGbnf };
+  // kSpec: Fathom's `grammar_spec`, the exact source (GrammarSpec) to compile as is.
+  enum class Kind { kNone, kJsonSchema, kJsonObject, kRegex, kChoice, kGbnf, kSpec };
   Kind kind = Kind::kNone;
   std::string text;                  // the schema's JSON text, the regex or the GBNF text
   std::vector<std::string> choices;  // kChoice
-  std::string field;                 // the request field, e.g. "response_format.json_schema"
+  std::shared_ptr<const grammar::GrammarSpec> spec;  // kSpec
+  std::string field;  // the request field, e.g. "response_format.json_schema"
   bool active() const { return kind != Kind::kNone; }
 };
 
@@ -34,5 +39,20 @@ Status read_vllm_structured_outputs(const pyjson::Value& request, StructuredOutp
 
 // llama-server's /completion fields: `grammar` (GBNF) and `json_schema` (a schema object).
 Status read_llama_structured_outputs(const pyjson::Value& request, StructuredOutput& out);
+
+// Fathom's `grammar_spec` on /v1/completions: the source a grammar was compiled from, as
+// `fathom router` sends it to its replicas (a router never ships a compiled grammar; the
+// replica compiles this against its own vocabulary, as it would the client's own fields):
+//   {"kind": "json_schema" | "regex" | "gbnf" | "choice" | "dsml",
+//    "text": STRING,                      every kind but choice (dsml: dsml_spec_json())
+//    "choices": [STRING, ...],            choice only (at least one)
+//    "json": {"whitespace": "compact" | "bounded", "max_whitespace": 0..1024,
+//             "strict_additional_properties": BOOL}}   json_schema only; each key optional
+// Unknown keys and kinds, wrong types and a missing text are a 400 naming
+// 'grammar_spec.<key>'; compiling it is the server's (a 400 naming 'grammar_spec').
+Status read_grammar_spec(const pyjson::Value& request, StructuredOutput& out);
+Result<grammar::GrammarSpec> parse_grammar_spec(const pyjson::Value& spec);
+// The wire form parse_grammar_spec reads back to an equal spec.
+pyjson::Value grammar_spec_json(const grammar::GrammarSpec& spec);
 
 }  // namespace fathom::api

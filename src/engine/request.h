@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "engine/sampler.h"
 #include "grammar/compiled_grammar.h"
+#include "grammar/grammar_cache.h"
 
 namespace fathom::engine {
 
@@ -60,6 +61,10 @@ struct GenerationRequest {
   // is free). Null: unconstrained.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   bool grammar_after_think = false;
+  // The source `grammar` was compiled from (the server sets both): what `fathom router` ships
+  // to its replicas, which compile it against their own vocabulary (a compiled grammar is
+  // never sent). Null when `grammar` is null; the engine itself does not read it.
+  std::shared_ptr<const grammar::GrammarSpec> grammar_spec;
 };
 
 // What a request sees: batches of new tokens, then one final event (which may carry the last

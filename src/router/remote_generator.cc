@@ -46,6 +46,10 @@ struct RemoteGenerator::Job {
   std::vector<std::vector<int32_t>> generated;  // per choice, every token received
   std::vector<engine::FinishCause> cause;       // per choice; kNone until it finished
   std::vector<char> closed;                     // per choice: its final event was pushed
+  // Per choice: a received token that may end it (EOS, a stop id), not pushed yet, so that it
+  // reaches the client in the final event as the engine sends it there (SGLang's /generate
+  // reports the matched stop token from that event).
+  std::vector<engine::StreamEvent> held;
   Clock::time_point t0;
   bool first_token = false;
   int64_t cached = 0;
@@ -79,6 +83,12 @@ struct RemoteGenerator::Job {
     for (size_t i = 0; i < streams.size(); ++i) {
       if (closed[i]) continue;
       engine::StreamEvent ev = event(i);
+      ev.tokens = std::move(held[i].tokens);
+      ev.logprobs = std::move(held[i].logprobs);
+      if (!first_token && !ev.tokens.empty()) {
+        first_token = true;
+        ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      }
       ev.finished = true;
       if (streams[i]->cancelled()) {
         ev.cause = engine::FinishCause::kCancelled;
@@ -93,6 +103,27 @@ struct RemoteGenerator::Job {
     }
   }
 };
+
+namespace {
+
+// A token after which the engine may end the request: EOS or one of its stop ids.
+bool may_end(const engine::GenerationRequest& r, int32_t eos, int32_t t) {
+  return t == eos || std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end();
+}
+
+// The engine's cause for a choice the upstream finished with "stop" (kEos) after `generated`
+// (engine/output_processor.cc, stop_cause): EOS unless ignored, else a stop id's kStopToken.
+engine::FinishCause finish_cause(const engine::GenerationRequest& r, int32_t eos,
+                                 std::span<const int32_t> generated, engine::FinishCause c) {
+  if (c != engine::FinishCause::kEos || generated.empty()) return c;
+  const int32_t t = generated.back();
+  if (t == eos && !r.ignore_eos) return c;
+  if (std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end())
+    return engine::FinishCause::kStopToken;
+  return c;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<RemoteGenerator>> RemoteGenerator::create(
     const std::vector<std::string>& replicas, RemoteGeneratorOptions options) {
@@ -147,17 +178,15 @@ Result<std::vector<std::shared_ptr<engine::RequestStream>>> RemoteGenerator::sub
     engine::GenerationRequest request, int n) {
   if (n < 1 || n > 128) return invalid_argument("'n' must be in [1, 128]");
   if (request.prompt.empty()) return invalid_argument("'prompt' is empty");
-  if (request.grammar)
+  if (!request.forced_output.empty() || request.inject_error_after >= 0)
     return unsupported(
-        "structured outputs (response_format, text.format, structured_outputs, guided_*, "
-        "grammar, json_schema, strict tools) are not supported through fathom router yet");
-  if (request.top_logprobs >= 0)
-    return unsupported("'logprobs': not supported through fathom router yet");
-  if (request.reasoning_budget >= 0)
-    return unsupported("a reasoning budget is not supported through fathom router yet");
-  if (!request.stop_ids.empty() || !request.forced_output.empty() ||
-      request.inject_error_after >= 0)
-    return unsupported("stop token ids and test hooks are not supported through fathom router");
+        "test hooks (forced_output_ids, fathom_inject_error_after) are not supported through "
+        "fathom router");
+  // What the replica's engine would refuse, refused before anything is sent (as it words it).
+  if (request.top_logprobs < -1 || request.top_logprobs > engine::kMaxTopLogprobs)
+    return invalid_argument("top_logprobs must be between 0 and 20");
+  if (request.think_end_id < -1 || (opt_.vocab_size > 0 && request.think_end_id >= opt_.vocab_size))
+    return invalid_argument("think_end_id outside the vocabulary");
   FATHOM_RETURN_IF_ERROR(check_upstream_supports(opt_.upstream, request, n));
   if (stopping_.load()) return resource_exhausted("the router is shutting down");
   if (!replicas_->any_up()) return resource_exhausted("no replica is up");
@@ -168,6 +197,7 @@ Result<std::vector<std::shared_ptr<engine::RequestStream>>> RemoteGenerator::sub
   job->generated.resize(size_t(n));
   job->cause.assign(size_t(n), engine::FinishCause::kNone);
   job->closed.assign(size_t(n), 0);
+  job->held.resize(size_t(n));
   for (int i = 0; i < n; ++i) job->streams.push_back(std::make_shared<engine::RequestStream>());
   std::vector<std::shared_ptr<engine::RequestStream>> out = job->streams;
   {
@@ -306,6 +336,19 @@ bool RemoteGenerator::attempt(Job& job, size_t replica, const std::string& room)
     job.cause.front() = engine::FinishCause::kLength;
     return true;
   }
+  // The failed replica sent a token that ended the request, but not the finish: it ended.
+  if (cont) {
+    const int32_t last = job.generated.front().back();
+    const std::vector<int32_t>& stops = job.req.stop_ids;
+    if (last == opt_.eos_id && !job.req.ignore_eos) {
+      job.cause.front() = engine::FinishCause::kEos;
+      return true;
+    }
+    if (std::find(stops.begin(), stops.end(), last) != stops.end()) {
+      job.cause.front() = engine::FinishCause::kStopToken;
+      return true;
+    }
+  }
   const std::span<const int32_t> sofar =
       cont ? std::span<const int32_t>(job.generated.front()) : std::span<const int32_t>();
   char rid[64];
@@ -346,7 +389,7 @@ bool RemoteGenerator::attempt(Job& job, size_t replica, const std::string& room)
     return false;
   }
   auto stop = [this, &job] { return stopping_.load() || job.all_cancelled(); };
-  UpstreamStreamReader reader(opt_.upstream, job.n, opt_.vocab_size, sent);
+  UpstreamStreamReader reader(opt_.upstream, job.n, opt_.vocab_size, sent, job.req.top_logprobs);
   std::vector<UpstreamStreamReader::Update> updates;
   std::string line;
   int64_t reported = 0;  // cached tokens this attempt reported so far
@@ -377,13 +420,32 @@ bool RemoteGenerator::attempt(Job& job, size_t replica, const std::string& room)
     }
     for (UpstreamStreamReader::Update& up : updates) {
       const size_t i = up.choice;
-      if (up.cause != engine::FinishCause::kNone) job.cause[i] = up.cause;
-      if (up.tokens.empty() || job.closed[i] || job.streams[i]->cancelled()) continue;
+      job.generated[i].insert(job.generated[i].end(), up.tokens.begin(), up.tokens.end());
+      if (up.cause != engine::FinishCause::kNone)
+        job.cause[i] = finish_cause(job.req, opt_.eos_id, job.generated[i], up.cause);
+      if (job.closed[i] || job.streams[i]->cancelled()) continue;
       engine::StreamEvent ev = job.event(i);
-      ev.tokens = std::move(up.tokens);
-      job.generated[i].insert(job.generated[i].end(), ev.tokens.begin(), ev.tokens.end());
-      ev.completion_tokens = int64_t(job.generated[i].size());
-      if (!job.first_token) {
+      // A token held back from the previous update goes first.
+      engine::StreamEvent& held = job.held[i];
+      ev.tokens = std::move(held.tokens);
+      ev.logprobs = std::move(held.logprobs);
+      held.tokens.clear();
+      held.logprobs.clear();
+      ev.tokens.insert(ev.tokens.end(), up.tokens.begin(), up.tokens.end());
+      ev.logprobs.insert(ev.logprobs.end(), up.logprobs.begin(), up.logprobs.end());
+      // The token that ended the choice goes out with its finish (close_all, at the end of
+      // the answer: the usage, cached tokens included, comes after the finish chunk).
+      if (!ev.tokens.empty() && may_end(job.req, opt_.eos_id, ev.tokens.back())) {
+        held.tokens.push_back(ev.tokens.back());
+        ev.tokens.pop_back();
+        if (ev.logprobs.size() > ev.tokens.size()) {
+          held.logprobs.push_back(ev.logprobs.back());
+          ev.logprobs.pop_back();
+        }
+      }
+      if (ev.tokens.empty()) continue;
+      ev.completion_tokens = int64_t(job.generated[i].size() - held.tokens.size());
+      if (!job.first_token && !ev.tokens.empty()) {
         job.first_token = true;
         ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - job.t0).count();
       }

@@ -32,8 +32,14 @@
 // --kv-load-failure (recompute there, or a 503 kv_transfer_failed that ends the request with
 // that error; D is not marked down). Retries and continuations prefill on D.
 //
-// Not supported through the router yet (kUnsupported, a 400 naming it): structured outputs
-// and strict tools, logprobs, the reasoning budget, stop token ids.
+// Logprobs, stop token ids, the reasoning budget and structured outputs / strict tools pass
+// through as id-level fields (upstream.h has the table per kind): a Fathom replica computes
+// them exactly as it would alone — it compiles the grammar's source (grammar_spec) against its
+// own vocabulary, and returns log probabilities by id, which the router's server renders as
+// `fathom serve` does. A continuation keeps them: the new replica advances the grammar and the
+// reasoning budget over the resumed tokens and sends logprobs only for what follows. A token
+// that may end a choice (EOS, a stop id) is held back until the next update, so that it
+// reaches the client in the final event with the finish, as an engine sends it.
 //
 // Each request runs on a thread of its own for as long as it streams; every method may be
 // called from any thread. The destructor stops the requests in flight and waits for them.

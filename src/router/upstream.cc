@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <cmath>
+#include <limits>
+
+#include "api/structured_output.h"
 #include "core/py_json.h"
 #include "kv/prefix_cache.h"
 
@@ -52,6 +56,81 @@ void set_sampling(Value& b, const engine::GenerationRequest& g) {
   if (g.ignore_eos) b.set("ignore_eos", Value::from_bool(true));
 }
 
+using GKind = grammar::GrammarSpec::Kind;
+
+// A string literal of SGLang's EBNF (XGrammar's): quotes, backslashes and control bytes escaped.
+std::string ebnf_literal(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      out += b;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+// vLLM's structured_outputs object (StructuredOutputsParams) for a spec other than dsml.
+Value vllm_structured_outputs(const grammar::GrammarSpec& spec) {
+  Value so = Value::object();
+  switch (spec.kind) {
+    case GKind::kJsonSchema: {
+      auto schema = pyjson::parse(spec.text);
+      so.set("json", schema.is_ok() ? std::move(*schema) : Value::from_string(spec.text));
+      if (spec.json.whitespace == grammar::JsonSchemaOptions::Whitespace::kCompact)
+        so.set("disable_any_whitespace", Value::from_bool(true));
+      if (spec.json.strict_additional_properties)
+        so.set("disable_additional_properties", Value::from_bool(true));
+      break;
+    }
+    case GKind::kRegex:
+      so.set("regex", Value::from_string(spec.text));
+      break;
+    case GKind::kChoice: {
+      Value c = Value::array();
+      for (const std::string& x : spec.choices) c.items.push_back(Value::from_string(x));
+      so.set("choice", std::move(c));
+      break;
+    }
+    case GKind::kGbnf:
+      so.set("grammar", Value::from_string(spec.text));
+      break;
+    case GKind::kDsml:  // check_upstream_supports refused it
+      break;
+  }
+  return so;
+}
+
+// SGLang's constraint in sampling_params (one of json_schema, regex, ebnf).
+void set_sglang_constraint(Value& sp, const grammar::GrammarSpec& spec) {
+  switch (spec.kind) {
+    case GKind::kJsonSchema:
+      sp.set("json_schema", Value::from_string(spec.text));
+      break;
+    case GKind::kRegex:
+      sp.set("regex", Value::from_string(spec.text));
+      break;
+    case GKind::kGbnf:
+      sp.set("ebnf", Value::from_string(spec.text));
+      break;
+    case GKind::kChoice: {
+      std::string g = "root ::= ";
+      for (size_t i = 0; i < spec.choices.size(); ++i)
+        g += (i ? " | " : "") + ebnf_literal(spec.choices[i]);
+      sp.set("ebnf", Value::from_string(g));
+      break;
+    }
+    case GKind::kDsml:  // check_upstream_supports refused it
+      break;
+  }
+}
+
 Status malformed(std::string what) {
   return Status(StatusCode::kCorrupt, "malformed upstream answer: " + std::move(what));
 }
@@ -96,9 +175,21 @@ const char* upstream_kind_name(UpstreamKind kind) {
   return "?";
 }
 
-Status check_upstream_supports(UpstreamKind kind, const engine::GenerationRequest&, int n) {
+Status check_upstream_supports(UpstreamKind kind, const engine::GenerationRequest& g, int n) {
   if (kind == UpstreamKind::kSglang && n > 1)
     return unsupported("'n': more than one choice is not supported through an sglang upstream");
+  if (g.grammar && !g.grammar_spec)
+    return unsupported(
+        "structured outputs: this request's grammar has no source to send to a replica");
+  const char* name = kind == UpstreamKind::kVllm ? "vllm" : "sglang";
+  if (kind != UpstreamKind::kFathom && g.grammar_spec && g.grammar_spec->kind == GKind::kDsml)
+    return unsupported(std::string("'tools': strict tools (a grammar over the tool-call block) "
+                                   "are not supported through a ") +
+                       name + " upstream");
+  if (kind == UpstreamKind::kSglang && g.reasoning_budget >= 0 && g.think_end_id >= 0)
+    return unsupported(
+        "'thinking.budget_tokens': a reasoning budget is not supported through an sglang "
+        "upstream");
   return Status::ok();
 }
 
@@ -120,6 +211,19 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
       if (n > 1) b.set("n", Value::from_int(n));
       if (g.cache_salt != 0) b.set("cache_salt", Value::from_string(salt_name(g.cache_salt)));
       b.set("retention", Value::from_string(retention));
+      // The id-level features, computed by the replica as it would alone (README).
+      if (!g.stop_ids.empty()) b.set("stop_token_ids", id_list(g.stop_ids));
+      if (g.top_logprobs >= 0) b.set("logprob_ids", Value::from_int(g.top_logprobs));
+      if (g.think_end_id >= 0 &&
+          (g.reasoning_budget >= 0 || (g.grammar_spec && g.grammar_after_think))) {
+        b.set("think_end_id", Value::from_int(g.think_end_id));
+        if (g.reasoning_budget >= 0) b.set("reasoning_budget", Value::from_int(g.reasoning_budget));
+      }
+      if (g.grammar_spec) {
+        b.set("grammar_spec", api::grammar_spec_json(*g.grammar_spec));
+        if (g.grammar_after_think && g.think_end_id >= 0)
+          b.set("grammar_after_think", Value::from_bool(true));
+      }
       break;
     case UpstreamKind::kVllm:
       call.path = "/v1/completions";
@@ -131,6 +235,22 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
       if (n > 1) b.set("n", Value::from_int(n));
       // vLLM >= 0.9 salts its prefix-cache hashes with it, as Fathom does.
       if (g.cache_salt != 0) b.set("cache_salt", Value::from_string(salt_name(g.cache_salt)));
+      if (!g.stop_ids.empty()) b.set("stop_token_ids", id_list(g.stop_ids));
+      if (g.top_logprobs >= 0) {
+        b.set("logprobs", Value::from_int(g.top_logprobs));
+        b.set("return_tokens_as_token_ids", Value::from_bool(true));  // "token_id:N", no text
+      }
+      if (g.reasoning_budget >= 0 && g.think_end_id >= 0) {
+        // The budget left: the reasoning so far is on the prompt of a continuation.
+        int64_t thought = 0;
+        for (int32_t t : sofar) {
+          if (t == g.think_end_id) break;
+          ++thought;
+        }
+        b.set("thinking_token_budget",
+              Value::from_int(std::max<int64_t>(0, g.reasoning_budget - thought)));
+      }
+      if (g.grammar_spec) b.set("structured_outputs", vllm_structured_outputs(*g.grammar_spec));
       break;
     case UpstreamKind::kSglang: {
       call.path = "/generate";
@@ -139,7 +259,13 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
       sp.set("max_new_tokens", Value::from_int(left));
       set_sampling(sp, g);
       if (g.seeded) sp.set("sampling_seed", Value::from_int(int64_t(g.sampling.seed)));
+      if (!g.stop_ids.empty()) sp.set("stop_token_ids", id_list(g.stop_ids));
+      if (g.grammar_spec) set_sglang_constraint(sp, *g.grammar_spec);
       b.set("sampling_params", std::move(sp));
+      if (g.top_logprobs >= 0) {
+        b.set("return_logprob", Value::from_bool(true));
+        b.set("top_logprobs_num", Value::from_int(g.top_logprobs));
+      }
       b.set("stream", Value::from_bool(true));
       b.set("rid", Value::from_string(request_id));
       // SGLang's prefix-cache namespace (what its OpenAI endpoints map cache_salt onto).
@@ -158,8 +284,13 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
 }
 
 UpstreamStreamReader::UpstreamStreamReader(UpstreamKind kind, int n, int64_t vocab_size,
-                                           std::span<const int32_t> prompt)
-    : kind_(kind), n_(n), vocab_(vocab_size), prompt_(prompt), finished_(size_t(n), 0) {}
+                                           std::span<const int32_t> prompt, int top_logprobs)
+    : kind_(kind),
+      n_(n),
+      top_logprobs_(top_logprobs),
+      vocab_(vocab_size),
+      prompt_(prompt),
+      finished_(size_t(n), 0) {}
 
 namespace {
 
@@ -178,7 +309,162 @@ Status read_ids(const Value* v, const char* name, int64_t vocab, std::vector<int
   return Status::ok();
 }
 
+// A token id inside the vocabulary.
+bool read_id(const Value& v, int64_t vocab, int32_t* out) {
+  int64_t t = 0;
+  if (!is_int(v, &t) || t < 0 || t >= vocab) return false;
+  *out = int32_t(t);
+  return true;
+}
+
+// A log probability: a number (at or below -9999, the upstreams' stand-in for -inf: -inf), or
+// null (-inf).
+bool read_logprob(const Value& v, float* out) {
+  double d = 0;
+  int64_t i = 0;
+  if (v.is_null()) {
+    d = -INFINITY;
+  } else if (v.kind == Value::Kind::kFloat) {
+    d = v.number;
+  } else if (is_int(v, &i)) {
+    d = double(i);
+  } else {
+    return false;
+  }
+  if (std::isnan(d) || d == INFINITY) return false;
+  *out = d <= -9999 ? -INFINITY : float(d);
+  return true;
+}
+
 }  // namespace
+
+Status UpstreamStreamReader::read_fathom_logprobs(const Value* v, Update& up) const {
+  if (v == nullptr || !v->is_array()) return malformed("'logprob_ids' is not a list");
+  if (v->items.size() != up.tokens.size())
+    return malformed("'logprob_ids' has " + std::to_string(v->items.size()) + " entries for " +
+                     std::to_string(up.tokens.size()) + " token ids");
+  for (size_t k = 0; k < up.tokens.size(); ++k) {
+    const Value& e = v->items[k];
+    engine::TokenLogprob& l = up.logprobs.emplace_back();
+    const Value* id = e.is_object() ? e.find("id") : nullptr;
+    const Value* lp = e.is_object() ? e.find("logprob") : nullptr;
+    const Value* top = e.is_object() ? e.find("top") : nullptr;
+    if (id == nullptr || !read_id(*id, vocab_, &l.token) || l.token != up.tokens[k])
+      return malformed("a 'logprob_ids' entry whose id is not its token's");
+    if (lp == nullptr || !read_logprob(*lp, &l.logprob))
+      return malformed("a 'logprob_ids' entry without a log probability");
+    if (top == nullptr || !top->is_array() || int64_t(top->items.size()) > top_logprobs_)
+      return malformed("a 'logprob_ids' entry whose 'top' is not a list of at most " +
+                       std::to_string(top_logprobs_) + " alternatives");
+    for (const Value& t : top->items) {
+      auto& [tid, tlp] = l.top[size_t(l.top_count)];
+      if (!t.is_array() || t.items.size() != 2 || !read_id(t.items[0], vocab_, &tid) ||
+          !read_logprob(t.items[1], &tlp))
+        return malformed("a 'logprob_ids' alternative that is not [id, logprob]");
+      ++l.top_count;
+    }
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// vLLM's "token_id:N" (return_tokens_as_token_ids).
+bool read_token_id_string(const std::string& s, int64_t vocab, int32_t* out) {
+  constexpr std::string_view kPrefix = "token_id:";
+  if (s.size() <= kPrefix.size() || s.compare(0, kPrefix.size(), kPrefix) != 0 ||
+      s.size() > kPrefix.size() + 10)
+    return false;
+  int64_t t = 0;
+  for (size_t i = kPrefix.size(); i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    t = t * 10 + (s[i] - '0');
+  }
+  if (t >= vocab) return false;
+  *out = int32_t(t);
+  return true;
+}
+
+}  // namespace
+
+Status UpstreamStreamReader::read_vllm_logprobs(const Value* v, Update& up) const {
+  if (v == nullptr || !v->is_object()) return malformed("'logprobs' is not an object");
+  const Value* toks = v->find("tokens");
+  const Value* lps = v->find("token_logprobs");
+  const Value* tops = v->find("top_logprobs");
+  const size_t n = up.tokens.size();
+  if (toks == nullptr || !toks->is_array() || toks->items.size() != n || lps == nullptr ||
+      !lps->is_array() || lps->items.size() != n)
+    return malformed("'logprobs.tokens' / 'logprobs.token_logprobs' do not match token_ids");
+  if (top_logprobs_ > 0 && (tops == nullptr || !tops->is_array() || tops->items.size() != n))
+    return malformed("'logprobs.top_logprobs' does not match token_ids");
+  for (size_t k = 0; k < n; ++k) {
+    engine::TokenLogprob& l = up.logprobs.emplace_back();
+    const Value& t = toks->items[k];
+    if (!t.is_string() || !read_token_id_string(t.text, vocab_, &l.token) ||
+        l.token != up.tokens[k])
+      return malformed(
+          "'logprobs.tokens' entry is not \"token_id:<its id>\" (send "
+          "return_tokens_as_token_ids)");
+    if (!read_logprob(lps->items[k], &l.logprob))
+      return malformed("'logprobs.token_logprobs' holds a non-number");
+    if (top_logprobs_ <= 0) continue;
+    const Value& top = tops->items[k];
+    if (top.is_null()) continue;
+    if (!top.is_object() || int64_t(top.items.size()) > top_logprobs_ + 1)
+      return malformed("'logprobs.top_logprobs' entry is not an object of at most " +
+                       std::to_string(top_logprobs_ + 1) + " tokens");
+    // vLLM lists the K most likely and the sampled token (K + 1 at most): most likely first,
+    // the K first kept (the sampled one, when it is not among them, is the least likely).
+    std::vector<std::pair<int32_t, float>> all;
+    for (size_t j = 0; j < top.keys.size(); ++j) {
+      std::pair<int32_t, float> e;
+      if (!read_token_id_string(top.keys[j], vocab_, &e.first) ||
+          !read_logprob(top.items[j], &e.second))
+        return malformed("'logprobs.top_logprobs' entry is not {\"token_id:<id>\": logprob}");
+      all.push_back(e);
+    }
+    std::stable_sort(all.begin(), all.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    for (size_t j = 0; j < all.size() && int64_t(j) < top_logprobs_; ++j)
+      l.top[size_t(l.top_count++)] = all[j];
+  }
+  return Status::ok();
+}
+
+Status UpstreamStreamReader::read_sglang_logprobs(const Value& meta, size_t from,
+                                                  Update& up) const {
+  const Value* lps = meta.find("output_token_logprobs");
+  const Value* tops = meta.find("output_top_logprobs");
+  const size_t n = up.tokens.size();
+  if (lps == nullptr || !lps->is_array() || lps->items.size() < from + n)
+    return malformed("'meta_info.output_token_logprobs' does not cover output_ids");
+  if (top_logprobs_ > 0 && (tops == nullptr || !tops->is_array() || tops->items.size() < from + n))
+    return malformed("'meta_info.output_top_logprobs' does not cover output_ids");
+  // [logprob, token_id, text or null]
+  auto entry = [&](const Value& e, int32_t* id, float* lp) {
+    return e.is_array() && e.items.size() == 3 && read_logprob(e.items[0], lp) &&
+           read_id(e.items[1], vocab_, id);
+  };
+  for (size_t k = 0; k < n; ++k) {
+    engine::TokenLogprob& l = up.logprobs.emplace_back();
+    if (!entry(lps->items[from + k], &l.token, &l.logprob) || l.token != up.tokens[k])
+      return malformed("'meta_info.output_token_logprobs' entry is not [logprob, its id, text]");
+    if (top_logprobs_ <= 0) continue;
+    const Value& top = tops->items[from + k];
+    if (top.is_null()) continue;
+    if (!top.is_array() || int64_t(top.items.size()) > top_logprobs_)
+      return malformed("'meta_info.output_top_logprobs' entry is not a list of at most " +
+                       std::to_string(top_logprobs_) + " [logprob, id, text]");
+    for (const Value& e : top.items) {
+      auto& [tid, tlp] = l.top[size_t(l.top_count)];
+      if (!entry(e, &tid, &tlp))
+        return malformed("'meta_info.output_top_logprobs' entry is not [logprob, id, text]");
+      ++l.top_count;
+    }
+  }
+  return Status::ok();
+}
 
 Status UpstreamStreamReader::feed(std::string_view line, std::vector<Update>* out) {
   if (line.rfind("data:", 0) != 0) return Status::ok();  // blank lines, comments, `event:`
@@ -229,6 +515,12 @@ Status UpstreamStreamReader::feed_completions(const Value& v, std::vector<Update
     // return_token_ids) the output cannot be read: never a silent empty answer.
     FATHOM_RETURN_IF_ERROR(read_ids(ch.find("token_ids"), "token_ids", vocab_, &up.tokens));
     if (finished_[i] && !up.tokens.empty()) return malformed("tokens after the choice finished");
+    if (top_logprobs_ >= 0 && !up.tokens.empty()) {
+      if (kind_ == UpstreamKind::kFathom)
+        FATHOM_RETURN_IF_ERROR(read_fathom_logprobs(ch.find("logprob_ids"), up));
+      else
+        FATHOM_RETURN_IF_ERROR(read_vllm_logprobs(ch.find("logprobs"), up));
+    }
     if (const Value* f = ch.find("finish_reason"); f && !f->is_null()) {
       if (!f->is_string()) return malformed("'finish_reason' is not a string");
       if (f->text == "stop")
@@ -271,17 +563,22 @@ Status UpstreamStreamReader::feed_generate(const Value& v, std::vector<Update>* 
   }
   const size_t have = sglang_ids_.size();
   Update up;
+  size_t from = 0;  // where the new ids start in this object's lists
   if (total == int64_t(have + ids.size())) {
     up.tokens = std::move(ids);  // incremental (or the first chunk)
   } else if (total == int64_t(ids.size()) && ids.size() >= have &&
              std::equal(sglang_ids_.begin(), sglang_ids_.end(), ids.begin())) {
     up.tokens.assign(ids.begin() + std::ptrdiff_t(have), ids.end());  // cumulative
+    from = have;
   } else {
     return malformed("'output_ids' (" + std::to_string(ids.size()) +
                      " ids) do not extend the output so far (" + std::to_string(have) +
                      " ids) to meta_info.completion_tokens (" + std::to_string(total) + ")");
   }
   if (finished_[0] && !up.tokens.empty()) return malformed("tokens after the request finished");
+  // The logprob lists are cumulative or incremental as output_ids are.
+  if (top_logprobs_ >= 0 && !up.tokens.empty())
+    FATHOM_RETURN_IF_ERROR(read_sglang_logprobs(*meta, from, up));
   sglang_ids_.insert(sglang_ids_.end(), up.tokens.begin(), up.tokens.end());
   if (const Value* f = meta->find("finish_reason"); f && !f->is_null()) {
     const Value* type = f->is_object() ? f->find("type") : nullptr;

@@ -14,6 +14,45 @@
 // On vllm and sglang a continuation appends the ids already streamed to the prompt (there is
 // no resume field), so it is computed as prompt rows rather than decode steps (README).
 //
+// The request features beyond sampling, per kind (a kind that cannot carry one: kUnsupported,
+// a 400 naming the client's field, before anything is sent):
+//
+//   logprobs, K alternatives
+//     fathom  logprob_ids: K; each choice chunk's `logprob_ids` [{id, logprob, top: [[id, lp]]}]
+//             beside its token_ids (null logprob: -inf)
+//     vllm    logprobs: K, return_tokens_as_token_ids; choices[].logprobs {tokens "token_id:N",
+//             token_logprobs, top_logprobs {"token_id:N": lp}} (K + 1 entries at most, the
+//             sampled one included: sorted, the K most likely kept)
+//     sglang  return_logprob, top_logprobs_num: K; meta_info.output_token_logprobs
+//             [[lp, id, text]], output_top_logprobs [[[lp, id, text]]] (cumulative or
+//             incremental, as output_ids)
+//   stop token ids
+//     fathom, vllm: stop_token_ids; sglang: sampling_params.stop_token_ids
+//   reasoning budget
+//     fathom  reasoning_budget + think_end_id (the engine forces that id)
+//     vllm    thinking_token_budget (what is left of it on a continuation; vLLM's reasoning
+//             config must name </think>)
+//     sglang  none: a 400
+//   structured outputs and strict tools
+//     fathom  grammar_spec: the source the router's server compiled (kind json_schema | regex
+//             | gbnf | choice | dsml, text or choices, the JSON options), compiled again by the
+//             replica against its vocabulary; grammar_after_think + think_end_id
+//     vllm    structured_outputs {json (+ disable_any_whitespace,
+//             disable_additional_properties) | regex | choice | grammar}; strict tools: a 400
+//     sglang  sampling_params.json_schema | regex | ebnf (choices as an EBNF alternation);
+//             strict tools: a 400
+//
+// Fathom replicas compute every feature exactly as `fathom serve` alone would (the replica
+// compiles the spec with its own vocabulary; logprobs come back by id and the router's server
+// renders them). On vllm and sglang the semantics are the upstream's: JSON whitespace and
+// additionalProperties policy, logprobs (vLLM's are of the raw distribution by default), and a
+// constraint after reasoning, which there follows the upstream's --reasoning-parser.
+// Logprobs at or below -9999 (vLLM's and SGLang's stand-ins for -inf) are read as -inf.
+// (vLLM: entrypoints/openai/protocol.py CompletionRequest, sampling_params.py
+// StructuredOutputsParams, serving_completion.py _create_completion_logprobs; SGLang:
+// managers/io_struct.py GenerateReqInput, sampling/sampling_params.py, tokenizer_manager.py
+// detokenize_logprob_tokens and _INCREMENTAL_STREAMING_META_INFO_KEYS.)
+//
 // Plain functions and a reader that belongs to one attempt (one thread); nothing is shared.
 #pragma once
 
@@ -48,7 +87,9 @@ std::string upstream_salt_name(uint64_t salt);
 uint64_t replica_block_salt(uint64_t salt);
 
 // kUnsupported (a 400 naming the field) when `kind` cannot serve a request of n samples like
-// `req`: sglang serves one sample per request (n > 1 would need its own seeding).
+// `req`: sglang serves one sample per request (n > 1 would need its own seeding), no reasoning
+// budget; neither vllm nor sglang has strict tools (a DSML grammar); a grammar without its
+// source (GenerationRequest::grammar_spec) cannot be sent at all.
 Status check_upstream_supports(UpstreamKind kind, const engine::GenerationRequest& req, int n);
 
 // What one attempt sends.
@@ -73,13 +114,17 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
 // failed: the reader never turns a broken answer into a finish.
 class UpstreamStreamReader {
  public:
-  // `prompt` is what the attempt sent (for the checks of prompt_token_ids / prompt_tokens).
+  // `prompt` is what the attempt sent (for the checks of prompt_token_ids / prompt_tokens);
+  // `top_logprobs` what the request asked (GenerationRequest::top_logprobs; -1: none): then
+  // every new id must come with its log probability and at most that many alternatives.
   UpstreamStreamReader(UpstreamKind kind, int n, int64_t vocab_size,
-                       std::span<const int32_t> prompt);
+                       std::span<const int32_t> prompt, int top_logprobs = -1);
 
   struct Update {
     size_t choice = 0;
     std::vector<int32_t> tokens;  // new ids
+    // With top_logprobs >= 0: one per token, same order (alternatives most likely first).
+    std::vector<engine::TokenLogprob> logprobs;
     // kEos or kLength when the choice finished with this update, else kNone.
     engine::FinishCause cause = engine::FinishCause::kNone;
   };
@@ -95,9 +140,16 @@ class UpstreamStreamReader {
  private:
   Status feed_completions(const pyjson::Value& ev, std::vector<Update>* out);
   Status feed_generate(const pyjson::Value& ev, std::vector<Update>* out);
+  // The log probabilities of a choice's new ids `up.tokens` into up.logprobs: Fathom's
+  // logprob_ids, vLLM's logprobs object.
+  Status read_fathom_logprobs(const pyjson::Value* v, Update& up) const;
+  Status read_vllm_logprobs(const pyjson::Value* v, Update& up) const;
+  // SGLang's: entries [from, from + up.tokens.size()) of meta_info's lists.
+  Status read_sglang_logprobs(const pyjson::Value& meta, size_t from, Update& up) const;
 
   UpstreamKind kind_;
   int n_;
+  int top_logprobs_;
   int64_t vocab_;
   std::span<const int32_t> prompt_;
   std::vector<char> finished_;       // per choice

@@ -291,7 +291,10 @@ struct Server::Impl {
 
   // The compiled grammar of a request's constraint (null for none); a spec that does not
   // compile is a 400 naming the field it came from.
-  Result<std::shared_ptr<const grammar::CompiledGrammar>> compile(const api::StructuredOutput& so) {
+  // *source (when given) is set to the spec it compiled: what a router ships to its replicas.
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> compile(
+      const api::StructuredOutput& so,
+      std::shared_ptr<const grammar::GrammarSpec>* source = nullptr) {
     using K = api::StructuredOutput::Kind;
     if (!so.active()) return std::shared_ptr<const grammar::CompiledGrammar>();
     const std::string where = "'" + so.field + "'";
@@ -325,6 +328,9 @@ struct Server::Impl {
         spec.kind = grammar::GrammarSpec::Kind::kGbnf;
         spec.text = so.text;
         break;
+      case K::kSpec:  // Fathom's grammar_spec (a router's): compiled exactly as given
+        spec = *so.spec;
+        break;
       case K::kNone:
         break;
     }
@@ -334,13 +340,16 @@ struct Server::Impl {
           where + ": " +
           (compiled.status().code() == StatusCode::kUnsupported ? "not supported: " : "") +
           compiled.status().message());
+    if (source)
+      *source = so.spec ? so.spec : std::make_shared<const grammar::GrammarSpec>(std::move(spec));
     return std::move(*compiled);
   }
 
   // The grammar of a request's tool-call block when some of its tools are strict (null
   // otherwise): their arguments follow their schemas; the others take any arguments.
   Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_tools(
-      const api::ConversationRequest& c) {
+      const api::ConversationRequest& c,
+      std::shared_ptr<const grammar::GrammarSpec>* source = nullptr) {
     if (c.strict_tools.empty() || c.tool_choice == api::ToolChoice::kNone)
       return std::shared_ptr<const grammar::CompiledGrammar>();
     if (!grammars || dsml < 0)
@@ -369,6 +378,7 @@ struct Server::Impl {
                                               ? "not supported: "
                                               : "") +
                               compiled.status().message());
+    if (source) *source = std::make_shared<const grammar::GrammarSpec>(std::move(spec));
     return std::move(*compiled);
   }
 
@@ -443,6 +453,18 @@ std::vector<api::TokenLogprob> api_logprobs(const Tokenizer& tok, const engine::
       a.top.emplace_back(std::string(tok.token_bytes(l.top[size_t(i)].first)),
                          l.top[size_t(i)].second);
     out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// An engine event's log probabilities by id (Fathom's logprob_ids: a router renders them).
+std::vector<api::IdLogprob> id_logprobs(const engine::StreamEvent& ev) {
+  std::vector<api::IdLogprob> out(ev.logprobs.size());
+  for (size_t k = 0; k < ev.logprobs.size(); ++k) {
+    const engine::TokenLogprob& l = ev.logprobs[k];
+    out[k].id = l.token;
+    out[k].logprob = l.logprob;
+    out[k].top.assign(l.top.begin(), l.top.begin() + l.top_count);
   }
   return out;
 }
@@ -642,11 +664,13 @@ class ConversationProducer : public StreamsProducer {
 class CompletionProducer : public StreamsProducer {
  public:
   struct Choice {
-    Choice(const Tokenizer& tok, std::vector<std::string> stops, api::CompletionsResponder r)
-        : dec(tok, true), stop(std::move(stops)), responder(std::move(r)) {}
+    Choice(const Tokenizer& tok, std::vector<std::string> stops, api::CompletionsResponder r,
+           bool ids)
+        : dec(tok, true), stop(std::move(stops)), responder(std::move(r)), logprob_ids(ids) {}
     StreamDecoder dec;
     api::StopMatcher stop;
     api::CompletionsResponder responder;
+    bool logprob_ids = false;  // Fathom's logprob_ids (id level) instead of the text logprobs
     int64_t tokens = 0;
     bool done = false;
   };
@@ -695,13 +719,15 @@ class CompletionProducer : public StreamsProducer {
         ev.tokens.resize(used);
         if (ev.logprobs.size() > used) ev.logprobs.resize(used);
         c.responder.add_token_ids(ev.tokens);
+        if (c.logprob_ids && !ev.logprobs.empty()) c.responder.add_logprob_ids(id_logprobs(ev));
         bool finished = ev.finished || stopped;
         prompt::FinishReason reason = ev.cause == engine::FinishCause::kLength && !stopped
                                           ? prompt::FinishReason::kLength
                                           : prompt::FinishReason::kStop;
         if (stopped) streams_[i]->cancel();  // the engine stops at its next step
-        const std::vector<api::TokenLogprob> lps =
-            ev.logprobs.empty() ? std::vector<api::TokenLogprob>() : api_logprobs(im_->tok, ev);
+        const std::vector<api::TokenLogprob> lps = ev.logprobs.empty() || c.logprob_ids
+                                                       ? std::vector<api::TokenLogprob>()
+                                                       : api_logprobs(im_->tok, ev);
         total_usage();
         if (streaming_) {
           out->body += c.responder.stream(text, lps);
@@ -892,9 +918,10 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
     g.reasoning_budget = conv->reasoning_budget;
     g.think_end_id = think_end;
   }
-  auto constraint = compile(conv->structured);
+  std::shared_ptr<const grammar::GrammarSpec> source, tool_source;
+  auto constraint = compile(conv->structured, &source);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
-  auto tool_constraint = compile_tools(*conv);
+  auto tool_constraint = compile_tools(*conv, &tool_source);
   if (!tool_constraint.is_ok()) return send_error(p, tool_constraint.status());
   if (*tool_constraint) {
     if (*constraint)
@@ -902,9 +929,11 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
                                             "output (" +
                                             conv->structured.field + ") are not supported"));
     constraint = std::move(tool_constraint);
+    source = std::move(tool_source);
   }
   if (*constraint) {
     g.grammar = std::move(*constraint);
+    g.grammar_spec = std::move(source);
     // The reasoning is free; the answer after </think> follows the constraint.
     if (conv->thinking && think_end >= 0) {
       g.grammar_after_think = true;
@@ -979,10 +1008,15 @@ Reply Server::Impl::completions(const Request& req) {
   auto retention = retention_of(p, cr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
-  g.top_logprobs = cr->logprobs ? *cr->logprobs : -1;
-  auto constraint = compile(cr->structured);
+  g.top_logprobs = cr->logprobs ? *cr->logprobs : cr->logprob_ids;
+  g.stop_ids = std::move(cr->stop_token_ids);
+  // Fathom's id-level reasoning fields (what a router sends: README).
+  g.think_end_id = cr->think_end_id;
+  g.reasoning_budget = cr->reasoning_budget;
+  auto constraint = compile(cr->structured, &g.grammar_spec);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
   g.grammar = std::move(*constraint);
+  g.grammar_after_think = cr->grammar_after_think;
   const int n = std::max(1, cr->n);
   // A P/D hand-off's request (from the router): its prompt blocks were pushed into a room
   // here; past the gate the engine reads them from the staging tier as from the KV store.
@@ -1009,7 +1043,8 @@ Reply Server::Impl::completions(const Request& req) {
         api::CompletionsResponder(
             id, model, created,
             api::CompletionsChoice{i, n, cr->logprobs.has_value(), cr->include_usage,
-                                   cr->return_token_ids, prompt_ids}));
+                                   cr->return_token_ids, cr->logprob_ids >= 0, prompt_ids}),
+        cr->logprob_ids >= 0);
   return producer_reply(std::make_unique<CompletionProducer>(this, std::move(*streams),
                                                              std::move(choices), cr->stream, t0),
                         cr->stream);
@@ -1036,7 +1071,7 @@ Reply Server::Impl::generate(const Request& req) {
   auto retention = retention_of(p, gr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
-  auto constraint = compile(gr->structured);
+  auto constraint = compile(gr->structured, &g.grammar_spec);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
   g.grammar = std::move(*constraint);
   const int64_t max_tokens = g.max_tokens;

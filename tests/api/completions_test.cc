@@ -226,5 +226,92 @@ TEST(CompletionsResponder, StreamChunksUsageAndDone) {
   EXPECT_EQ(e[0]["error"]["type"], "server_error");
 }
 
+TEST(CompletionsRequest, FathomIdLevelFieldsAndStopTokenIds) {
+  auto r = parse_completions_request(
+      req(R"("return_token_ids":true,"logprob_ids":3,"stop_token_ids":[7,8],"think_end_id":9,)"
+          R"("reasoning_budget":100,"grammar_after_think":true,)"
+          R"("grammar_spec":{"kind":"json_schema","text":"{\"type\":\"object\"}",)"
+          R"("json":{"whitespace":"compact","strict_additional_properties":true}})",
+          "[1, 2]"),
+      {});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->logprob_ids, 3);
+  EXPECT_FALSE(r->logprobs.has_value());
+  EXPECT_EQ(r->stop_token_ids, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(r->think_end_id, 9);
+  EXPECT_EQ(r->reasoning_budget, 100);
+  EXPECT_TRUE(r->grammar_after_think);
+  ASSERT_EQ(r->structured.kind, StructuredOutput::Kind::kSpec);
+  EXPECT_EQ(r->structured.field, "grammar_spec");
+  EXPECT_EQ(r->structured.spec->text, R"({"type":"object"})");
+  EXPECT_EQ(r->structured.spec->json.whitespace, grammar::JsonSchemaOptions::Whitespace::kCompact);
+  EXPECT_TRUE(r->structured.spec->json.strict_additional_properties);
+  // None of them by default.
+  auto plain = parse_completions_request(req(""), {});
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ(plain->logprob_ids, -1);
+  EXPECT_EQ(plain->reasoning_budget, -1);
+  EXPECT_EQ(plain->think_end_id, -1);
+  EXPECT_TRUE(plain->stop_token_ids.empty());
+  // Each misuse is a 400 naming its field.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"("logprob_ids":2)", "logprob_ids"},  // without return_token_ids
+      {R"("return_token_ids":true,"logprob_ids":21)", "logprob_ids"},
+      {R"("return_token_ids":true,"logprob_ids":true)", "logprob_ids"},
+      {R"("return_token_ids":true,"logprob_ids":1,"logprobs":1)", "logprob_ids"},
+      {R"("stop_token_ids":[-1])", "stop_token_ids"},
+      {R"("stop_token_ids":5)", "stop_token_ids"},
+      {R"("reasoning_budget":5)", "reasoning_budget"},  // without think_end_id
+      {R"("reasoning_budget":-1,"think_end_id":3)", "reasoning_budget"},
+      {R"("think_end_id":3)", "think_end_id"},  // used by nothing
+      {R"("think_end_id":-3,"reasoning_budget":1)", "think_end_id"},
+      {R"("grammar_after_think":true,"think_end_id":3)", "grammar_after_think"},  // no grammar
+      {R"("grammar_after_think":true,"guided_regex":"a+")", "grammar_after_think"},
+      {R"("grammar_after_think":1)", "grammar_after_think"},
+      {R"("grammar_spec":{"kind":"regex"})", "grammar_spec.text"},
+      {R"("grammar_spec":{"kind":"regex","text":"a"},"guided_regex":"b")", "grammar_spec"},
+  };
+  for (const auto& [extra, param] : bad) {
+    json e = rejected(req(extra));
+    EXPECT_EQ(e["param"], param) << extra << " -> " << e.dump();
+  }
+}
+
+TEST(CompletionsResponder, LogprobIdsTravelWithTheirTokenIds) {
+  CompletionsChoice choice{0, 1, false, false, true, true, nullptr};
+  CompletionsResponder s("cmpl-5", "m", 9, choice);
+  std::string out;
+  s.add_token_ids({11});
+  s.add_logprob_ids({{11, -0.5f, {{11, -0.5f}, {30, -1.25f}}}});
+  out += s.stream("");  // no text yet: the id and its logprob wait
+  s.add_token_ids({12});
+  s.add_logprob_ids({{12, -INFINITY, {{31, -0.25f}, {32, -0.75f}}}});
+  out += s.stream("ab");
+  s.add_token_ids({1});
+  s.add_logprob_ids({{1, -2.0f, {}}});
+  out += s.stream_finish(prompt::FinishReason::kStop, {2, 3, 0, 0});
+  bool done = false;
+  auto f = data_frames(out, &done);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0]["choices"][0]["token_ids"], json::parse("[11,12]"));
+  EXPECT_EQ(f[0]["choices"][0]["logprob_ids"], json::parse(R"([
+      {"id":11,"logprob":-0.5,"top":[[11,-0.5],[30,-1.25]]},
+      {"id":12,"logprob":null,"top":[[31,-0.25],[32,-0.75]]}])"));
+  EXPECT_TRUE(f[0]["choices"][0]["logprobs"].is_null());  // no text-level logprobs
+  EXPECT_EQ(f[1]["choices"][0]["token_ids"], json::parse("[1]"));
+  EXPECT_EQ(f[1]["choices"][0]["logprob_ids"],
+            json::parse(R"([{"id":1,"logprob":-2.0,"top":[]}])"));
+  // The complete response: every id and its entry.
+  s.finish(prompt::FinishReason::kStop);
+  json full = json::parse(s.complete({2, 3, 0, 0}));
+  EXPECT_EQ(full["choices"][0]["token_ids"], json::parse("[11,12,1]"));
+  EXPECT_EQ(full["choices"][0]["logprob_ids"].size(), 3u);
+  // Without logprob_ids the field is absent.
+  CompletionsResponder plain("cmpl-6", "m", 9, CompletionsChoice{0, 1, false, false, true});
+  plain.add_token_ids({11});
+  plain.add_logprob_ids({{11, -0.5f, {}}});
+  EXPECT_FALSE(json::parse(plain.complete({})).at("choices")[0].contains("logprob_ids"));
+}
+
 }  // namespace
 }  // namespace fathom::api

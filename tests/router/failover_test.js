@@ -7,7 +7,7 @@
 //     router's metrics show continuations (requests moved mid-stream with the output so far).
 //   - The killed replica restarts on its port: the router sees it up again and routes to it.
 //   - A client that leaves mid-stream: the replica drops its request.
-//   - Hostile: what the router does not support yet is a 400 naming it; a bad --replica or
+//   - Hostile: a feature's bad value is a 400 naming it, as from a replica; a bad --replica or
 //     --policy exits 2; with no replica up a request gets a 503 in the protocol's shape.
 // Usage: node failover_test.js FATHOM NODE_MODULES
 'use strict';
@@ -120,19 +120,20 @@ async function chat(client, i, stream) {
       assert.equal(r1.output_text, r2.output_text);
     });
 
-    await check('what the router does not support yet is a 400 naming it', async () => {
-      const r = await fetch(base + '/v1/chat/completions', { method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ ...chatRequest(0), logprobs: true }) });
-      const j = await r.json();
-      assert.equal(r.status, 400, JSON.stringify(j));
-      assert.equal(j.error.param, 'logprobs');
-      const s = await fetch(base + '/v1/chat/completions', { method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ ...chatRequest(0), response_format: { type: 'json_schema',
-          json_schema: { name: 'x', schema: { type: 'object' } } } }) });
-      assert.equal(s.status, 400);
-      assert.match((await s.json()).error.message, /structured outputs/);
+    await check('a feature\'s bad value is a 400 naming it, as from a replica', async () => {
+      const bad = [{ logprobs: true, top_logprobs: 21 },
+        { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'nope' } } } }];
+      for (const extra of bad) {
+        const body = JSON.stringify({ ...chatRequest(0), ...extra });
+        const got = [];
+        for (const port of [router.port, a.port]) {
+          const r = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST',
+            headers: { 'Content-Type': 'application/json' }, body });
+          got.push({ status: r.status, error: (await r.json()).error });
+        }
+        assert.equal(got[0].status, 400, JSON.stringify(got[0]));
+        assert.deepEqual(got[0], got[1]);
+      }
     });
 
     await check('a client that leaves mid-stream cancels its request on the replica', async () => {

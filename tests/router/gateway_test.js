@@ -232,6 +232,9 @@ async function chat(client, i, stream) {
     const rq = { model: 'deepseek-chat', input: 'Responses through a gateway', max_output_tokens: 16, temperature: 0 };
     const wantResp = await direct.responses.create(rq);
 
+    // A stop id the prompt reaches at its third token.
+    const wantStop = JSON.parse((await post(a.port, '/generate', { input_ids: prompt,
+      sampling_params: { max_new_tokens: 3, temperature: 0 } })).text).output_ids[2];
     const gateways = {};
     for (const kind of ['vllm', 'sglang']) {
       gateways[kind] = await startGateway(kind, [a.port, b.port]);
@@ -284,6 +287,36 @@ async function chat(client, i, stream) {
           assert.equal(j.choices.length, 2);
           assert.equal(j.choices[0].message.content, want[0].text);
         }
+        // Strict tools have no equivalent on either; SGLang has no reasoning budget.
+        const tools = await post(g.port, '/v1/chat/completions', { ...chatRequest(0), tool_choice: 'required',
+          tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'object' } } }] });
+        assert.equal(tools.status, 400, tools.text);
+        assert.equal(JSON.parse(tools.text).error.param, 'tools');
+        if (kind === 'sglang') {
+          const budget = await post(g.port, '/v1/chat/completions', { ...chatRequest(0), max_tokens: 2000,
+            thinking: { type: 'enabled', budget_tokens: 1024 } });
+          assert.equal(budget.status, 400, budget.text);
+          assert.equal(JSON.parse(budget.text).error.param, 'thinking.budget_tokens');
+        }
+      });
+
+      // The replicas answer vLLM's structured_outputs / stop_token_ids and SGLang's
+      // json_schema / stop_token_ids as those servers do: through the gateway, a JSON schema and
+      // a stop id give the replica's own answer.
+      await check(`${kind} gateway: a JSON schema and stop token ids equal the replica`, async () => {
+        const body = { model: 'deepseek-chat', max_tokens: 100, seed: 3, messages: [{ role: 'user', content: 'JSON' }],
+          response_format: { type: 'json_schema', json_schema: { name: 'j', strict: true, schema: {
+            type: 'object', properties: { n: { type: 'integer', minimum: 0, maximum: 99 } }, required: ['n'] } } } };
+        const [d, r] = await Promise.all([post(a.port, '/v1/chat/completions', body), post(g.port, '/v1/chat/completions', body)]);
+        assert.equal(r.status, 200, r.text);
+        const [dj, rj] = [JSON.parse(d.text), JSON.parse(r.text)];
+        assert.deepEqual(rj.choices[0].message, dj.choices[0].message);
+        assert.ok(Number.isInteger(JSON.parse(rj.choices[0].message.content).n));
+        const gen = { input_ids: prompt, sampling_params: { max_new_tokens: 8, temperature: 0, stop_token_ids: [wantStop] } };
+        const [dg, rg] = await Promise.all([post(a.port, '/generate', gen), post(g.port, '/generate', gen)]);
+        const strip = (t) => { const o = JSON.parse(t); delete o.meta_info.id; delete o.meta_info.e2e_latency; return o; };
+        assert.deepEqual(strip(rg.text), strip(dg.text));
+        assert.deepEqual(strip(rg.text).meta_info.finish_reason, { type: 'stop', matched: wantStop });
       });
     }
 

@@ -15,11 +15,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "api/structured_output.h"
 #include "core/py_json.h"
+#include "grammar/grammar_cache.h"
 #include "router/remote_generator.h"
 
 namespace fathom::router {
@@ -312,6 +315,376 @@ TEST(UpstreamReader, SglangGarbageIsAnError) {
   EXPECT_NE(abort.status.message().find("out of memory"), std::string::npos);
 }
 
+// ---- the request features beyond sampling (logprobs, stop ids, reasoning budget, grammar) ----
+
+std::shared_ptr<const grammar::GrammarSpec> spec_of(grammar::GrammarSpec::Kind kind,
+                                                    std::string text,
+                                                    std::vector<std::string> choices = {}) {
+  grammar::GrammarSpec s;
+  s.kind = kind;
+  s.text = std::move(text);
+  s.choices = std::move(choices);
+  s.json.whitespace = grammar::JsonSchemaOptions::Whitespace::kCompact;
+  s.json.strict_additional_properties = true;
+  return std::make_shared<const grammar::GrammarSpec>(std::move(s));
+}
+
+// A request with every feature: 3 alternatives, stop ids, a budget of 100 ending with id 7,
+// a JSON schema after the reasoning.
+engine::GenerationRequest featured() {
+  engine::GenerationRequest g = request();
+  g.top_logprobs = 3;
+  g.stop_ids = {40, 41};
+  g.reasoning_budget = 100;
+  g.think_end_id = 7;
+  g.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kJsonSchema,
+                           R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  g.grammar_after_think = true;
+  return g;
+}
+
+TEST(UpstreamCall, FathomCarriesEachFeatureByIdAndTheGrammarsSource) {
+  const Value plain = body_of(build_upstream_call(UpstreamKind::kFathom, request(), 1, {}, "", ""));
+  for (const char* f : {"stop_token_ids", "logprob_ids", "reasoning_budget", "think_end_id",
+                        "grammar_spec", "grammar_after_think", "logprobs"})
+    EXPECT_EQ(plain.find(f), nullptr) << f;
+  const Value b = body_of(build_upstream_call(UpstreamKind::kFathom, featured(), 1, {}, "", ""));
+  EXPECT_EQ(ints(b.find("stop_token_ids")), (std::vector<int64_t>{40, 41}));
+  EXPECT_EQ(int_of(b.find("logprob_ids")), 3);
+  EXPECT_EQ(b.find("logprobs"), nullptr);  // never text-level logprobs
+  EXPECT_EQ(int_of(b.find("reasoning_budget")), 100);
+  EXPECT_EQ(int_of(b.find("think_end_id")), 7);
+  EXPECT_TRUE(b.find("grammar_after_think")->boolean);
+  EXPECT_TRUE(b.find("return_token_ids")->boolean);
+  // The spec reads back equal: kind, text and the JSON options the router's server chose.
+  auto spec = api::parse_grammar_spec(*b.find("grammar_spec"));
+  ASSERT_TRUE(spec.is_ok()) << spec.status().message();
+  const engine::GenerationRequest f = featured();
+  const grammar::GrammarSpec& want = *f.grammar_spec;
+  EXPECT_EQ(spec->kind, want.kind);
+  EXPECT_EQ(spec->text, want.text);
+  EXPECT_EQ(spec->json.whitespace, want.json.whitespace);
+  EXPECT_EQ(spec->json.strict_additional_properties, true);
+  EXPECT_EQ(spec->json.max_whitespace, want.json.max_whitespace);
+  // Every kind round-trips, choices included.
+  for (const auto& s :
+       {spec_of(grammar::GrammarSpec::Kind::kRegex, "[a-z]+"),
+        spec_of(grammar::GrammarSpec::Kind::kGbnf, "root ::= \"x\""),
+        spec_of(grammar::GrammarSpec::Kind::kDsml, R"({"tools":[]})"),
+        spec_of(grammar::GrammarSpec::Kind::kChoice, "", {"yes", "no \"quoted\""})}) {
+    engine::GenerationRequest g = request();
+    g.grammar_spec = s;
+    auto back = api::parse_grammar_spec(
+        *body_of(build_upstream_call(UpstreamKind::kFathom, g, 1, {}, "", ""))
+             .find("grammar_spec"));
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(back->kind, s->kind);
+    EXPECT_EQ(back->text, s->text);
+    EXPECT_EQ(back->choices, s->choices);
+  }
+  // A continuation sends the same features (the replica advances the grammar and the budget
+  // over the resumed ids itself).
+  const std::vector<int32_t> sofar = {8, 9};
+  const Value c = body_of(build_upstream_call(UpstreamKind::kFathom, featured(), 1, sofar, "", ""));
+  EXPECT_EQ(ints(c.find("resume_output_ids")), (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(int_of(c.find("reasoning_budget")), 100);
+  EXPECT_NE(c.find("grammar_spec"), nullptr);
+}
+
+TEST(GrammarSpecWire, MalformedSpecsAre400sNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"([])", "'grammar_spec' must be an object"},
+      {R"({"text":"x"})", "'grammar_spec.kind'"},
+      {R"({"kind":"lark","text":"x"})", "'grammar_spec.kind'"},
+      {R"({"kind":"regex"})", "'grammar_spec.text'"},
+      {R"({"kind":"regex","text":5})", "'grammar_spec.text'"},
+      {R"({"kind":"choice","choices":[]})", "'grammar_spec.choices'"},
+      {R"({"kind":"choice","choices":["a",1]})", "'grammar_spec.choices'"},
+      {R"({"kind":"choice","choices":["a"],"text":"x"})", "'grammar_spec.text'"},
+      {R"({"kind":"regex","text":"x","choices":["a"]})", "'grammar_spec.choices'"},
+      {R"({"kind":"regex","text":"x","json":{}})", "'grammar_spec.json'"},
+      {R"({"kind":"json_schema","text":"{}","json":{"whitespace":"wide"}})",
+       "'grammar_spec.json.whitespace'"},
+      {R"({"kind":"json_schema","text":"{}","json":{"max_whitespace":5000}})",
+       "'grammar_spec.json.max_whitespace'"},
+      {R"({"kind":"json_schema","text":"{}","json":{"strict_additional_properties":1}})",
+       "'grammar_spec.json.strict_additional_properties'"},
+      {R"({"kind":"json_schema","text":"{}","json":{"indent":2}})", "'grammar_spec.json.indent'"},
+      {R"({"kind":"regex","text":"x","extra":1})", "'grammar_spec.extra'"},
+  };
+  for (const auto& [json, why] : cases) {
+    auto v = pyjson::parse(json);
+    ASSERT_TRUE(v.is_ok()) << json;
+    auto s = api::parse_grammar_spec(*v);
+    ASSERT_FALSE(s.is_ok()) << json;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << json;
+    EXPECT_NE(s.status().message().find(why), std::string::npos)
+        << json << " -> " << s.status().message();
+  }
+}
+
+TEST(UpstreamCall, VllmMapsTheFeaturesOntoItsOwnFields) {
+  const std::vector<int32_t> sofar = {8, 9, 7, 10};  // two reasoning tokens, then </think> (7)
+  const Value b = body_of(build_upstream_call(UpstreamKind::kVllm, featured(), 1, {}, "", ""));
+  EXPECT_EQ(int_of(b.find("logprobs")), 3);
+  EXPECT_TRUE(b.find("return_tokens_as_token_ids")->boolean);
+  EXPECT_EQ(ints(b.find("stop_token_ids")), (std::vector<int64_t>{40, 41}));
+  EXPECT_EQ(int_of(b.find("thinking_token_budget")), 100);
+  for (const char* f : {"logprob_ids", "reasoning_budget", "think_end_id", "grammar_spec"})
+    EXPECT_EQ(b.find(f), nullptr) << f;
+  const Value* so = b.find("structured_outputs");
+  ASSERT_NE(so, nullptr);
+  ASSERT_TRUE(so->find("json") && so->find("json")->is_object());  // the schema, parsed
+  EXPECT_EQ(so->find("json")->find("type")->text, "object");
+  EXPECT_TRUE(so->find("disable_any_whitespace")->boolean);
+  EXPECT_TRUE(so->find("disable_additional_properties")->boolean);
+  // A continuation: the budget left after the reasoning already on the prompt.
+  engine::GenerationRequest g = featured();
+  g.max_tokens = 20;
+  EXPECT_EQ(int_of(body_of(build_upstream_call(UpstreamKind::kVllm, g, 1,
+                                               std::span<const int32_t>(sofar).first(2), "", ""))
+                       .find("thinking_token_budget")),
+            98);
+  g.reasoning_budget = -1;
+  g.think_end_id = -1;
+  g.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kRegex, "[0-9]+");
+  EXPECT_EQ(body_of(build_upstream_call(UpstreamKind::kVllm, g, 1, sofar, "", ""))
+                .find("structured_outputs")
+                ->find("regex")
+                ->text,
+            "[0-9]+");
+  g.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kGbnf, "root ::= \"a\"");
+  EXPECT_EQ(body_of(build_upstream_call(UpstreamKind::kVllm, g, 1, {}, "", ""))
+                .find("structured_outputs")
+                ->find("grammar")
+                ->text,
+            "root ::= \"a\"");
+  g.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kChoice, "", {"a", "b"});
+  const Value choice = body_of(build_upstream_call(UpstreamKind::kVllm, g, 1, {}, "", ""));
+  const Value* ch = choice.find("structured_outputs")->find("choice");
+  ASSERT_NE(ch, nullptr);
+  EXPECT_EQ(ch->items.size(), 2u);
+}
+
+TEST(UpstreamCall, SglangMapsTheFeaturesOntoItsOwnFields) {
+  engine::GenerationRequest g = featured();
+  g.reasoning_budget = -1;  // SGLang has none (a 400, below)
+  const Value b = body_of(build_upstream_call(UpstreamKind::kSglang, g, 1, {}, "", "r"));
+  EXPECT_TRUE(b.find("return_logprob")->boolean);
+  EXPECT_EQ(int_of(b.find("top_logprobs_num")), 3);
+  const Value* sp = b.find("sampling_params");
+  EXPECT_EQ(ints(sp->find("stop_token_ids")), (std::vector<int64_t>{40, 41}));
+  EXPECT_EQ(sp->find("json_schema")->text, g.grammar_spec->text);  // a string, as SGLang takes it
+  g.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kRegex, "[0-9]+");
+  EXPECT_EQ(body_of(build_upstream_call(UpstreamKind::kSglang, g, 1, {}, "", "r"))
+                .find("sampling_params")
+                ->find("regex")
+                ->text,
+            "[0-9]+");
+  g.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kGbnf, "root ::= \"a\"");
+  EXPECT_EQ(body_of(build_upstream_call(UpstreamKind::kSglang, g, 1, {}, "", "r"))
+                .find("sampling_params")
+                ->find("ebnf")
+                ->text,
+            "root ::= \"a\"");
+  // Choices as an EBNF alternation of escaped literals.
+  g.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kChoice, "", {"a\"b", "c\\d", "e\nf"});
+  EXPECT_EQ(body_of(build_upstream_call(UpstreamKind::kSglang, g, 1, {}, "", "r"))
+                .find("sampling_params")
+                ->find("ebnf")
+                ->text,
+            R"(root ::= "a\"b" | "c\\d" | "e\x0af")");
+  const Value plain =
+      body_of(build_upstream_call(UpstreamKind::kSglang, request(), 1, {}, "", "r"));
+  EXPECT_EQ(plain.find("return_logprob"), nullptr);
+  EXPECT_EQ(plain.find("sampling_params")->find("stop_token_ids"), nullptr);
+}
+
+TEST(UpstreamCall, WhatAKindCannotCarryIsA400NamingIt) {
+  engine::GenerationRequest tools = request();
+  tools.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kDsml, "{}");
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kFathom, tools, 1).is_ok());
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kFathom, featured(), 3).is_ok());
+  for (UpstreamKind k : {UpstreamKind::kVllm, UpstreamKind::kSglang}) {
+    const Status s = check_upstream_supports(k, tools, 1);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+    EXPECT_EQ(s.message().rfind("'tools'", 0), 0u) << s.message();
+  }
+  engine::GenerationRequest budget = request();
+  budget.reasoning_budget = 10;
+  budget.think_end_id = 7;
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kVllm, budget, 1).is_ok());
+  const Status s = check_upstream_supports(UpstreamKind::kSglang, budget, 1);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  EXPECT_EQ(s.message().rfind("'thinking.budget_tokens'", 0), 0u) << s.message();
+  // A grammar without its source cannot travel at all.
+  auto table = grammar::TokenTable::from_bytes({"a", "b"}, 2, {});
+  ASSERT_TRUE(table.is_ok());
+  auto built = grammar::build_grammar(*spec_of(grammar::GrammarSpec::Kind::kRegex, "a+"));
+  ASSERT_TRUE(built.is_ok());
+  auto compiled = grammar::CompiledGrammar::compile(*built, *table);
+  ASSERT_TRUE(compiled.is_ok());
+  engine::GenerationRequest bare = request();
+  bare.grammar = *compiled;
+  EXPECT_EQ(check_upstream_supports(UpstreamKind::kFathom, bare, 1).code(),
+            StatusCode::kUnsupported);
+  bare.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kRegex, "a+");
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kFathom, bare, 1).is_ok());
+}
+
+// Reads `lines` with logprobs asked (k alternatives): every update's logprobs, flattened.
+struct ReadLp {
+  std::vector<int32_t> tokens;
+  std::vector<engine::TokenLogprob> logprobs;
+  FinishCause cause = FinishCause::kNone;
+  Status status;
+};
+ReadLp read_lp(UpstreamKind kind, const std::vector<std::string>& lines, int k) {
+  ReadLp out;
+  static const std::vector<int32_t> kPrompt = {5, 6, 7};
+  UpstreamStreamReader reader(kind, 1, 1000, kPrompt, k);
+  for (const std::string& l : lines) {
+    std::vector<Update> ups;
+    out.status = reader.feed(l, &ups);
+    for (Update& u : ups) {
+      if (k >= 0) {
+        EXPECT_EQ(u.logprobs.size(), u.tokens.size());
+      }
+      out.tokens.insert(out.tokens.end(), u.tokens.begin(), u.tokens.end());
+      out.logprobs.insert(out.logprobs.end(), u.logprobs.begin(), u.logprobs.end());
+      if (u.cause != FinishCause::kNone) out.cause = u.cause;
+    }
+    if (!out.status.is_ok()) break;
+  }
+  return out;
+}
+
+// The logprobs every kind's fixture below describes: ids 11 and 12, two alternatives each.
+void expect_fixture_logprobs(const ReadLp& r) {
+  ASSERT_TRUE(r.status.is_ok()) << r.status.message();
+  ASSERT_EQ(r.tokens, (std::vector<int32_t>{11, 12}));
+  ASSERT_EQ(r.logprobs.size(), 2u);
+  EXPECT_EQ(r.logprobs[0].token, 11);
+  EXPECT_FLOAT_EQ(r.logprobs[0].logprob, -0.25f);
+  ASSERT_EQ(r.logprobs[0].top_count, 2);
+  EXPECT_EQ(r.logprobs[0].top[0], (std::pair<int32_t, float>{11, -0.25f}));
+  EXPECT_EQ(r.logprobs[0].top[1], (std::pair<int32_t, float>{30, -1.5f}));
+  EXPECT_EQ(r.logprobs[1].token, 12);
+  EXPECT_EQ(r.logprobs[1].logprob, -INFINITY);  // null / the -9999 stand-ins
+  ASSERT_EQ(r.logprobs[1].top_count, 2);
+  EXPECT_EQ(r.logprobs[1].top[0], (std::pair<int32_t, float>{31, -0.5f}));
+  EXPECT_EQ(r.logprobs[1].top[1], (std::pair<int32_t, float>{32, -0.75f}));
+}
+
+TEST(UpstreamReader, FathomLogprobIds) {
+  const ReadLp r = read_lp(
+      UpstreamKind::kFathom,
+      {R"(data: {"choices":[{"index":0,"text":"x","token_ids":[11],"logprob_ids":[{"id":11,"logprob":-0.25,"top":[[11,-0.25],[30,-1.5]]}],"finish_reason":null}]})",
+       R"(data: {"choices":[{"index":0,"text":"","token_ids":[12],"logprob_ids":[{"id":12,"logprob":null,"top":[[31,-0.5],[32,-0.75]]}],"finish_reason":"stop"}]})",
+       "data: [DONE]"},
+      2);
+  expect_fixture_logprobs(r);
+  EXPECT_EQ(r.cause, FinishCause::kEos);
+  const std::string ok =
+      R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":-0.25,"top":[[11,-0.25],[30,-1.5]]}]}]})";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"(data: {"choices":[{"index":0,"token_ids":[11]}]})", "'logprob_ids' is not a list"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11,12],"logprob_ids":[{"id":11,"logprob":-1,"top":[]}]}]})",
+       "1 entries for 2"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":12,"logprob":-1,"top":[]}]}]})",
+       "not its token's"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":"x","top":[]}]}]})",
+       "without a log probability"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":true,"top":[]}]}]})",
+       "without a log probability"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":-1,"top":[[1,-1],[2,-2],[3,-3]]}]}]})",
+       "at most 2"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":-1,"top":[[1]]}]}]})",
+       "[id, logprob]"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprob_ids":[{"id":11,"logprob":-1,"top":[[1000,-1]]}]}]})",
+       "[id, logprob]"},
+  };
+  for (const auto& [line, why] : bad) {
+    const ReadLp b = read_lp(UpstreamKind::kFathom, {ok, line}, 2);
+    EXPECT_EQ(b.status.code(), StatusCode::kCorrupt) << line;
+    EXPECT_NE(b.status.message().find(why), std::string::npos)
+        << line << " -> " << b.status.message();
+  }
+  // Without logprobs asked, logprob_ids are not read (nor required).
+  EXPECT_TRUE(
+      read_lp(UpstreamKind::kFathom, {R"(data: {"choices":[{"index":0,"token_ids":[11]}]})"}, -1)
+          .status.is_ok());
+}
+
+TEST(UpstreamReader, VllmTokenIdLogprobs) {
+  // return_tokens_as_token_ids: "token_id:N"; top_logprobs holds the K most likely plus the
+  // sampled token (K + 1 entries), in any order; -9999.0 is vLLM's clamp of -inf.
+  const ReadLp r = read_lp(
+      UpstreamKind::kVllm,
+      {R"(data: {"choices":[{"index":0,"text":"x","token_ids":[11],"logprobs":{"text_offset":[0],"token_logprobs":[-0.25],"tokens":["token_id:11"],"top_logprobs":[{"token_id:30":-1.5,"token_id:11":-0.25}]},"finish_reason":null}]})",
+       R"(data: {"choices":[{"index":0,"text":"y","token_ids":[12],"logprobs":{"text_offset":[1],"token_logprobs":[-9999.0],"tokens":["token_id:12"],"top_logprobs":[{"token_id:12":-9999.0,"token_id:32":-0.75,"token_id:31":-0.5}]},"finish_reason":"length"}]})",
+       "data: [DONE]"},
+      2);
+  expect_fixture_logprobs(r);
+  EXPECT_EQ(r.cause, FinishCause::kLength);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprobs":null}]})", "'logprobs' is not"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprobs":{"tokens":[" hi"],"token_logprobs":[-1],"top_logprobs":[{}]}}]})",
+       "token_id:<its id>"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprobs":{"tokens":["token_id:12"],"token_logprobs":[-1],"top_logprobs":[{}]}}]})",
+       "token_id:<its id>"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprobs":{"tokens":["token_id:11","token_id:1"],"token_logprobs":[-1],"top_logprobs":[{}]}}]})",
+       "do not match"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprobs":{"tokens":["token_id:11"],"token_logprobs":[-1]}}]})",
+       "'logprobs.top_logprobs'"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprobs":{"tokens":["token_id:11"],"token_logprobs":[-1],"top_logprobs":[{"a":-1}]}}]})",
+       "token_id:<id>"},
+      {R"(data: {"choices":[{"index":0,"token_ids":[11],"logprobs":{"tokens":["token_id:11"],"token_logprobs":[-1],"top_logprobs":[{"token_id:1":-1,"token_id:2":-1,"token_id:3":-1,"token_id:4":-1}]}}]})",
+       "at most 3"},
+  };
+  for (const auto& [line, why] : bad) {
+    const ReadLp b = read_lp(UpstreamKind::kVllm, {line}, 2);
+    EXPECT_EQ(b.status.code(), StatusCode::kCorrupt) << line;
+    EXPECT_NE(b.status.message().find(why), std::string::npos)
+        << line << " -> " << b.status.message();
+  }
+}
+
+TEST(UpstreamReader, SglangLogprobsCumulativeAndIncremental) {
+  // meta_info.output_token_logprobs [[logprob, id, text]], output_top_logprobs per position;
+  // cumulative (default) or only the new ones (--incremental-streaming-output), as output_ids.
+  const std::vector<std::string> cumulative = {
+      R"(data: {"output_ids":[11],"meta_info":{"completion_tokens":1,"output_token_logprobs":[[-0.25,11,null]],"output_top_logprobs":[[[-0.25,11,null],[-1.5,30,null]]]}})",
+      R"(data: {"output_ids":[11,12],"meta_info":{"completion_tokens":2,"finish_reason":{"type":"stop","matched":12},"output_token_logprobs":[[-0.25,11,null],[-999999999.0,12,null]],"output_top_logprobs":[[[-0.25,11,null],[-1.5,30,null]],[[-0.5,31,null],[-0.75,32,null]]]}})",
+      "data: [DONE]"};
+  const std::vector<std::string> incremental = {
+      cumulative[0],
+      R"(data: {"output_ids":[12],"meta_info":{"completion_tokens":2,"finish_reason":{"type":"stop","matched":12},"output_token_logprobs":[[-999999999.0,12,"x"]],"output_top_logprobs":[[[-0.5,31,"a"],[-0.75,32,"b"]]]}})",
+      "data: [DONE]"};
+  for (const auto* lines : {&cumulative, &incremental}) {
+    const ReadLp r = read_lp(UpstreamKind::kSglang, *lines, 2);
+    expect_fixture_logprobs(r);
+    EXPECT_EQ(r.cause, FinishCause::kEos);
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"(data: {"output_ids":[11],"meta_info":{"completion_tokens":1}})", "output_token_logprobs"},
+      {R"(data: {"output_ids":[11],"meta_info":{"completion_tokens":1,"output_token_logprobs":[[-1,12,null]],"output_top_logprobs":[[]]}})",
+       "its id"},
+      {R"(data: {"output_ids":[11],"meta_info":{"completion_tokens":1,"output_token_logprobs":[[-1,11]],"output_top_logprobs":[[]]}})",
+       "its id"},
+      {R"(data: {"output_ids":[11],"meta_info":{"completion_tokens":1,"output_token_logprobs":[[-1,11,null]]}})",
+       "output_top_logprobs"},
+      {R"(data: {"output_ids":[11],"meta_info":{"completion_tokens":1,"output_token_logprobs":[[-1,11,null]],"output_top_logprobs":[[[-1,1,null],[-1,2,null],[-1,3,null]]]}})",
+       "at most 2"},
+  };
+  for (const auto& [line, why] : bad) {
+    const ReadLp b = read_lp(UpstreamKind::kSglang, {line}, 2);
+    EXPECT_EQ(b.status.code(), StatusCode::kCorrupt) << line;
+    EXPECT_NE(b.status.message().find(why), std::string::npos)
+        << line << " -> " << b.status.message();
+  }
+}
+
 // A scripted upstream on loopback: answers GET /health with 200 and every POST with `answer`
 // (raw bytes: head and body), then closes. Counts the POSTs.
 class Upstream {
@@ -411,6 +784,75 @@ engine::StreamEvent through(UpstreamKind kind, Upstream& up, std::vector<int32_t
     tokens->insert(tokens->end(), ev.tokens.begin(), ev.tokens.end());
     if (ev.finished) return ev;
   }
+}
+
+// Every event the client sees of request `g` through a RemoteGenerator in front of `up`.
+std::vector<engine::StreamEvent> events_through(UpstreamKind kind, Upstream& up,
+                                                engine::GenerationRequest g) {
+  RemoteGeneratorOptions o;
+  o.upstream = kind;
+  o.max_attempts = 1;
+  o.vocab_size = 1000;
+  o.eos_id = 1;
+  o.idle_timeout_ms = 5000;
+  o.probes.probe_interval_s = 0.05;
+  o.probes.log = false;
+  o.follow_kv_events = false;
+  auto gen = RemoteGenerator::create({up.url()}, o);
+  EXPECT_TRUE(gen.is_ok());
+  for (int i = 0; i < 200 && !(*gen)->replicas().any_up(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  g.cache_salt = 0;
+  auto streams = (*gen)->submit_n(std::move(g), 1);
+  EXPECT_TRUE(streams.is_ok()) << streams.status().message();
+  std::vector<engine::StreamEvent> out;
+  if (!streams.is_ok()) return out;
+  for (;;) {
+    engine::StreamEvent ev;
+    EXPECT_TRUE((*streams)[0]->next(&ev, 10000));
+    out.push_back(ev);
+    if (ev.finished) return out;
+  }
+}
+
+TEST(RemoteGeneratorUpstream, AStopTokenReachesTheClientWithTheFinishAndItsLogprob) {
+  // Fathom's stream: the stop id's text went out before the finish chunk (as a replica sends
+  // a stop id with text); the client still gets it in the final event, as from an engine.
+  const std::string lp = R"("logprob_ids":[{"id":11,"logprob":-0.25,"top":[[11,-0.25]]}])";
+  Upstream up(sse(
+      {R"(data: {"choices":[{"index":0,"text":"a","token_ids":[11],)" + lp +
+           R"(,"finish_reason":null}]})",
+       R"(data: {"choices":[{"index":0,"text":"b","token_ids":[12,40],"logprob_ids":[{"id":12,"logprob":-0.5,"top":[[12,-0.5]]},{"id":40,"logprob":-1.0,"top":[[40,-1.0]]}],"finish_reason":null}]})",
+       R"(data: {"choices":[{"index":0,"text":"","token_ids":[],"logprob_ids":[],"finish_reason":"stop"}]})",
+       "data: [DONE]"}));
+  engine::GenerationRequest g = request();
+  g.stop_ids = {40};
+  g.top_logprobs = 1;
+  const std::vector<engine::StreamEvent> evs = events_through(UpstreamKind::kFathom, up, g);
+  ASSERT_EQ(evs.size(), 3u);
+  EXPECT_EQ(evs[0].tokens, (std::vector<int32_t>{11}));
+  EXPECT_EQ(evs[1].tokens, (std::vector<int32_t>{12}));
+  EXPECT_FALSE(evs[1].finished);
+  EXPECT_EQ(evs[2].tokens, (std::vector<int32_t>{40}));
+  EXPECT_TRUE(evs[2].finished);
+  EXPECT_EQ(evs[2].cause, FinishCause::kStopToken);
+  for (const engine::StreamEvent& e : evs) {
+    ASSERT_EQ(e.logprobs.size(), e.tokens.size());
+    for (size_t k = 0; k < e.tokens.size(); ++k) {
+      EXPECT_EQ(e.logprobs[k].token, e.tokens[k]);
+      EXPECT_EQ(e.logprobs[k].top_count, 1);
+    }
+  }
+  EXPECT_FLOAT_EQ(evs[2].logprobs[0].logprob, -1.0f);
+  // EOS the same way, as kEos (and a token that ends nothing is not held back).
+  Upstream eos(sse({R"(data: {"choices":[{"index":0,"token_ids":[11,1],"finish_reason":null}]})",
+                    R"(data: {"choices":[{"index":0,"token_ids":[],"finish_reason":"stop"}]})",
+                    "data: [DONE]"}));
+  const std::vector<engine::StreamEvent> e2 = events_through(UpstreamKind::kFathom, eos, request());
+  ASSERT_EQ(e2.size(), 2u);
+  EXPECT_EQ(e2[0].tokens, (std::vector<int32_t>{11}));
+  EXPECT_EQ(e2[1].tokens, (std::vector<int32_t>{1}));
+  EXPECT_EQ(e2[1].cause, FinishCause::kEos);
 }
 
 TEST(RemoteGeneratorUpstream, WellFormedStreamsFinish) {

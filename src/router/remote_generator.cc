@@ -301,7 +301,7 @@ std::string RemoteGenerator::handoff(Job& job, const Choice& d,
   o.timeout_ms = opt_.pd_timeout_ms;
   const Endpoint& de = replicas_->endpoint(d.replica);
   const auto t0 = Clock::now();
-  auto reserved = pd_reserve(de, room, prompt, salt, o);
+  auto reserved = pd_reserve(de, room, prompt, salt, o, job.req.max_tokens);  // D holds the pages
   if (!reserved.is_ok()) {
     // D has no room for it (or cannot be reached: the attempt finds out): prefilled on D.
     std::lock_guard<std::mutex> lock(mu_);

@@ -313,8 +313,9 @@ async function main() {
       const e = (await refused.json()).error;
       assert.equal(e.code, 'kv_capacity');
       assert.match(e.message, /no KV room for the hand-off: it needs \d+ pages/);
-      // Through the router: D refuses the room, the request is prefilled on D, same answer.
-      const body = chatBody(12, 200, {});
+      // Through the router (which states the request's max_tokens): D refuses the room, the
+      // request is prefilled on D, same answer.
+      const body = chatBody(12, 200, { max_tokens: 256 });
       const [got, want] = await Promise.all([chat(rTiny.port, body), chat(b.port, body)]);
       assert.equal(got.status, 200, got.error);
       assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);

@@ -74,15 +74,11 @@ void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, 
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
   const __m256 six = _mm256_set1_ps(6.0f), minus_six = _mm256_set1_ps(-6.0f);
-  // E2M1's rounding boundaries (ties to the even code: > at .25, 1.25, 2.5, 5; >= at .75,
-  // 1.75, 3.5) and the magnitude each boundary leads to.
-  struct Step {
-    float at, mag;
-    bool inclusive;
-  };
-  static constexpr Step kSteps[7] = {
-      {0.25f, 0.5f, false}, {0.75f, 1.0f, true}, {1.25f, 1.5f, false}, {1.75f, 2.0f, true},
-      {2.5f, 3.0f, false},  {3.5f, 4.0f, true},  {5.0f, 6.0f, false}};
+  // E2M1's rounding (ties to the even code): > at .25, 1.25, 2.5, 5 and >= at .75, 1.75, 3.5,
+  // each boundary leading to the next magnitude. (The comparison's predicate must be an
+  // immediate, so the steps are written out.)
+  auto above = [](__m256 a, float at) { return _mm256_cmp_ps(a, _mm256_set1_ps(at), _CMP_GT_OQ); };
+  auto from = [](__m256 a, float at) { return _mm256_cmp_ps(a, _mm256_set1_ps(at), _CMP_GE_OQ); };
   for (int64_t b = 0; b < n; b += block) {
     __m256 acc = _mm256_setzero_ps();  // max_ps(|x|, acc) keeps acc for a NaN, as std::max
     for (int64_t i = b; i < b + block; i += 8)
@@ -110,10 +106,13 @@ void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, 
       q = _mm256_blendv_ps(q, minus_six, _mm256_cmp_ps(q, minus_six, _CMP_LT_OQ));
       const __m256 a = _mm256_and_ps(q, abs_mask);
       __m256 mag = _mm256_setzero_ps();
-      for (const Step& st : kSteps)
-        mag = _mm256_blendv_ps(
-            mag, _mm256_set1_ps(st.mag),
-            _mm256_cmp_ps(a, _mm256_set1_ps(st.at), st.inclusive ? _CMP_GE_OQ : _CMP_GT_OQ));
+      mag = _mm256_blendv_ps(mag, _mm256_set1_ps(0.5f), above(a, 0.25f));
+      mag = _mm256_blendv_ps(mag, _mm256_set1_ps(1.0f), from(a, 0.75f));
+      mag = _mm256_blendv_ps(mag, _mm256_set1_ps(1.5f), above(a, 1.25f));
+      mag = _mm256_blendv_ps(mag, _mm256_set1_ps(2.0f), from(a, 1.75f));
+      mag = _mm256_blendv_ps(mag, _mm256_set1_ps(3.0f), above(a, 2.5f));
+      mag = _mm256_blendv_ps(mag, _mm256_set1_ps(4.0f), from(a, 3.5f));
+      mag = _mm256_blendv_ps(mag, _mm256_set1_ps(6.0f), above(a, 5.0f));
       __m256 r = _mm256_or_ps(mag, _mm256_and_ps(q, sign_mask));
       r = _mm256_blendv_ps(r, q, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));  // a NaN is itself
       _mm256_storeu_ps(y + i, _mm256_mul_ps(r, scale_v));

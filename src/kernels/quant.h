@@ -54,6 +54,10 @@ float round_to_e4m3(float v);
 // v rounded to the nearest E2M1 value (ties to the even code), saturating at +-6.
 float round_to_e2m1(float v);
 
+// The FP4 fake-quant's block scale from the block's amax (ref::fake_quant_e2m1): an E4M3
+// scale e4m3(max(amax, 6*2^-9) / 6), or an E8M0 one 2^ceil(log2(max(amax, 6*2^-126) / 6)).
+float e2m1_block_scale(float amax, bool e4m3_scale);
+
 namespace ref {
 // The reference's activation fake-quant before an FP8/FP4 GEMM (`act_quant`): per block of
 // 32, scale = 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))), y = e4m3(x / scale) * scale.

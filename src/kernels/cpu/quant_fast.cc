@@ -4,7 +4,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -87,15 +86,7 @@ void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, 
     _mm256_store_ps(lanes, acc);
     float amax = 0.0f;
     for (float l : lanes) amax = std::max(amax, l);
-    float scale;
-    if (e4m3_scale) {
-      scale = round_to_e4m3(std::max(amax, 6.0f * 0x1p-9f) / 6.0f);
-    } else {
-      const float v = std::max(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f);
-      int e;
-      const float m = std::frexp(v, &e);
-      scale = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
-    }
+    const float scale = e2m1_block_scale(amax, e4m3_scale);
     const __m256 scale_v = _mm256_set1_ps(scale);
     const __m256 inverse = _mm256_set1_ps(1.0f / scale);  // exact for a power of two
     for (int64_t i = b; i < b + block; i += 8) {

@@ -40,6 +40,14 @@ float round_to_e2m1(float v) {
   return std::copysign(q, v);
 }
 
+float e2m1_block_scale(float amax, bool e4m3_scale) {
+  if (e4m3_scale) return round_to_e4m3(std::max(amax, 6.0f * 0x1p-9f) / 6.0f);
+  const float v = std::max(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f);
+  int e;
+  const float m = std::frexp(v, &e);  // ceil(log2(v)) is e, or e - 1 for an exact power of 2
+  return std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
+}
+
 namespace ref {
 
 void fake_quant_e4m3(const float* x, int64_t n, float* y) {
@@ -58,15 +66,7 @@ void fake_quant_e2m1(const float* x, int64_t n, int64_t block, bool e4m3_scale, 
   for (int64_t b = 0; b < n; b += block) {
     float amax = 0.0f;
     for (int64_t i = b; i < b + block; ++i) amax = std::max(amax, std::fabs(x[i]));
-    float scale;
-    if (e4m3_scale) {
-      scale = round_to_e4m3(std::max(amax, 6.0f * 0x1p-9f) / 6.0f);
-    } else {
-      const float v = std::max(amax, 6.0f * 0x1p-126f) * (1.0f / 6.0f);
-      int e;
-      const float m = std::frexp(v, &e);
-      scale = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
-    }
+    const float scale = e2m1_block_scale(amax, e4m3_scale);
     for (int64_t i = b; i < b + block; ++i)
       y[i] = round_to_e2m1(std::clamp(x[i] / scale, -6.0f, 6.0f)) * scale;
   }

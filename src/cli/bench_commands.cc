@@ -371,7 +371,6 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   }
   const double load_s = seconds_since(t_load);
   const int64_t rss_loaded = proc_status_bytes("VmRSS:");
-  const double machine_gbps = read_bandwidth(a.threads);
   const int64_t V = (*m)->config().vocab_size;
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(size_t(a.prompt_tokens));
@@ -387,6 +386,8 @@ int run_bench_decode(const BenchDecodeArgs& a) {
     b.threads = a.threads;
     return run_engine_decode_bench(**m, prompt, b);
   }
+  // (The speculative bench reports no bandwidth: measured only where it is printed.)
+  const double machine_gbps = read_bandwidth(a.threads);
   if (a.batch > 1) return bench_batched_decode(a, **m, prompt, load_s, machine_gbps);
   auto st = (*m)->new_sequence();
   std::vector<float> logits(size_t(a.chunk * V));

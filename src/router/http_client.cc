@@ -131,17 +131,10 @@ Result<Endpoint> parse_endpoint(std::string_view url) {
   return e;
 }
 
-HttpExchange::~HttpExchange() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-Result<std::unique_ptr<HttpExchange>> HttpExchange::start(
-    const Endpoint& to, std::string_view method, std::string_view path, std::string_view body,
-    std::string_view headers, int connect_timeout_ms, int head_timeout_ms) {
-  FATHOM_ASSIGN_OR_RETURN(int fd, connect_to(to, connect_timeout_ms));
-  std::unique_ptr<HttpExchange> x(new HttpExchange(fd));
+std::string http_request_text(const Endpoint& to, std::string_view method, std::string_view path,
+                              std::string_view body, std::string_view headers) {
   std::string req;
-  req.reserve(256 + body.size());
+  req.reserve(256 + headers.size() + body.size());
   req.append(method).append(" ").append(path).append(" HTTP/1.1\r\nHost: ");
   req.append(to.host).append(":").append(std::to_string(to.port)).append("\r\n");
   req.append("Connection: close\r\n");
@@ -150,45 +143,15 @@ Result<std::unique_ptr<HttpExchange>> HttpExchange::start(
     req.append(std::to_string(body.size())).append("\r\n");
   }
   req.append(headers).append("\r\n").append(body);
-  if (Status s = send_all(fd, req, head_timeout_ms); !s.is_ok())
-    return io_error(to.url + ": " + s.message());
-  if (Status s = x->read_head(head_timeout_ms); !s.is_ok())
-    return io_error(to.url + ": " + s.message());
-  return x;
+  return req;
 }
 
-Result<size_t> HttpExchange::fill(int idle_ms, const std::function<bool()>& stop, int poll_ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(idle_ms);
-  char buf[16384];
-  for (;;) {
-    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    if (n > 0) {
-      raw_.append(buf, size_t(n));
-      return size_t(n);
-    }
-    if (n == 0) {
-      eof_ = true;
-      return size_t(0);
-    }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      return io_error(std::string("connection broken: ") + std::strerror(errno));
-    if (stop && stop()) return io_error("stopped");
-    const int left = ms_left(deadline);
-    if (left <= 0) return io_error("no data for " + std::to_string(idle_ms) + " ms");
-    pollfd p{fd_, POLLIN, 0};
-    (void)::poll(&p, 1, stop ? std::min(left, poll_ms) : left);
-  }
-}
-
-Status HttpExchange::read_head(int timeout_ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  size_t end;
-  while ((end = raw_.find("\r\n\r\n")) == std::string::npos) {
+Result<bool> HttpResponseParser::parse_head() {
+  const size_t end = raw_.find("\r\n\r\n");
+  if (end == std::string::npos) {
     if (raw_.size() > 64 * 1024) return io_error("response head too large");
-    const int left = ms_left(deadline);
-    if (left <= 0) return io_error("no response head in time");
-    FATHOM_ASSIGN_OR_RETURN(size_t n, fill(left, {}, 50));
-    if (n == 0) return io_error("connection closed before the response head");
+    if (eof_) return io_error("connection closed before the response head");
+    return false;
   }
   std::string_view head(raw_.data(), end);
   const size_t eol = head.find("\r\n");
@@ -214,10 +177,10 @@ Status HttpExchange::read_head(int timeout_ms) {
   }
   if (chunked_) sized_ = false;
   raw_.erase(0, end + 4);
-  return Status::ok();
+  return true;
 }
 
-Result<bool> HttpExchange::decode() {
+Result<bool> HttpResponseParser::decode() {
   if (ended_) return true;
   if (!chunked_) {
     size_t take = raw_.size();
@@ -265,36 +228,106 @@ Result<bool> HttpExchange::decode() {
   return false;
 }
 
+Result<HttpResponseParser::Next> HttpResponseParser::next_line(std::string* line) {
+  auto take_line = [&](size_t nl) {
+    size_t len = nl;
+    if (len > 0 && body_[len - 1] == '\r') --len;
+    line->assign(body_, 0, len);
+    body_.erase(0, nl + 1);
+  };
+  if (const size_t nl = body_.find('\n'); nl != std::string::npos) {
+    take_line(nl);
+    return Next::kLine;
+  }
+  FATHOM_ASSIGN_OR_RETURN(bool ended, decode());
+  if (const size_t nl = body_.find('\n'); nl != std::string::npos) {
+    take_line(nl);
+    return Next::kLine;
+  }
+  if (!ended) return Next::kMore;
+  if (body_.empty()) return Next::kEnd;
+  line->swap(body_);
+  body_.clear();
+  return Next::kLine;
+}
+
+Result<bool> HttpResponseParser::take_body(std::string* out, size_t max_bytes) {
+  FATHOM_ASSIGN_OR_RETURN(bool ended, decode());
+  if (body_.size() > max_bytes) return io_error("response body too large");
+  if (!ended) return false;
+  *out = std::move(body_);
+  body_.clear();
+  return true;
+}
+
+HttpExchange::~HttpExchange() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<std::unique_ptr<HttpExchange>> HttpExchange::start(
+    const Endpoint& to, std::string_view method, std::string_view path, std::string_view body,
+    std::string_view headers, int connect_timeout_ms, int head_timeout_ms) {
+  FATHOM_ASSIGN_OR_RETURN(int fd, connect_to(to, connect_timeout_ms));
+  std::unique_ptr<HttpExchange> x(new HttpExchange(fd));
+  const std::string req = http_request_text(to, method, path, body, headers);
+  if (Status s = send_all(fd, req, head_timeout_ms); !s.is_ok())
+    return io_error(to.url + ": " + s.message());
+  if (Status s = x->read_head(head_timeout_ms); !s.is_ok())
+    return io_error(to.url + ": " + s.message());
+  return x;
+}
+
+Result<size_t> HttpExchange::fill(int idle_ms, const std::function<bool()>& stop, int poll_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(idle_ms);
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n > 0) {
+      in_.append(buf, size_t(n));
+      return size_t(n);
+    }
+    if (n == 0) {
+      in_.set_eof();
+      return size_t(0);
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      return io_error(std::string("connection broken: ") + std::strerror(errno));
+    if (stop && stop()) return io_error("stopped");
+    const int left = ms_left(deadline);
+    if (left <= 0) return io_error("no data for " + std::to_string(idle_ms) + " ms");
+    pollfd p{fd_, POLLIN, 0};
+    (void)::poll(&p, 1, stop ? std::min(left, poll_ms) : left);
+  }
+}
+
+Status HttpExchange::read_head(int timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    FATHOM_ASSIGN_OR_RETURN(bool done, in_.parse_head());
+    if (done) return Status::ok();
+    const int left = ms_left(deadline);
+    if (left <= 0) return io_error("no response head in time");
+    FATHOM_ASSIGN_OR_RETURN(size_t n, fill(left, {}, 50));
+    (void)n;  // 0: EOF, which parse_head() judges
+  }
+}
+
 Result<bool> HttpExchange::read_line(std::string* line, int idle_timeout_ms,
                                      const std::function<bool()>& stop, int poll_ms) {
   for (;;) {
-    const size_t nl = body_.find('\n');
-    if (nl != std::string::npos) {
-      size_t len = nl;
-      if (len > 0 && body_[len - 1] == '\r') --len;
-      line->assign(body_, 0, len);
-      body_.erase(0, nl + 1);
-      return true;
-    }
-    FATHOM_ASSIGN_OR_RETURN(bool ended, decode());
-    if (body_.find('\n') != std::string::npos) continue;
-    if (ended) {
-      if (body_.empty()) return false;
-      line->swap(body_);
-      body_.clear();
-      return true;
-    }
+    FATHOM_ASSIGN_OR_RETURN(HttpResponseParser::Next next, in_.next_line(line));
+    if (next != HttpResponseParser::Next::kMore) return next == HttpResponseParser::Next::kLine;
     FATHOM_ASSIGN_OR_RETURN(size_t n, fill(idle_timeout_ms, stop, poll_ms));
-    (void)n;  // 0: EOF, which decode() judges
+    (void)n;  // 0: EOF, which the parser judges
   }
 }
 
 Result<std::string> HttpExchange::read_all(int timeout_ms, size_t max_bytes) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string out;
   for (;;) {
-    FATHOM_ASSIGN_OR_RETURN(bool ended, decode());
-    if (body_.size() > max_bytes) return io_error("response body too large");
-    if (ended) return std::move(body_);
+    FATHOM_ASSIGN_OR_RETURN(bool ended, in_.take_body(&out, max_bytes));
+    if (ended) return out;
     const int left = ms_left(deadline);
     if (left <= 0) return io_error("response body timed out");
     FATHOM_ASSIGN_OR_RETURN(size_t n, fill(left, {}, 50));

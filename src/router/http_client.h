@@ -1,7 +1,8 @@
-// A small blocking HTTP/1.1 client for the router's link to its replicas: one exchange per
-// connection (Connection: close), the response body read incrementally (chunked, sized or
-// up to the close) so an SSE stream can be consumed line by line. Every wait is bounded; a
-// reader can stop early (its client left) between polls.
+// The HTTP/1.1 client side of the router's link to its replicas: one exchange per connection
+// (Connection: close), the response body read incrementally (chunked, sized or up to the
+// close) so an SSE stream can be consumed line by line. Every wait is bounded; a reader can
+// stop early (its client left) between polls. This header holds the transport-free parts and
+// the blocking exchange; router/async_http_client.h the asynchronous one the requests use.
 //
 // An HttpExchange belongs to one thread at a time.
 #pragma once
@@ -25,6 +26,52 @@ struct Endpoint {
 // kInvalidArgument naming what is wrong with `url`.
 Result<Endpoint> parse_endpoint(std::string_view url);
 
+// The response side of one HTTP/1.1 exchange, as its bytes arrive: the status line and headers,
+// then the body — chunked, sized or up to the close — decoded incrementally and handed out
+// line by line or whole. Transport-free: the blocking HttpExchange below and the router's
+// asynchronous exchange (async_http_client.h) feed it the bytes they read.
+//
+// Belongs to one thread at a time.
+class HttpResponseParser {
+ public:
+  // Bytes read from the connection, and the connection's end.
+  void append(const char* data, size_t n) { raw_.append(data, n); }
+  void set_eof() { eof_ = true; }
+  bool eof() const { return eof_; }
+
+  // True once the status line and headers are in (status() is then valid); false while more
+  // bytes are needed. kIoError for an answer that is not HTTP, a head over 64 KiB, or a
+  // connection closed before the head ended.
+  Result<bool> parse_head();
+  int status() const { return status_; }
+
+  enum class Next { kLine, kEnd, kMore };
+  // The body's next line (without its \n or \r\n) into *line: kLine; kEnd at the body's end
+  // (a last line without a newline comes first as a kLine); kMore when more bytes are needed.
+  // kIoError when the body is malformed or cut (bad chunk size, closed inside the body).
+  Result<Next> next_line(std::string* line);
+  // The whole body into *out once it has ended: true; false while more bytes are needed.
+  // kIoError when malformed or cut, or when it passes max_bytes.
+  Result<bool> take_body(std::string* out, size_t max_bytes);
+
+ private:
+  // Moves decoded body bytes from raw_ into body_; true when the body has ended.
+  Result<bool> decode();
+
+  int status_ = 0;
+  std::string raw_;   // bytes read and not yet decoded
+  std::string body_;  // decoded body bytes not yet returned
+  bool chunked_ = false, sized_ = false, ended_ = false, eof_ = false;
+  int64_t remaining_ = 0;  // sized: body bytes left; chunked: bytes left in the chunk
+  bool in_chunk_ = false;
+};
+
+// The bytes of a request to `to`: the request line, Host, Connection: close, the JSON body's
+// Content-Type and Content-Length (for a body or a POST), `headers` (lines ending in \r\n).
+std::string http_request_text(const Endpoint& to, std::string_view method, std::string_view path,
+                              std::string_view body, std::string_view headers);
+
+// A blocking exchange on its own connection (the probes, the KV event followers, P's push).
 class HttpExchange {
  public:
   ~HttpExchange();
@@ -38,7 +85,7 @@ class HttpExchange {
                                                      std::string_view path, std::string_view body,
                                                      std::string_view headers,
                                                      int connect_timeout_ms, int head_timeout_ms);
-  int status() const { return status_; }
+  int status() const { return in_.status(); }
 
   // The body's next line (without its \n or \r\n) into *line: true; false at the body's end
   // (a last line without a newline is returned first). kIoError when the connection breaks
@@ -51,19 +98,12 @@ class HttpExchange {
 
  private:
   explicit HttpExchange(int fd) : fd_(fd) {}
-  // Reads more raw bytes into raw_ (waiting up to idle_ms, polling `stop`). 0 at EOF.
+  // Reads more raw bytes into the parser (waiting up to idle_ms, polling `stop`). 0 at EOF.
   Result<size_t> fill(int idle_ms, const std::function<bool()>& stop, int poll_ms);
-  // Moves decoded body bytes from raw_ into body_; true when the body has ended.
-  Result<bool> decode();
   Status read_head(int timeout_ms);
 
   int fd_ = -1;
-  int status_ = 0;
-  std::string raw_;   // bytes read and not yet decoded
-  std::string body_;  // decoded body bytes not yet returned
-  bool chunked_ = false, sized_ = false, ended_ = false, eof_ = false;
-  int64_t remaining_ = 0;  // sized: body bytes left; chunked: bytes left in the chunk
-  bool in_chunk_ = false;
+  HttpResponseParser in_;
 };
 
 }  // namespace fathom::router

@@ -24,15 +24,6 @@ double number(const Value& v, std::string_view key) {
   return x->int_fits_int64(&i) ? double(i) : 0;
 }
 
-// One POST; the answer's status and body. kIoError when it could not be completed.
-Result<std::pair<int, std::string>> post(const Endpoint& to, std::string_view path,
-                                         std::string_view body, const PdCallOptions& o) {
-  FATHOM_ASSIGN_OR_RETURN(auto x, HttpExchange::start(to, "POST", path, body, o.auth_header,
-                                                      o.connect_timeout_ms, o.timeout_ms));
-  FATHOM_ASSIGN_OR_RETURN(std::string answer, x->read_all(o.timeout_ms, size_t(1) << 20));
-  return std::make_pair(x->status(), std::move(answer));
-}
-
 std::string prompt_body(std::string_view room, std::span<const int32_t> prompt,
                         std::string_view cache_salt) {
   std::string b = "{\"room\":";
@@ -48,28 +39,32 @@ std::string prompt_body(std::string_view room, std::span<const int32_t> prompt,
 
 }  // namespace
 
-Result<PdReservation> pd_reserve(const Endpoint& d, std::string_view room,
-                                 std::span<const int32_t> prompt, std::string_view cache_salt,
-                                 const PdCallOptions& o, int64_t max_tokens) {
+AsyncHttpExchange::Awaitable<Result<PdReservation>> pd_reserve(
+    const Endpoint& d, std::string_view room, std::span<const int32_t> prompt,
+    std::string_view cache_salt, const PdCallOptions& o, int64_t max_tokens,
+    AsyncHttpExchange::Stop stop) {
   std::string body = prompt_body(room, prompt, cache_salt);
   if (max_tokens > 0) body += ",\"max_tokens\":" + std::to_string(max_tokens);
   body += "}";
-  FATHOM_ASSIGN_OR_RETURN(auto r, post(d, "/v1/pd/reserve", body, o));
+  auto answer = co_await async_post(d, "/v1/pd/reserve", body, o.auth_header, o.connect_timeout_ms,
+                                    o.timeout_ms, std::move(stop));
+  if (!answer.is_ok()) co_return answer.status();
+  const auto& r = *answer;
   if (r.first != 200)
-    return Status(
+    co_return Status(
         StatusCode::kResourceExhausted,
         d.url + " refused the room (" + std::to_string(r.first) + "): " + message_of(r.second));
   auto v = pyjson::parse(r.second);
-  if (!v.is_ok() || !v->is_object()) return io_error(d.url + ": a reservation that is not JSON");
+  if (!v.is_ok() || !v->is_object()) co_return io_error(d.url + ": a reservation that is not JSON");
   PdReservation out;
   out.expect_blocks = int64_t(number(*v, "expect_blocks"));
-  return out;
+  co_return out;
 }
 
-Result<PdPrefillResult> pd_prefill(const Endpoint& p, std::string_view room,
-                                   std::span<const int32_t> prompt, std::string_view cache_salt,
-                                   std::string_view retention, std::string_view push_to,
-                                   const PdCallOptions& o) {
+AsyncHttpExchange::Awaitable<Result<PdPrefillResult>> pd_prefill(
+    const Endpoint& p, std::string_view room, std::span<const int32_t> prompt,
+    std::string_view cache_salt, std::string_view retention, std::string_view push_to,
+    const PdCallOptions& o, AsyncHttpExchange::Stop stop) {
   std::string body = prompt_body(room, prompt, cache_salt);
   if (!retention.empty()) {
     body += ",\"retention\":";
@@ -78,18 +73,22 @@ Result<PdPrefillResult> pd_prefill(const Endpoint& p, std::string_view room,
   body += ",\"push_to\":";
   json::append_string(body, push_to);
   body += "}";
-  FATHOM_ASSIGN_OR_RETURN(auto r, post(p, "/v1/pd/prefill", body, o));
+  auto answer = co_await async_post(p, "/v1/pd/prefill", body, o.auth_header, o.connect_timeout_ms,
+                                    o.timeout_ms, std::move(stop));
+  if (!answer.is_ok()) co_return answer.status();
+  const auto& r = *answer;
   if (r.first != 200)
-    return internal_error(p.url + " (" + std::to_string(r.first) + "): " + message_of(r.second));
+    co_return internal_error(p.url + " (" + std::to_string(r.first) + "): " + message_of(r.second));
   auto v = pyjson::parse(r.second);
-  if (!v.is_ok() || !v->is_object()) return io_error(p.url + ": a prefill answer that is not JSON");
+  if (!v.is_ok() || !v->is_object())
+    co_return io_error(p.url + ": a prefill answer that is not JSON");
   PdPrefillResult out;
   out.blocks = int64_t(number(*v, "blocks"));
   out.bytes = int64_t(number(*v, "bytes"));
   out.cached_tokens = int64_t(number(*v, "cached_tokens"));
   out.prefill_seconds = number(*v, "prefill_seconds");
   out.push_seconds = number(*v, "push_seconds");
-  return out;
+  co_return out;
 }
 
 Result<std::string> pd_push(const Endpoint& d, std::string_view room, std::string_view body,

@@ -2,8 +2,10 @@
 // serve/pd_routes.h): the router reserves a room on the decode replica (D) for a request's
 // prompt, asks the prefill replica (P) to prefill the prompt and push its KV blocks into that
 // room, then sends the request itself to D with the room's id (header kKvRoomHeader). P's push
-// to D is one POST per chunk of kv/pd_wire.h frames. Each call is one blocking exchange on one
-// connection, every wait bounded. Free functions: any thread.
+// to D is one POST per chunk of kv/pd_wire.h frames. Each call is one exchange on one
+// connection, every wait bounded: the router's two are coroutines (on the awaiting
+// coroutine's executor, async_http_client.h), P's push is blocking (on a server worker).
+// Free functions: any thread.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "router/async_http_client.h"
 #include "router/http_client.h"
 
 namespace fathom::router {
@@ -33,9 +36,10 @@ struct PdCallOptions {
 struct PdReservation {
   int64_t expect_blocks = 0;  // the prompt blocks D may resume from
 };
-Result<PdReservation> pd_reserve(const Endpoint& d, std::string_view room,
-                                 std::span<const int32_t> prompt, std::string_view cache_salt,
-                                 const PdCallOptions& o, int64_t max_tokens = 0);
+AsyncHttpExchange::Awaitable<Result<PdReservation>> pd_reserve(
+    const Endpoint& d, std::string_view room, std::span<const int32_t> prompt,
+    std::string_view cache_salt, const PdCallOptions& o, int64_t max_tokens = 0,
+    AsyncHttpExchange::Stop stop = {});
 
 // What P did: it prefilled the prompt and D accepted `blocks` blocks (and one window side
 // object) of `bytes` bytes in all, in `push_seconds`.
@@ -45,10 +49,11 @@ struct PdPrefillResult {
 };
 // kIoError when P cannot be reached or breaks off (P failed); kInternal with P's message when
 // P answered with an error (its prefill failed, D refused the push, P could not reach D).
-Result<PdPrefillResult> pd_prefill(const Endpoint& p, std::string_view room,
-                                   std::span<const int32_t> prompt, std::string_view cache_salt,
-                                   std::string_view retention, std::string_view push_to,
-                                   const PdCallOptions& o);
+// `stop` (the request's client left) ends the wait with kIoError("stopped").
+AsyncHttpExchange::Awaitable<Result<PdPrefillResult>> pd_prefill(
+    const Endpoint& p, std::string_view room, std::span<const int32_t> prompt,
+    std::string_view cache_salt, std::string_view retention, std::string_view push_to,
+    const PdCallOptions& o, AsyncHttpExchange::Stop stop = {});
 
 // One chunk of P's push (kv/pd_wire.h) into D's room: D's JSON answer, or an error with
 // D's message (kCorrupt when D rejected the objects, kIoError when it could not be reached).

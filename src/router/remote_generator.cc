@@ -1,9 +1,22 @@
 #include "router/remote_generator.h"
 
+// clang-format off
+#include "router/async_http_client.h"  // first: Asio's headers, <utility> fixed before them
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+// clang-format on
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -15,8 +28,11 @@
 namespace fathom::router {
 namespace {
 
+namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 using pyjson::Value;
+template <typename T>
+using Awaitable = AsyncHttpExchange::Awaitable<T>;
 
 Status resource_exhausted(std::string m) {
   return Status(StatusCode::kResourceExhausted, std::move(m));
@@ -55,6 +71,7 @@ struct RemoteGenerator::Job {
   int64_t cached = 0;
   std::string last_error;
   std::vector<size_t> tried;  // replicas that failed this request
+  int choice_loops = 0;       // n > 1 continued: the choices' coroutines still running
 
   bool all_cancelled() const {
     for (size_t i = 0; i < streams.size(); ++i)
@@ -78,29 +95,30 @@ struct RemoteGenerator::Job {
     ev.completion_tokens = int64_t(generated[i].size());
     return ev;
   }
-  // The final event of every choice not closed yet: its finish, or `cause` with `error`.
-  void close_all(engine::FinishCause fallback, const Status& error) {
-    for (size_t i = 0; i < streams.size(); ++i) {
-      if (closed[i]) continue;
-      engine::StreamEvent ev = event(i);
-      ev.tokens = std::move(held[i].tokens);
-      ev.logprobs = std::move(held[i].logprobs);
-      if (!first_token && !ev.tokens.empty()) {
-        first_token = true;
-        ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      }
-      ev.finished = true;
-      if (streams[i]->cancelled()) {
-        ev.cause = engine::FinishCause::kCancelled;
-      } else if (cause[i] != engine::FinishCause::kNone) {
-        ev.cause = cause[i];
-      } else {
-        ev.cause = fallback;
-        ev.error = error;
-      }
-      streams[i]->push(ev);
-      closed[i] = 1;
+  // The final event of choice i unless it is closed: its finish, or `fallback` with `error`.
+  void close(size_t i, engine::FinishCause fallback, const Status& error) {
+    if (closed[i]) return;
+    engine::StreamEvent ev = event(i);
+    ev.tokens = std::move(held[i].tokens);
+    ev.logprobs = std::move(held[i].logprobs);
+    if (!first_token && !ev.tokens.empty()) {
+      first_token = true;
+      ev.first_token_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     }
+    ev.finished = true;
+    if (streams[i]->cancelled()) {
+      ev.cause = engine::FinishCause::kCancelled;
+    } else if (cause[i] != engine::FinishCause::kNone) {
+      ev.cause = cause[i];
+    } else {
+      ev.cause = fallback;
+      ev.error = error;
+    }
+    streams[i]->push(ev);
+    closed[i] = 1;
+  }
+  void close_all(engine::FinishCause fallback, const Status& error) {
+    for (size_t i = 0; i < streams.size(); ++i) close(i, fallback, error);
   }
 };
 
@@ -123,7 +141,70 @@ engine::FinishCause finish_cause(const engine::GenerationRequest& r, int32_t eos
   return c;
 }
 
+// The replicas a request may be sent to now: up and not failed for it; prefill replicas only
+// when no other replica can take it.
+std::vector<Candidate> candidates(const std::vector<ReplicaState>& states,
+                                  const std::vector<size_t>& tried) {
+  auto open = [&](size_t i) {
+    return states[i].up && std::find(tried.begin(), tried.end(), i) == tried.end();
+  };
+  bool others = false;
+  for (size_t i = 0; i < states.size(); ++i) others |= open(i) && states[i].role != "prefill";
+  std::vector<Candidate> cands;
+  for (size_t i = 0; i < states.size(); ++i)
+    if (open(i) && (!others || states[i].role != "prefill"))
+      cands.push_back({i, states[i].in_flight});
+  return cands;
+}
+
 }  // namespace
+
+// The io_context the requests' coroutines run on, and its threads.
+struct RemoteGenerator::Loop {
+  explicit Loop(int n_threads) : work(asio::make_work_guard(io)) {
+    for (int i = 0; i < std::max(1, n_threads); ++i) threads.emplace_back([this] { io.run(); });
+  }
+  // REQUIRES: no request is running (their coroutines ended).
+  ~Loop() {
+    work.reset();
+    for (std::thread& t : threads) t.join();
+  }
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::vector<std::thread> threads;
+};
+
+// The coroutines of one request, all on the request's strand (so a Job is touched by one
+// thread at a time and needs no lock; the generator's shared state keeps its own).
+struct RemoteGenerator::Driver {
+  // The request from its first attempt to its final events.
+  static Awaitable<void> run(RemoteGenerator& g, std::shared_ptr<Job> job);
+  // Attempts on replicas until one completes the request (or none is left).
+  static Awaitable<void> attempts(RemoteGenerator& g, std::shared_ptr<Job> job);
+  // n > 1 after tokens: each unfinished choice continues on its own, concurrently.
+  static Awaitable<void> continue_choices(RemoteGenerator& g, std::shared_ptr<Job> job,
+                                          int first_attempt);
+  static Awaitable<void> continue_choice(RemoteGenerator& g, std::shared_ptr<Job> job,
+                                         size_t choice, int first_attempt,
+                                         std::shared_ptr<asio::steady_timer> all_done);
+  struct Handoff {
+    std::string room;      // the room D holds the pushed blocks in ("": prefill on D)
+    bool refused = false;  // D has no room for the request: try another replica
+  };
+  // P/D: disaggregates the request when `d` decodes hand-offs and it is worth it (see the
+  // header).
+  static Awaitable<Handoff> handoff(RemoteGenerator& g, Job& job, const Choice& d,
+                                    const std::vector<ReplicaState>& states);
+  // One attempt on `replica` for every choice (choice < 0), or for one choice continued on
+  // its own: true when it ended there (finished or failed for good); false when the replica
+  // failed and the request (or the choice) should go elsewhere.
+  static Awaitable<bool> attempt(RemoteGenerator& g, Job& job, size_t replica,
+                                 const std::string& room, int choice);
+  // Routing bookkeeping for attempt number `a` on c.
+  static void routed(RemoteGenerator& g, const Job& job, const Choice& c, int a);
+  // The request's final events and counts, once no coroutine of it runs.
+  static void finish(RemoteGenerator& g, Job& job);
+};
 
 Result<std::unique_ptr<RemoteGenerator>> RemoteGenerator::create(
     const std::vector<std::string>& replicas, RemoteGeneratorOptions options) {
@@ -146,6 +227,7 @@ RemoteGenerator::RemoteGenerator(std::vector<Endpoint> endpoints, RemoteGenerato
   id_base_ = std::random_device{}();
   id_base_ = id_base_ << 32 ^ std::random_device{}();
   kv_.resize(replicas_->size());
+  loop_ = std::make_unique<Loop>(opt_.io_threads);
   if (opt_.follow_kv_events && opt_.routing.policy == Policy::kCacheAware &&
       opt_.upstream == UpstreamKind::kFathom) {
     if (opt_.kv_follower.auth_header.empty())
@@ -159,8 +241,11 @@ RemoteGenerator::RemoteGenerator(std::vector<Endpoint> endpoints, RemoteGenerato
 RemoteGenerator::~RemoteGenerator() {
   followers_.clear();
   stopping_.store(true);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this] { return active_ == 0; });
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this] { return active_ == 0; });
+  }
+  loop_.reset();
 }
 
 engine::Generator::Health RemoteGenerator::health() const {
@@ -205,58 +290,26 @@ Result<std::vector<std::shared_ptr<engine::RequestStream>>> RemoteGenerator::sub
     ++active_;
     ++stats_.requests;
   }
-  std::thread([this, job] {
-    run(*job);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--active_ == 0) done_cv_.notify_all();
-  }).detach();
+  asio::co_spawn(asio::make_strand(loop_->io), Driver::run(*this, std::move(job)),
+                 [this](std::exception_ptr) {
+                   // run() catches what its attempts throw; nothing reaches here.
+                   std::lock_guard<std::mutex> lock(mu_);
+                   if (--active_ == 0) done_cv_.notify_all();
+                 });
   return out;
 }
 
-void RemoteGenerator::run(Job& job) {
-  for (int a = 0; a < opt_.max_attempts; ++a) {
-    if (stopping_.load() || job.all_cancelled()) break;
-    const std::vector<ReplicaState> states = replicas_->snapshot();
-    auto open = [&](size_t i) {
-      return states[i].up && std::find(job.tried.begin(), job.tried.end(), i) == job.tried.end();
-    };
-    // Prefill replicas take requests only when no other replica can.
-    bool others = false;
-    for (size_t i = 0; i < states.size(); ++i) others |= open(i) && states[i].role != "prefill";
-    std::vector<Candidate> cands;
-    for (size_t i = 0; i < states.size(); ++i)
-      if (open(i) && (!others || states[i].role != "prefill"))
-        cands.push_back({i, states[i].in_flight});
-    if (cands.empty()) {
-      if (job.last_error.empty()) job.last_error = "no replica is up";
-      break;
-    }
-    const std::span<const int32_t> prompt(job.req.prompt);
-    Choice c;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      c = policy_.pick(prompt, job.req.cache_salt, cands);
-      policy_.routed(c.replica, c.block_hashes);
-      ++stats_.attempts;
-      if (a > 0) ++stats_.retries;
-      if (a > 0 && job.any_tokens()) ++stats_.continuations;
-      if (a == 0) {
-        stats_.prompt_blocks += c.prompt_blocks;
-        stats_.predicted_hit_blocks += c.predicted_hit_blocks;
-      }
-    }
-    const std::string room = a == 0 ? handoff(job, c, states) : std::string();
-    replicas_->begin(c.replica);
-    const bool done = attempt(job, c.replica, room);
-    replicas_->end(c.replica, !done);
-    if (done) break;
-    job.tried.push_back(c.replica);
-    if (job.n > 1 && job.any_tokens()) {
-      job.last_error += "; a request of n > 1 samples is not continued on another replica";
-      break;
-    }
+Awaitable<void> RemoteGenerator::Driver::run(RemoteGenerator& g, std::shared_ptr<Job> job) {
+  try {
+    co_await attempts(g, job);
+  } catch (const std::exception& e) {
+    job->last_error = std::string("internal error: ") + e.what();
   }
-  if (stopping_.load() || job.all_cancelled()) {
+  finish(g, *job);
+}
+
+void RemoteGenerator::Driver::finish(RemoteGenerator& g, Job& job) {
+  if (g.stopping_.load() || job.all_cancelled()) {
     job.close_all(engine::FinishCause::kCancelled, Status::ok());
     return;
   }
@@ -264,165 +317,301 @@ void RemoteGenerator::run(Job& job) {
   job.close_all(engine::FinishCause::kError,
                 resource_exhausted("no replica could complete the request: " + job.last_error));
   if (failed) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.failed;
+    std::lock_guard<std::mutex> lock(g.mu_);
+    ++g.stats_.failed;
   }
 }
 
-std::string RemoteGenerator::handoff(Job& job, const Choice& d,
-                                     const std::vector<ReplicaState>& states) {
-  if (opt_.upstream != UpstreamKind::kFathom || states[d.replica].role != "decode") return "";
+void RemoteGenerator::Driver::routed(RemoteGenerator& g, const Job& job, const Choice& c, int a) {
+  std::lock_guard<std::mutex> lock(g.mu_);
+  g.policy_.routed(c.replica, c.block_hashes);
+  ++g.stats_.attempts;
+  if (a > 0) ++g.stats_.retries;
+  if (a > 0 && job.any_tokens()) ++g.stats_.continuations;
+  if (a == 0) {
+    g.stats_.prompt_blocks += c.prompt_blocks;
+    g.stats_.predicted_hit_blocks += c.predicted_hit_blocks;
+  }
+}
+
+Awaitable<void> RemoteGenerator::Driver::attempts(RemoteGenerator& g, std::shared_ptr<Job> job) {
+  const std::span<const int32_t> prompt(job->req.prompt);
+  for (int a = 0; a < g.opt_.max_attempts; ++a) {
+    if (g.stopping_.load() || job->all_cancelled()) co_return;
+    const std::vector<ReplicaState> states = g.replicas_->snapshot();
+    std::vector<Candidate> cands = candidates(states, job->tried);
+    if (cands.empty()) {
+      if (job->last_error.empty()) job->last_error = "no replica is up";
+      co_return;
+    }
+    auto pick = [&] {
+      std::lock_guard<std::mutex> lock(g.mu_);
+      return g.policy_.pick(prompt, job->req.cache_salt, cands);
+    };
+    Choice c = pick();
+    std::string room;
+    if (a == 0) {
+      // A decode replica without room for the request is passed over for the next-best
+      // replica; when every one refuses, the first prefills the request itself.
+      const Choice first = c;
+      for (;;) {
+        Handoff h = co_await handoff(g, *job, c, states);
+        if (!h.refused) {
+          room = std::move(h.room);
+          break;
+        }
+        std::erase_if(cands, [&](const Candidate& x) { return x.replica == c.replica; });
+        if (cands.empty()) {
+          c = first;
+          std::lock_guard<std::mutex> lock(g.mu_);
+          ++g.stats_.pd_local;
+          break;
+        }
+        c = pick();
+      }
+    }
+    routed(g, *job, c, a);
+    g.replicas_->begin(c.replica);
+    const bool done = co_await attempt(g, *job, c.replica, room, -1);
+    g.replicas_->end(c.replica, !done);
+    if (done) co_return;
+    job->tried.push_back(c.replica);
+    if (job->n > 1 && job->any_tokens()) {
+      co_await continue_choices(g, job, a + 1);
+      co_return;
+    }
+  }
+}
+
+Awaitable<void> RemoteGenerator::Driver::continue_choices(RemoteGenerator& g,
+                                                          std::shared_ptr<Job> job,
+                                                          int first_attempt) {
+  auto all_done = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor,
+                                                       asio::steady_timer::time_point::max());
+  const auto ex = co_await asio::this_coro::executor;
+  for (size_t i = 0; i < job->streams.size(); ++i) {
+    if (job->closed[i] || job->cause[i] != engine::FinishCause::kNone) continue;
+    ++job->choice_loops;
+    asio::co_spawn(ex, continue_choice(g, job, i, first_attempt, all_done),
+                   [](std::exception_ptr) {});
+  }
+  if (job->choice_loops > 0) {
+    boost::system::error_code ec;  // operation_aborted: the last choice ended
+    co_await all_done->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+Awaitable<void> RemoteGenerator::Driver::continue_choice(
+    RemoteGenerator& g, std::shared_ptr<Job> job, size_t choice, int first_attempt,
+    std::shared_ptr<asio::steady_timer> all_done) {
+  try {
+    const std::span<const int32_t> prompt(job->req.prompt);
+    for (int a = first_attempt; a < g.opt_.max_attempts; ++a) {
+      if (g.stopping_.load() || job->streams[choice]->cancelled()) break;
+      std::vector<Candidate> cands = candidates(g.replicas_->snapshot(), job->tried);
+      if (cands.empty()) {
+        if (job->last_error.empty()) job->last_error = "no replica is up";
+        break;
+      }
+      Choice c;
+      {
+        std::lock_guard<std::mutex> lock(g.mu_);
+        c = g.policy_.pick(prompt, job->req.cache_salt, cands);
+      }
+      routed(g, *job, c, a);
+      g.replicas_->begin(c.replica);
+      const bool done = co_await attempt(g, *job, c.replica, "", int(choice));
+      g.replicas_->end(c.replica, !done);
+      if (done) break;
+      job->tried.push_back(c.replica);  // the other choices pass it over too
+    }
+  } catch (const std::exception& e) {
+    job->last_error = std::string("internal error: ") + e.what();
+  }
+  if (--job->choice_loops == 0) all_done->cancel();
+}
+
+Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
+    RemoteGenerator& g, Job& job, const Choice& d, const std::vector<ReplicaState>& states) {
+  const RemoteGeneratorOptions& opt = g.opt_;
+  if (opt.upstream != UpstreamKind::kFathom || states[d.replica].role != "decode")
+    co_return Handoff{};
   std::vector<Candidate> prefill;
   for (size_t i = 0; i < states.size(); ++i)
     if (states[i].up && states[i].role == "prefill") prefill.push_back({i, states[i].in_flight});
-  if (prefill.empty()) return "";
+  if (prefill.empty()) co_return Handoff{};
   const std::span<const int32_t> prompt(job.req.prompt);
   const int64_t L = int64_t(prompt.size());
-  const int64_t on_d = L - d.predicted_hit_blocks * opt_.routing.block_tokens;
-  if (L < opt_.pd_min_prompt_tokens || on_d < opt_.pd_min_prompt_tokens) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.pd_local;
-    return "";
+  const int64_t on_d = L - d.predicted_hit_blocks * opt.routing.block_tokens;
+  if (L < opt.pd_min_prompt_tokens || on_d < opt.pd_min_prompt_tokens) {
+    std::lock_guard<std::mutex> lock(g.mu_);
+    ++g.stats_.pd_local;
+    co_return Handoff{};
+  }
+  char room_id[64];
+  std::snprintf(room_id, sizeof room_id, "pd-%016llx-%llu", (unsigned long long)g.id_base_,
+                (unsigned long long)g.attempt_ids_.fetch_add(1));
+  const std::string room = room_id;
+  const std::string salt = job.req.cache_salt ? upstream_salt_name(job.req.cache_salt) : "";
+  PdCallOptions o;
+  if (!opt.api_key.empty()) o.auth_header = "Authorization: Bearer " + opt.api_key + "\r\n";
+  o.connect_timeout_ms = opt.connect_timeout_ms;
+  o.timeout_ms = opt.pd_timeout_ms;
+  auto stop = [&g, &job] { return g.stopping_.load() || job.all_cancelled(); };
+  const Endpoint& de = g.replicas_->endpoint(d.replica);
+  const auto t0 = Clock::now();
+  // D holds the pages from here on, or has no room for the request.
+  auto reserved = co_await pd_reserve(de, room, prompt, salt, o, job.req.max_tokens, stop);
+  if (!reserved.is_ok()) {
+    if (reserved.status().code() == StatusCode::kResourceExhausted) {
+      std::lock_guard<std::mutex> lock(g.mu_);
+      ++g.stats_.pd_refused;
+      co_return Handoff{"", true};
+    }
+    // D cannot be reached: the attempt finds out (and the request moves on).
+    co_return Handoff{};
   }
   Choice p;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    p = policy_.pick(prompt, job.req.cache_salt, prefill);
-    policy_.routed(p.replica, p.block_hashes);
-    ++stats_.pd_disaggregated;
+    std::lock_guard<std::mutex> lock(g.mu_);
+    p = g.policy_.pick(prompt, job.req.cache_salt, prefill);
+    g.policy_.routed(p.replica, p.block_hashes);
+    ++g.stats_.pd_disaggregated;
   }
-  char room[64];
-  std::snprintf(room, sizeof room, "pd-%016llx-%llu", (unsigned long long)id_base_,
-                (unsigned long long)attempt_ids_.fetch_add(1));
-  const std::string salt = job.req.cache_salt ? upstream_salt_name(job.req.cache_salt) : "";
-  PdCallOptions o;
-  if (!opt_.api_key.empty()) o.auth_header = "Authorization: Bearer " + opt_.api_key + "\r\n";
-  o.connect_timeout_ms = opt_.connect_timeout_ms;
-  o.timeout_ms = opt_.pd_timeout_ms;
-  const Endpoint& de = replicas_->endpoint(d.replica);
-  const auto t0 = Clock::now();
-  auto reserved = pd_reserve(de, room, prompt, salt, o, job.req.max_tokens);  // D holds the pages
-  if (!reserved.is_ok()) {
-    // D has no room for it (or cannot be reached: the attempt finds out): prefilled on D.
-    std::lock_guard<std::mutex> lock(mu_);
-    --stats_.pd_disaggregated;
-    ++stats_.pd_local;
-    return "";
-  }
-  replicas_->begin(p.replica);
-  auto r = pd_prefill(replicas_->endpoint(p.replica), room, prompt, salt,
-                      opt_.retention.name(job.req.retention), de.url, o);
+  g.replicas_->begin(p.replica);
+  auto r = co_await pd_prefill(g.replicas_->endpoint(p.replica), room, prompt, salt,
+                               opt.retention.name(job.req.retention), de.url, o, stop);
   // P failed (unreachable, or cut off mid-way) when the exchange itself broke; an error it
-  // answered is the transfer's failure, not P's.
-  replicas_->end(p.replica, !r.is_ok() && r.status().code() == StatusCode::kIoError);
-  std::lock_guard<std::mutex> lock(mu_);
+  // answered is the transfer's failure, not P's. A client that left is no one's failure.
+  const bool p_failed = !r.is_ok() && r.status().code() == StatusCode::kIoError && !stop();
+  g.replicas_->end(p.replica, p_failed);
+  std::lock_guard<std::mutex> lock(g.mu_);
   if (r.is_ok()) {
-    stats_.pd_bytes += r->bytes;
-    stats_.pd_blocks += r->blocks;
-    stats_.pd_transfer_seconds.observe(r->push_seconds);
-    stats_.pd_handoff_seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
+    g.stats_.pd_bytes += r->bytes;
+    g.stats_.pd_blocks += r->blocks;
+    g.stats_.pd_transfer_seconds.observe(r->push_seconds);
+    g.stats_.pd_handoff_seconds.observe(std::chrono::duration<double>(Clock::now() - t0).count());
   } else {
-    ++stats_.pd_failed;
-    std::fprintf(stderr, "fathom router: P/D hand-off %s failed: %s\n", room,
+    ++g.stats_.pd_failed;
+    std::fprintf(stderr, "fathom router: P/D hand-off %s failed: %s\n", room.c_str(),
                  r.status().message().c_str());
   }
-  return room;  // a failed transfer too: D follows its --kv-load-failure
+  co_return Handoff{room, false};  // a failed transfer too: D follows its --kv-load-failure
 }
 
-bool RemoteGenerator::attempt(Job& job, size_t replica, const std::string& room) {
-  const Endpoint& ep = replicas_->endpoint(replica);
-  const bool cont = job.n == 1 && !job.generated.front().empty();
-  if (cont && int64_t(job.generated.front().size()) >= job.req.max_tokens) {
-    job.cause.front() = engine::FinishCause::kLength;
-    return true;
+Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, size_t replica,
+                                                 const std::string& room, int choice) {
+  const RemoteGeneratorOptions& opt = g.opt_;
+  const Endpoint& ep = g.replicas_->endpoint(replica);
+  // One choice continued on its own (n > 1 after a failure), or every choice of the request.
+  const bool one = choice >= 0;
+  const size_t ci = one ? size_t(choice) : 0;
+  auto close = [&](engine::FinishCause fallback, const Status& error) {
+    if (one)
+      job.close(ci, fallback, error);
+    else
+      job.close_all(fallback, error);
+  };
+  auto finished = [&] {
+    return one ? job.cause[ci] != engine::FinishCause::kNone : job.all_finished();
+  };
+  std::vector<int32_t>& so_far = job.generated[ci];
+  const bool cont = (one || job.n == 1) && !so_far.empty();
+  if (cont && int64_t(so_far.size()) >= job.req.max_tokens) {
+    job.cause[ci] = engine::FinishCause::kLength;
+    co_return true;
   }
   // The failed replica sent a token that ended the request, but not the finish: it ended.
   if (cont) {
-    const int32_t last = job.generated.front().back();
+    const int32_t last = so_far.back();
     const std::vector<int32_t>& stops = job.req.stop_ids;
-    if (last == opt_.eos_id && !job.req.ignore_eos) {
-      job.cause.front() = engine::FinishCause::kEos;
-      return true;
+    if (last == opt.eos_id && !job.req.ignore_eos) {
+      job.cause[ci] = engine::FinishCause::kEos;
+      co_return true;
     }
     if (std::find(stops.begin(), stops.end(), last) != stops.end()) {
-      job.cause.front() = engine::FinishCause::kStopToken;
-      return true;
+      job.cause[ci] = engine::FinishCause::kStopToken;
+      co_return true;
     }
   }
   const std::span<const int32_t> sofar =
-      cont ? std::span<const int32_t>(job.generated.front()) : std::span<const int32_t>();
+      cont ? std::span<const int32_t>(so_far) : std::span<const int32_t>();
   char rid[64];
-  std::snprintf(rid, sizeof rid, "fathom-router-%016llx-%llu", (unsigned long long)id_base_,
-                (unsigned long long)attempt_ids_.fetch_add(1));
-  const UpstreamCall call = build_upstream_call(opt_.upstream, job.req, job.n, sofar,
-                                                opt_.retention.name(job.req.retention), rid);
+  std::snprintf(rid, sizeof rid, "fathom-router-%016llx-%llu", (unsigned long long)g.id_base_,
+                (unsigned long long)g.attempt_ids_.fetch_add(1));
+  const UpstreamCall call = build_upstream_call(opt.upstream, job.req, one ? 1 : job.n, sofar,
+                                                opt.retention.name(job.req.retention), rid);
   // What the upstream computes as the prompt: on vllm and sglang the output so far is on it.
   std::vector<int32_t> sent = job.req.prompt;
-  if (opt_.upstream != UpstreamKind::kFathom) sent.insert(sent.end(), sofar.begin(), sofar.end());
-  std::string auth = opt_.api_key.empty() ? "" : "Authorization: Bearer " + opt_.api_key + "\r\n";
+  if (opt.upstream != UpstreamKind::kFathom) sent.insert(sent.end(), sofar.begin(), sofar.end());
+  std::string auth = opt.api_key.empty() ? "" : "Authorization: Bearer " + opt.api_key + "\r\n";
   if (!room.empty()) auth += std::string(kKvRoomHeader) + ": " + room + "\r\n";
-  auto x = HttpExchange::start(ep, "POST", call.path, call.body, auth, opt_.connect_timeout_ms,
-                               opt_.head_timeout_ms);
+  auto stop = [&g, &job, one, ci] {
+    return g.stopping_.load() || (one ? job.streams[ci]->cancelled() : job.all_cancelled());
+  };
+  auto x = co_await AsyncHttpExchange::start(ep, "POST", call.path, call.body, auth,
+                                             opt.connect_timeout_ms, opt.head_timeout_ms, stop);
   if (!x.is_ok()) {
+    if (stop()) co_return true;
     job.last_error = x.status().message();
-    return false;
+    co_return false;
   }
-  HttpExchange& ex = **x;
+  AsyncHttpExchange& ex = **x;
   if (ex.status() != 200) {
-    auto body = ex.read_all(opt_.connect_timeout_ms);
+    auto body = co_await ex.read_all(opt.connect_timeout_ms, size_t(1) << 20, stop);
     const std::string msg = body.is_ok() ? error_message(*body) : body.status().message();
     const int st = ex.status();
     if (!room.empty() && st == 503 && body.is_ok() &&
         body->find(kKvTransferFailedCode) != std::string::npos) {
       // D runs --kv-load-failure fail: the request ends with the transfer's error; D is fine.
-      job.close_all(engine::FinishCause::kError, resource_exhausted(msg));
-      return true;
+      close(engine::FinishCause::kError, resource_exhausted(msg));
+      co_return true;
     }
     // 404/405: not a replica of this kind at that path (a misconfigured --replica or
     // --upstream-kind): its fault.
     if (st >= 400 && st < 500 && st != 404 && st != 405 && st != 408 && st != 429) {
       // The request's own fault (the replica validated it): no other replica would take it.
-      job.close_all(engine::FinishCause::kError, invalid_argument(msg));
-      return true;
+      close(engine::FinishCause::kError, invalid_argument(msg));
+      co_return true;
     }
     job.last_error = ep.url + " answered " + std::to_string(st) + ": " + msg;
-    return false;
+    co_return false;
   }
-  auto stop = [this, &job] { return stopping_.load() || job.all_cancelled(); };
-  UpstreamStreamReader reader(opt_.upstream, job.n, opt_.vocab_size, sent, job.req.top_logprobs);
+  UpstreamStreamReader reader(opt.upstream, one ? 1 : job.n, opt.vocab_size, sent,
+                              job.req.top_logprobs);
   std::vector<UpstreamStreamReader::Update> updates;
   std::string line;
   int64_t reported = 0;  // cached tokens this attempt reported so far
   for (;;) {
-    auto more = ex.read_line(&line, opt_.idle_timeout_ms, stop);
+    auto more = co_await ex.read_line(&line, opt.idle_timeout_ms, stop);
     if (!more.is_ok() || !*more) {
-      if (stop()) return true;
+      if (stop()) co_return true;
       // A body that ends once every choice finished is complete, [DONE] or not.
-      if (job.all_finished()) {
-        job.close_all(engine::FinishCause::kEos, Status::ok());
-        return true;
+      if (finished()) {
+        close(engine::FinishCause::kEos, Status::ok());
+        co_return true;
       }
       job.last_error =
           ep.url + ": " +
           (more.is_ok() ? std::string("the stream ended before [DONE]") : more.status().message());
-      return false;
+      co_return false;
     }
     updates.clear();
     const Status fed = reader.feed(line, &updates);
     if (const std::optional<int64_t> c = reader.cached_tokens(); c && *c != reported) {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.reported_cached_tokens += *c - reported;
+      std::lock_guard<std::mutex> lock(g.mu_);
+      g.stats_.reported_cached_tokens += *c - reported;
       reported = job.cached = *c;
     }
     if (!fed.is_ok()) {
       job.last_error = ep.url + ": " + fed.message();
-      return false;
+      co_return false;
     }
     for (UpstreamStreamReader::Update& up : updates) {
-      const size_t i = up.choice;
+      const size_t i = one ? ci : up.choice;
       job.generated[i].insert(job.generated[i].end(), up.tokens.begin(), up.tokens.end());
       if (up.cause != engine::FinishCause::kNone)
-        job.cause[i] = finish_cause(job.req, opt_.eos_id, job.generated[i], up.cause);
+        job.cause[i] = finish_cause(job.req, opt.eos_id, job.generated[i], up.cause);
       if (job.closed[i] || job.streams[i]->cancelled()) continue;
       engine::StreamEvent ev = job.event(i);
       // A token held back from the previous update goes first.
@@ -433,9 +622,9 @@ bool RemoteGenerator::attempt(Job& job, size_t replica, const std::string& room)
       held.logprobs.clear();
       ev.tokens.insert(ev.tokens.end(), up.tokens.begin(), up.tokens.end());
       ev.logprobs.insert(ev.logprobs.end(), up.logprobs.begin(), up.logprobs.end());
-      // The token that ended the choice goes out with its finish (close_all, at the end of
+      // The token that ended the choice goes out with its finish (close(), at the end of
       // the answer: the usage, cached tokens included, comes after the finish chunk).
-      if (!ev.tokens.empty() && may_end(job.req, opt_.eos_id, ev.tokens.back())) {
+      if (!ev.tokens.empty() && may_end(job.req, opt.eos_id, ev.tokens.back())) {
         held.tokens.push_back(ev.tokens.back());
         ev.tokens.pop_back();
         if (ev.logprobs.size() > ev.tokens.size()) {
@@ -452,12 +641,12 @@ bool RemoteGenerator::attempt(Job& job, size_t replica, const std::string& room)
       job.streams[i]->push(ev);
     }
     if (reader.done()) {
-      if (!job.all_finished()) {
+      if (!finished()) {
         job.last_error = ep.url + ": [DONE] before every choice finished";
-        return false;
+        co_return false;
       }
-      job.close_all(engine::FinishCause::kEos, Status::ok());
-      return true;
+      close(engine::FinishCause::kEos, Status::ok());
+      co_return true;
     }
   }
 }
@@ -568,6 +757,10 @@ std::string RemoteGenerator::metrics_text() const {
        "the decode replica)\n# TYPE fathom_router_pd_requests_total counter\n"
     << "fathom_router_pd_requests_total{mode=\"disaggregated\"} " << s.pd_disaggregated << "\n"
     << "fathom_router_pd_requests_total{mode=\"local\"} " << s.pd_local << "\n";
+  counter("fathom_router_pd_refused_reservations_total",
+          "Reservations a decode replica refused for lack of KV room (the request went to the "
+          "next-best replica)",
+          s.pd_refused);
   counter("fathom_router_pd_transfer_failures_total",
           "Hand-offs whose prefill or push failed (the decode replica recomputes or fails)",
           s.pd_failed);

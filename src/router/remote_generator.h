@@ -41,8 +41,18 @@
 // that may end a choice (EOS, a stop id) is held back until the next update, so that it
 // reaches the client in the final event with the finish, as an engine sends it.
 //
-// Each request runs on a thread of its own for as long as it streams; every method may be
-// called from any thread. The destructor stops the requests in flight and waits for them.
+// A decode replica that refuses the reservation (no KV pages for prompt + max_tokens) is passed
+// over: the request goes to the next-best replica that can take it (another decode replica's
+// hand-off, or a replica that prefills itself); only when none is left does it prefill on the
+// first.
+//
+// Threads: requests do not get threads. Each is a C++20 coroutine on a strand of the
+// router's io_context (io_threads threads, Asio, as `fathom serve`'s server), and every replica
+// call it makes is an asynchronous exchange (async_http_client.h) watched for its timeouts and
+// for its client leaving. A request of n > 1 continued after a failure runs one coroutine per
+// unfinished choice, on the request's strand. The health prober (replica_set.h) and the KV
+// event followers (one per replica) keep threads of their own. Every method may be called
+// from any thread. The destructor stops the requests in flight and waits for them.
 #pragma once
 
 #include <array>
@@ -83,6 +93,7 @@ struct RemoteGeneratorOptions {
   // P/D: prompts shorter than this, or of which D would prefill fewer tokens, prefill on D.
   int64_t pd_min_prompt_tokens = 256;
   int pd_timeout_ms = 60000;  // the whole hand-off (reserve, P's prefill and push)
+  int io_threads = 2;         // threads running the requests' coroutines
 };
 
 // A latency histogram of the P/D hand-off, seconds (fixed buckets; the owner guards it).
@@ -116,6 +127,8 @@ struct RouterStats {
   // prefilled on D (short, or mostly cached there), hand-offs whose transfer failed, bytes
   // pushed; P's push time and the whole hand-off's time (reserve, prefill, push).
   int64_t pd_disaggregated = 0, pd_local = 0, pd_failed = 0, pd_bytes = 0, pd_blocks = 0;
+  // Reservations a decode replica refused (no room); the request then went to another replica.
+  int64_t pd_refused = 0;
   PdHistogram pd_transfer_seconds, pd_handoff_seconds;
 };
 
@@ -144,14 +157,10 @@ class RemoteGenerator : public engine::Generator, private KvFeedTarget {
   struct Job;
 
  private:
+  struct Loop;    // the io_context and its threads
+  struct Driver;  // the requests' coroutines (remote_generator.cc)
+
   RemoteGenerator(std::vector<Endpoint> endpoints, RemoteGeneratorOptions options);
-  void run(Job& job);
-  // One attempt on `replica`: true when the request ended there (finished or failed for good);
-  // false when the replica failed and the request should go elsewhere.
-  bool attempt(Job& job, size_t replica, const std::string& room);
-  // P/D: disaggregates the request when `d` decodes hand-offs and it is worth it (see above):
-  // the room D holds the prompt's pushed blocks in ("" to prefill on D).
-  std::string handoff(Job& job, const Choice& d, const std::vector<ReplicaState>& states);
   // KvFeedTarget, from the followers' threads.
   void kv_snapshot(size_t replica, const kv::KvSnapshot& snapshot) override;
   void kv_event(size_t replica, const kv::KvEvent& event) override;
@@ -165,10 +174,11 @@ class RemoteGenerator : public engine::Generator, private KvFeedTarget {
   RouterStats stats_;            // guarded by mu_
   std::vector<KvFeedStats> kv_;  // guarded by mu_; per replica
   std::condition_variable done_cv_;
-  int64_t active_ = 0;  // guarded by mu_: request threads running
+  int64_t active_ = 0;  // guarded by mu_: requests running
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> attempt_ids_{0};  // numbers each attempt's request id (sglang's rid)
   uint64_t id_base_ = 0;                  // random: request ids differ between routers
+  std::unique_ptr<Loop> loop_;
   // Last: they call back into the members above, so they stop first.
   std::vector<std::unique_ptr<KvEventFollower>> followers_;
 };

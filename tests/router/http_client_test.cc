@@ -1,8 +1,16 @@
-// The router's HTTP client against a hand-driven peer on loopback (a socket this test writes
-// raw bytes to): chunked bodies whose lines and chunk boundaries fall anywhere, sized bodies,
-// bodies up to the close; and the failures a dying or hostile replica causes — a cut inside a
-// chunk, silence, a non-HTTP answer, a refused connection — each a kIoError, never a hang.
+// The router's HTTP clients — the blocking one and the asynchronous one, each case run through
+// both — against a hand-driven peer on loopback (a socket this test writes raw bytes to): chunked
+// bodies whose lines and chunk boundaries fall anywhere, sized bodies, bodies up to the close; and
+// the failures a dying or hostile replica causes — a cut inside a chunk, silence, a non-HTTP
+// answer, a refused connection — each a kIoError, never a hang.
 #include "router/http_client.h"
+
+// clang-format off
+#include "router/async_http_client.h"  // first: Asio's headers, <utility> fixed before them
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+// clang-format on
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,6 +20,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,110 +71,196 @@ class Peer {
   std::thread thread_;
 };
 
-Result<std::unique_ptr<HttpExchange>> post(const Peer& p) {
-  return HttpExchange::start(p.endpoint(), "POST", "/v1/completions", "{}", "", 1000, 1000);
-}
+// What one exchange with a peer gave: the start's status, the HTTP status, the body's lines
+// (or the whole body) and how reading ended. `async`: through AsyncHttpExchange, on an
+// io_context run by this thread; else through the blocking HttpExchange.
+struct Outcome {
+  Status start;
+  int status = 0;
+  std::vector<std::string> lines;
+  std::string body;
+  Status end;
+};
+enum class Read { kLines, kAll, kNothing };
 
-std::vector<std::string> lines_of(HttpExchange& x, Status* end) {
-  std::vector<std::string> out;
-  std::string line;
-  for (;;) {
-    auto r = x.read_line(&line, 1000);
-    if (!r.is_ok()) {
-      *end = r.status();
-      return out;
+Outcome exchange(bool async, const Endpoint& to, Read how, int idle_ms = 1000,
+                 std::function<bool()> stop = {}, int poll_ms = 50) {
+  Outcome o;
+  if (!async) {
+    auto x = HttpExchange::start(to, "POST", "/v1/completions", "{}", "", 1000, 1000);
+    if (!x.is_ok()) {
+      o.start = x.status();
+      return o;
     }
-    if (!*r) return out;
-    out.push_back(line);
+    o.status = (*x)->status();
+    if (how == Read::kAll) {
+      auto body = (*x)->read_all(idle_ms);
+      if (body.is_ok()) o.body = *body;
+      o.end = body.status();
+    }
+    std::string line;
+    while (how == Read::kLines) {
+      auto r = (*x)->read_line(&line, idle_ms, stop, poll_ms);
+      if (!r.is_ok() || !*r) {
+        o.end = r.status();
+        break;
+      }
+      o.lines.push_back(line);
+    }
+    return o;
   }
+  boost::asio::io_context io;
+  boost::asio::co_spawn(
+      io,
+      [&]() -> AsyncHttpExchange::Awaitable<void> {
+        auto x =
+            co_await AsyncHttpExchange::start(to, "POST", "/v1/completions", "{}", "", 1000, 1000);
+        if (!x.is_ok()) {
+          o.start = x.status();
+          co_return;
+        }
+        o.status = (*x)->status();
+        if (how == Read::kAll) {
+          auto body = co_await (*x)->read_all(idle_ms);
+          if (body.is_ok()) o.body = *body;
+          o.end = body.status();
+        }
+        std::string line;
+        while (how == Read::kLines) {
+          auto r = co_await (*x)->read_line(&line, idle_ms, stop, poll_ms);
+          if (!r.is_ok() || !*r) {
+            o.end = r.status();
+            break;
+          }
+          o.lines.push_back(line);
+        }
+      },
+      boost::asio::detached);
+  io.run();
+  return o;
 }
 
-TEST(HttpClient, ChunkedLinesSplitAnywhereComeBackWhole) {
+class HttpClient : public testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(BlockingAndAsync, HttpClient, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Async" : "Blocking";
+                         });
+
+TEST_P(HttpClient, ChunkedLinesSplitAnywhereComeBackWhole) {
   Peer p(
       {"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
        "7\r\ndata: a", "\r\n", "A\r\nbc\r\n\r\ndata", "\r\n9\r\n: [DO", "NE]\n\r\n",
        "3\r\nend\r\n0\r\n\r\n"});
-  auto x = post(p);
-  ASSERT_TRUE(x.is_ok()) << x.status().to_string();
-  EXPECT_EQ((*x)->status(), 200);
-  Status end;
-  EXPECT_EQ(lines_of(**x, &end),
-            (std::vector<std::string>{"data: abc", "", "data: [DONE]", "end"}));
-  EXPECT_TRUE(end.is_ok()) << end.to_string();
+  const Outcome o = exchange(GetParam(), p.endpoint(), Read::kLines);
+  ASSERT_TRUE(o.start.is_ok()) << o.start.to_string();
+  EXPECT_EQ(o.status, 200);
+  EXPECT_EQ(o.lines, (std::vector<std::string>{"data: abc", "", "data: [DONE]", "end"}));
+  EXPECT_TRUE(o.end.is_ok()) << o.end.to_string();
 }
 
-TEST(HttpClient, SizedAndCloseDelimitedBodies) {
+TEST_P(HttpClient, SizedAndCloseDelimitedBodies) {
   {
     Peer p({"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 11\r\n\r\n{\"e\":", "1}\nextra"});
-    auto x = post(p);
-    ASSERT_TRUE(x.is_ok());
-    EXPECT_EQ((*x)->status(), 503);
-    auto body = (*x)->read_all(1000);
-    ASSERT_TRUE(body.is_ok());
-    EXPECT_EQ(*body, "{\"e\":1}\next");  // 11 bytes, nothing past them
+    const Outcome o = exchange(GetParam(), p.endpoint(), Read::kAll);
+    ASSERT_TRUE(o.start.is_ok());
+    EXPECT_EQ(o.status, 503);
+    ASSERT_TRUE(o.end.is_ok());
+    EXPECT_EQ(o.body, "{\"e\":1}\next");  // 11 bytes, nothing past them
   }
   {
     Peer p({"HTTP/1.0 200 OK\r\n\r\nline one\nline", " two"});
-    auto x = post(p);
-    ASSERT_TRUE(x.is_ok());
-    Status end;
-    EXPECT_EQ(lines_of(**x, &end), (std::vector<std::string>{"line one", "line two"}));
-    EXPECT_TRUE(end.is_ok());
+    const Outcome o = exchange(GetParam(), p.endpoint(), Read::kLines);
+    ASSERT_TRUE(o.start.is_ok());
+    EXPECT_EQ(o.lines, (std::vector<std::string>{"line one", "line two"}));
+    EXPECT_TRUE(o.end.is_ok());
   }
 }
 
-TEST(HttpClient, ACutInsideAChunkIsAnError) {
+TEST_P(HttpClient, ACutInsideAChunkIsAnError) {
   Peer p({"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", "20\r\ndata: only part"});
-  auto x = post(p);
-  ASSERT_TRUE(x.is_ok());
-  Status end;
-  (void)lines_of(**x, &end);
-  EXPECT_EQ(end.code(), StatusCode::kIoError);
+  const Outcome o = exchange(GetParam(), p.endpoint(), Read::kLines);
+  ASSERT_TRUE(o.start.is_ok());
+  EXPECT_TRUE(o.lines.empty());
+  EXPECT_EQ(o.end.code(), StatusCode::kIoError);
 }
 
-TEST(HttpClient, SilenceAndStopAreErrorsNotHangs) {
+TEST_P(HttpClient, SilenceAndStopAreErrorsNotHangs) {
   {
     Peer p({"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"}, 600);
-    auto x = post(p);
-    ASSERT_TRUE(x.is_ok());
-    std::string line;
-    auto r = (*x)->read_line(&line, 200);
-    EXPECT_EQ(r.status().code(), StatusCode::kIoError);
+    const Outcome o = exchange(GetParam(), p.endpoint(), Read::kLines, 200);
+    EXPECT_EQ(o.end.code(), StatusCode::kIoError);
+    EXPECT_NE(o.end.message().find("no data for 200 ms"), std::string::npos) << o.end.message();
   }
   {
     Peer p({"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"}, 600);
-    auto x = post(p);
-    ASSERT_TRUE(x.is_ok());
-    std::string line;
     int asked = 0;
-    auto r = (*x)->read_line(
-        &line, 5000, [&] { return ++asked > 2; }, 10);
-    EXPECT_EQ(r.status().code(), StatusCode::kIoError);
+    const Outcome o = exchange(
+        GetParam(), p.endpoint(), Read::kLines, 5000, [&] { return ++asked > 2; }, 10);
+    EXPECT_EQ(o.end.code(), StatusCode::kIoError);
+    EXPECT_EQ(o.end.message(), "stopped");
     EXPECT_GT(asked, 2);
   }
 }
 
-TEST(HttpClient, NonHttpAnswersAndRefusedConnectionsAreIoErrors) {
+TEST_P(HttpClient, NonHttpAnswersAndRefusedConnectionsAreIoErrors) {
   {
     Peer p({"SSH-2.0-OpenSSH\r\n\r\n"});
-    EXPECT_EQ(post(p).status().code(), StatusCode::kIoError);
+    EXPECT_EQ(exchange(GetParam(), p.endpoint(), Read::kNothing).start.code(),
+              StatusCode::kIoError);
   }
   {
     Peer p({"HTTP/1.1 200 OK\r\n"});  // closed before the head ends
-    EXPECT_EQ(post(p).status().code(), StatusCode::kIoError);
+    EXPECT_EQ(exchange(GetParam(), p.endpoint(), Read::kNothing).start.code(),
+              StatusCode::kIoError);
   }
   int port = 0;
   {
     Peer p({}, 0);
     port = p.endpoint().port;
-    (void)post(p);
+    (void)exchange(GetParam(), p.endpoint(), Read::kNothing);
   }
   auto e = parse_endpoint("http://127.0.0.1:" + std::to_string(port));
-  EXPECT_EQ(HttpExchange::start(*e, "GET", "/health", "", "", 500, 500).status().code(),
-            StatusCode::kIoError);
+  EXPECT_EQ(exchange(GetParam(), *e, Read::kNothing).start.code(), StatusCode::kIoError);
 }
 
-TEST(HttpClient, EndpointsParseOrSayWhatIsWrong) {
+// The asynchronous exchanges of many requests share one thread: 24 peers stream at once, each
+// its lines with pauses, and one thread running the io_context reads them all side by side.
+TEST(AsyncHttpClient, ManyStreamsShareOneThread) {
+  constexpr int kPeers = 24;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < kPeers; ++i)
+    peers.push_back(std::make_unique<Peer>(std::vector<std::string>{
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "8\r\ndata: " + std::to_string(i % 10) + "\n\r\n", "9\r\ndata: x\n\n\r\n", "0\r\n\r\n"}));
+  boost::asio::io_context io;
+  std::vector<std::vector<std::string>> got(kPeers);
+  int done = 0;
+  for (int i = 0; i < kPeers; ++i) {
+    boost::asio::co_spawn(
+        io,
+        [&, i]() -> AsyncHttpExchange::Awaitable<void> {
+          const Endpoint to = peers[size_t(i)]->endpoint();
+          auto x = co_await AsyncHttpExchange::start(to, "POST", "/", "{}", "", 2000, 2000);
+          if (!x.is_ok()) co_return;
+          std::string line;
+          for (;;) {
+            auto r = co_await (*x)->read_line(&line, 2000);
+            if (!r.is_ok() || !*r) break;
+            got[size_t(i)].push_back(line);
+          }
+          ++done;
+        },
+        boost::asio::detached);
+  }
+  io.run();  // this thread only
+  EXPECT_EQ(done, kPeers);
+  for (int i = 0; i < kPeers; ++i)
+    EXPECT_EQ(got[size_t(i)],
+              (std::vector<std::string>{"data: " + std::to_string(i % 10), "data: x", ""}))
+        << i;
+}
+
+TEST(HttpEndpoint, ParsesOrSaysWhatIsWrong) {
   auto e = parse_endpoint("http://localhost:8000/");
   ASSERT_TRUE(e.is_ok());
   EXPECT_EQ(e->host, "localhost");

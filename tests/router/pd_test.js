@@ -17,7 +17,8 @@
 //     to B, and the partial room is closed.
 //   - Decode first: a D with a 3 MiB KV pool holds a reservation's pages (prompt + max_tokens)
 //     from /v1/pd/reserve on; a second reservation is refused (503 kv_capacity) while the first
-//     stands, and the router then prefills that request on D (equal to B); the held request
+//     stands, and the router then prefills that request on D (equal to B) — or, with a second
+//     decode replica behind it, hands it off to that one (equal to B); the held request
 //     gets its answer (equal to B) and its hold ends at admission; then the second is
 //     accepted; an unused room's hold ends with its lease; no KV page is left in use beyond
 //     the prefix cache's.
@@ -125,19 +126,25 @@ async function main() {
     procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc, pWhole.proc, pMid.proc,
       dTiny.proc, pPace.proc, dStage.proc);
     const url = (s) => `http://127.0.0.1:${s.port}`;
-    const routerOf = async (pp, dd) => {
-      const r = await startRouter(fathom, ['--replica', url(pp), '--replica', url(dd)]);
+    // A router in front of P and the decode replicas ds (with extra arguments).
+    const routerOf = async (pp, ds, args = []) => {
+      ds = [].concat(ds);
+      const r = await startRouter(fathom, ['--replica', url(pp),
+        ...ds.flatMap((dd) => ['--replica', url(dd)]), ...args]);
       procs.push(r.proc);
       await waitFor(async () => {
         const m = await metrics(r.port);
         return metric(m, `fathom_router_replica_role{replica="${url(pp)}",role="prefill"}`) === 1 &&
-          metric(m, `fathom_router_replica_role{replica="${url(dd)}",role="decode"}`) === 1;
+          ds.every((dd) =>
+            metric(m, `fathom_router_replica_role{replica="${url(dd)}",role="decode"}`) === 1);
       }, 'the router to learn the roles');
       return r;
     };
-    const [r, rBad, rFail, rSlow, rWhole, rMid, rTiny, rStage] = await Promise.all([
+    const [r, rBad, rFail, rSlow, rWhole, rMid, rTiny, rStage, rTwoD] = await Promise.all([
       routerOf(p, d), routerOf(pBad, d), routerOf(pBad, dFail), routerOf(pSlow, d),
-      routerOf(pWhole, d), routerOf(pMid, d), routerOf(pWhole, dTiny), routerOf(pPace, dStage)]);
+      routerOf(pWhole, d), routerOf(pMid, d), routerOf(pWhole, dTiny), routerOf(pPace, dStage),
+      // Round robin takes dTiny first, then d.
+      routerOf(pWhole, [dTiny, d], ['--policy', 'round_robin'])]);
     console.log(`# started 11 replicas and 8 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 
     await check('replicas report their role in /health and /v1/role', async () => {
@@ -320,7 +327,23 @@ async function main() {
       assert.equal(got.status, 200, got.error);
       assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
       assert.equal(await metricOf(rTiny.port, 'fathom_router_pd_requests_total{mode="local"}'), 1);
+      assert.equal(await metricOf(rTiny.port, 'fathom_router_pd_refused_reservations_total'), 1);
       assert.equal(await metricOf(dTiny.port, 'fathom_pd_refused_reservations_total'), 2);
+      // With a second decode replica behind the router, the refused request goes there
+      // instead, still disaggregated (P prefills, pushes to d), same answer.
+      const pushesBefore = await metricOf(d.port, 'fathom_pd_received_pushes_total');
+      const body2 = chatBody(15, 200, { max_tokens: 256, temperature: 0.8, seed: 9 });
+      const [got2, want2] = await Promise.all([chat(rTwoD.port, body2), chat(b.port, body2)]);
+      assert.equal(got2.status, 200, got2.error);
+      assert.deepStrictEqual([got2.text, got2.finish], [want2.text, want2.finish]);
+      const rm = await metrics(rTwoD.port);
+      assert.equal(metric(rm, 'fathom_router_pd_refused_reservations_total'), 1);
+      assert.equal(metric(rm, 'fathom_router_pd_requests_total{mode="disaggregated"}'), 1);
+      assert.equal(metric(rm, 'fathom_router_pd_requests_total{mode="local"}'), 0);
+      assert.equal(metric(rm, `fathom_router_replica_routed_total{replica="${url(d)}"}`), 1);
+      assert.equal(metric(rm, `fathom_router_replica_routed_total{replica="${url(dTiny)}"}`), 0);
+      assert.equal(await metricOf(d.port, 'fathom_pd_received_pushes_total'), pushesBefore + 1);
+      assert.equal(await metricOf(dTiny.port, 'fathom_pd_refused_reservations_total'), 3);
       // A's request (no push came: D prefills it) takes its hold at admission.
       // (Its pages go back to the pool at the end of the step that sent its last token.)
       const idle = () => waitFor(async () =>
@@ -344,7 +367,7 @@ async function main() {
       assert.equal(metric(dm, 'fathom_running_sequences'), 0);
       assert.ok(metric(dm, 'fathom_kv_bytes') <= metric(dm, 'fathom_prefix_cache_bytes'),
         `${metric(dm, 'fathom_kv_bytes')} bytes in use, ${metric(dm, 'fathom_prefix_cache_bytes')} cached`);
-      assert.equal(metric(dm, 'fathom_pd_refused_reservations_total'), 2);
+      assert.equal(metric(dm, 'fathom_pd_refused_reservations_total'), 3);
     });
 
     await check('partial pushes are bounded by D\'s staging tier: one fails (stage_full), both answers right', async () => {

@@ -316,7 +316,7 @@ int run_sender(const Options& o, int ctl) {
       "tcp); us/chunk: median / chunks;\ncpu_ms: median CPU of P and D together over the push "
       "(busy polling counts)\n",
       o.repeats, o.warmup);
-  std::printf("%10s %9s %6s %-9s %-8s %9s %9s %7s %7s %9s %8s\n", "payload", "chunk", "chunks",
+  std::printf("%10s %9s %6s %-9s %-12s %9s %9s %7s %7s %9s %8s\n", "payload", "chunk", "chunks",
               "protocol", "transport", "median_ms", "p90_ms", "GB/s", "vs_tcp", "us/chunk",
               "cpu_ms");
   for (uint64_t p : o.payloads)
@@ -332,7 +332,7 @@ int run_sender(const Options& o, int ctl) {
           char vs[16] = "-";
           if (tcp_median > 0) std::snprintf(vs, sizeof vs, "%.2f", tcp_median / med);
           const uint32_t n = chunk_count(p, c);
-          std::printf("%10llu %9llu %6u %-9s %-8s %9.2f %9.2f %7.2f %7s %9.1f %8.2f\n",
+          std::printf("%10llu %9llu %6u %-9s %-12s %9.2f %9.2f %7.2f %7s %9.1f %8.2f\n",
                       (unsigned long long)p, (unsigned long long)c, n, push_mode_name(m),
                       o.transports[t].c_str(), med * 1e3, p90 * 1e3, double(p) / med / 1e9, vs,
                       med * 1e6 / n, quantile(x.cpu, 0.5) * 1e3);

@@ -187,6 +187,13 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
     FATHOM_ASSIGN_OR_RETURN(req.resume_output_ids, token_ids(*v, "resume_output_ids"));
     if (!req.resume_output_ids.empty() && req.n != 1) return bad("'resume_output_ids' needs n = 1");
   }
+  if (const Value* v = field(r, "sample_index")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t i, integer(*v, "sample_index"));
+    if (i < 0 || i > 127) return bad("'sample_index' must be in [0, 127]");
+    if (req.n != 1)
+      return bad("'sample_index' needs n = 1 (the choices of n > 1 are numbered by the server)");
+    req.sample_index = int(i);
+  }
   if (const Value* v = field(r, "logprobs")) {
     if (v->kind == Value::Kind::kBool) return bad("'logprobs' must be an integer in [0, 20]");
     FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "logprobs"));

@@ -49,6 +49,12 @@ struct CompletionsRequest {
   // server recomputes it as the decode steps that made it and streams only what follows. It
   // counts toward max_tokens. `fathom router` sends it when it moves a request mid-stream.
   std::vector<int32_t> resume_output_ids;
+  // Fathom's: which choice of an n-sample run of this request this one is (0..127; only with
+  // n = 1). A seeded request draws the random numbers of that choice (keyed by seed,
+  // sample_index and absolute position), so choice i of `n: N` is reproduced, or continued
+  // with resume_output_ids, by `n: 1, sample_index: i`; `fathom router` sends it to continue
+  // one choice of an n > 1 request on another replica. Without a seed it changes nothing.
+  int sample_index = 0;
   // vLLM's stop_token_ids: the output ends with the first of these ids generated (it is the
   // output's last token; finish_reason "stop").
   std::vector<int32_t> stop_token_ids;

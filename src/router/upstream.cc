@@ -190,15 +190,23 @@ Status check_upstream_supports(UpstreamKind kind, const engine::GenerationReques
     return unsupported(
         "'thinking.budget_tokens': a reasoning budget is not supported through an sglang "
         "upstream");
+  if (kind != UpstreamKind::kFathom && g.sample_index != 0)
+    return unsupported(std::string("'sample_index' is not supported through a ") + name +
+                       " upstream (it has no field that selects a sample's random numbers)");
   return Status::ok();
 }
 
 UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequest& g, int n,
                                  std::span<const int32_t> sofar, const std::string& retention,
-                                 const std::string& request_id) {
+                                 const std::string& request_id, int choice) {
   UpstreamCall call;
   Value b = Value::object();
   const int64_t left = g.max_tokens - int64_t(sofar.size());
+  // One choice of the n (a request of its own), or all of them.
+  const int samples = choice >= 0 ? 1 : n;
+  // The choice whose random numbers a single-sample attempt draws (fathom's sample_index): the
+  // choice continued, or a single-sample request's own (a client's sample_index).
+  const int sample_index = n == 1 ? g.sample_index : std::max(choice, 0);
   switch (kind) {
     case UpstreamKind::kFathom:
       call.path = "/v1/completions";
@@ -208,7 +216,8 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
       b.set("max_tokens", Value::from_int(g.max_tokens));
       set_sampling(b, g);
       if (g.seeded) b.set("seed", Value::from_int(int64_t(g.sampling.seed)));
-      if (n > 1) b.set("n", Value::from_int(n));
+      if (samples > 1) b.set("n", Value::from_int(samples));
+      if (sample_index != 0) b.set("sample_index", Value::from_int(sample_index));
       if (g.cache_salt != 0) b.set("cache_salt", Value::from_string(salt_name(g.cache_salt)));
       b.set("retention", Value::from_string(retention));
       // The id-level features, computed by the replica as it would alone (README).
@@ -231,8 +240,10 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
       b.set("prompt", id_list(g.prompt, sofar));
       b.set("max_tokens", Value::from_int(left));
       set_sampling(b, g);
+      // One choice continued alone keeps the request's seed: vLLM cannot select a sample's
+      // random numbers (the header comment).
       if (g.seeded) b.set("seed", Value::from_int(int64_t(g.sampling.seed)));
-      if (n > 1) b.set("n", Value::from_int(n));
+      if (samples > 1) b.set("n", Value::from_int(samples));
       // vLLM >= 0.9 salts its prefix-cache hashes with it, as Fathom does.
       if (g.cache_salt != 0) b.set("cache_salt", Value::from_string(salt_name(g.cache_salt)));
       if (!g.stop_ids.empty()) b.set("stop_token_ids", id_list(g.stop_ids));

@@ -2,7 +2,7 @@
 // sends and how the streamed answer is read back as token ids, for three kinds of upstream:
 //
 //   fathom  `fathom serve`'s /v1/completions with Fathom's fields (resume_output_ids,
-//           retention, cache_salt): continuation after a failure is exact.
+//           sample_index, retention, cache_salt): continuation after a failure is exact.
 //   vllm    vLLM's OpenAI-compatible /v1/completions: a token-id prompt and
 //           `return_token_ids: true` (vLLM >= 0.10.2), whose streamed choices carry the
 //           generated ids as `token_ids` (and the prompt's as `prompt_token_ids` once).
@@ -13,6 +13,19 @@
 //
 // On vllm and sglang a continuation appends the ids already streamed to the prompt (there is
 // no resume field), so it is computed as prompt rows rather than decode steps (README).
+//
+// One choice of an n > 1 request can be continued on its own (build_upstream_call's
+// `choice`), as a request of one sample:
+//
+//   fathom  n = 1 with resume_output_ids = that choice's ids and `sample_index: i` (Fathom's
+//           field: the replica draws the random numbers of choice i of an n-sample run), so a
+//           seeded choice continues exactly as it would have in the n-sample run.
+//   vllm    n = 1 with the choice's ids appended to the prompt and the request's seed. vLLM
+//           has no field that selects a sample's random numbers, so a seeded continuation of
+//           choice i > 0 is not what the n-sample run would have drawn (nor is any seeded
+//           continuation on vllm bit-identical: its generator is per request, not keyed by
+//           position).
+//   sglang  serves only n = 1 (check_upstream_supports), so only choice 0 exists.
 //
 // The request features beyond sampling, per kind (a kind that cannot carry one: kUnsupported,
 // a 400 naming the client's field, before anything is sent):
@@ -88,8 +101,9 @@ uint64_t replica_block_salt(uint64_t salt);
 
 // kUnsupported (a 400 naming the field) when `kind` cannot serve a request of n samples like
 // `req`: sglang serves one sample per request (n > 1 would need its own seeding), no reasoning
-// budget; neither vllm nor sglang has strict tools (a DSML grammar); a grammar without its
-// source (GenerationRequest::grammar_spec) cannot be sent at all.
+// budget; neither vllm nor sglang has strict tools (a DSML grammar) or a client's
+// `sample_index` (GenerationRequest::sample_index other than 0); a grammar without its source
+// (GenerationRequest::grammar_spec) cannot be sent at all.
 Status check_upstream_supports(UpstreamKind kind, const engine::GenerationRequest& req, int n);
 
 // What one attempt sends.
@@ -100,11 +114,22 @@ struct UpstreamCall {
 
 // One attempt of `req` (n samples) after `sofar` ids were already streamed to the client
 // (continuation; empty on a first try). `retention` is the class name (fathom only);
-// `request_id` names the attempt (sglang's rid). REQUIRES: check_upstream_supports passed,
-// sofar.size() < req.max_tokens.
+// `request_id` names the attempt (sglang's rid).
+//
+// `choice` -1: the attempt serves all n choices (with n = 1, a fathom body carries the
+// request's own GenerationRequest::sample_index when it is not 0). `choice` i >= 0: the
+// attempt serves only choice i of the n, as a request of one sample (no `n` field), and
+// `sofar` is that choice's ids so far; its answer is one choice (read it with an
+// UpstreamStreamReader of n = 1: its choice 0 is choice i). For fathom the body then carries
+// `sample_index: i` (omitted when i is 0, so choice 0 of n and a plain n = 1 attempt send the
+// same body; with n = 1 it is req.sample_index, whatever `choice`); for vllm see the header
+// comment.
+//
+// REQUIRES: check_upstream_supports(kind, req, n) passed; sofar.size() < req.max_tokens;
+// -1 <= choice < n; a non-empty `sofar` with n > 1 only together with a choice.
 UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequest& req, int n,
                                  std::span<const int32_t> sofar, const std::string& retention,
-                                 const std::string& request_id);
+                                 const std::string& request_id, int choice = -1);
 
 // Reads one attempt's streamed answer (the body's lines, `data: ...` SSE events) into token
 // ids per choice. Anything the upstream sends that is not what its protocol promises — bad

@@ -1004,6 +1004,9 @@ Reply Server::Impl::completions(const Request& req) {
       return send_error(p, invalid_argument("'resume_output_ids' leaves no room under max_tokens"));
     g.resume_output = std::move(cr->resume_output_ids);
   }
+  // Which choice of an n-sample run a single seeded request draws as (n = 1 only: submit_n
+  // numbers the choices of n > 1 itself).
+  g.sample_index = cr->sample_index;
   if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
   auto retention = retention_of(p, cr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());

@@ -277,6 +277,47 @@ TEST(CompletionsRequest, FathomIdLevelFieldsAndStopTokenIds) {
   }
 }
 
+// Fathom's continuation fields: resume_output_ids (n = 1) and sample_index (0..127, n = 1),
+// which together continue choice i of an n-sample request on its own.
+TEST(CompletionsRequest, FathomResumeOutputIdsAndSampleIndex) {
+  auto r = parse_completions_request(
+      req(R"("seed":7,"resume_output_ids":[4,5],"sample_index":2)", "[1, 2]"), {});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->resume_output_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(r->sample_index, 2);
+  EXPECT_EQ(r->n, 1);
+  // The bounds, n given as 1, and null as absent (the default, 0).
+  for (const char* extra : {R"("sample_index":0)", R"("sample_index":127)",
+                            R"("n":1,"sample_index":127)", R"("sample_index":null)"}) {
+    auto ok = parse_completions_request(req(extra), {});
+    ASSERT_TRUE(ok.is_ok()) << extra << ": " << ok.status().message();
+  }
+  EXPECT_EQ(parse_completions_request(req(R"("sample_index":127)"), {})->sample_index, 127);
+  EXPECT_EQ(parse_completions_request(req(R"("sample_index":null)"), {})->sample_index, 0);
+  EXPECT_EQ(parse_completions_request(req(""), {})->sample_index, 0);
+  // n > 1 numbers its own choices; resume_output_ids needs n = 1 too.
+  EXPECT_EQ(parse_completions_request(req(R"("n":3,"seed":1)"), {})->sample_index, 0);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"("sample_index":-1)", "sample_index"},
+      {R"("sample_index":128)", "sample_index"},
+      {R"("sample_index":1.0)", "sample_index"},
+      {R"("sample_index":"1")", "sample_index"},
+      {R"("sample_index":true)", "sample_index"},
+      {R"("sample_index":[1])", "sample_index"},
+      {R"("sample_index":99999999999999999999)", "sample_index"},
+      {R"("n":2,"sample_index":1)", "sample_index"},
+      {R"("sample_index":1,"n":2)", "sample_index"},  // the order of the fields does not matter
+      {R"("n":2,"sample_index":0)", "sample_index"},
+      {R"("n":2,"resume_output_ids":[3])", "resume_output_ids"},
+      {R"("resume_output_ids":3)", "resume_output_ids"},
+      {R"("resume_output_ids":[-3])", "resume_output_ids"},
+  };
+  for (const auto& [extra, param] : bad) {
+    json e = rejected(req(extra));
+    EXPECT_EQ(e["param"], param) << extra << " -> " << e.dump();
+  }
+}
+
 TEST(CompletionsResponder, LogprobIdsTravelWithTheirTokenIds) {
   CompletionsChoice choice{0, 1, false, false, true, true, nullptr};
   CompletionsResponder s("cmpl-5", "m", 9, choice);

@@ -137,6 +137,79 @@ TEST(UpstreamCall, SglangGenerateShape) {
   EXPECT_TRUE(check_upstream_supports(UpstreamKind::kVllm, request(), 2).is_ok());
 }
 
+// One choice of an n-sample request continued alone: on fathom an n = 1 body with that
+// choice's ids as resume_output_ids and its sample_index (omitted for choice 0, whose body is
+// a plain single-sample continuation's, byte for byte).
+TEST(UpstreamCall, FathomContinuesOneChoiceWithItsSampleIndex) {
+  const std::vector<int32_t> sofar = {8, 9};
+  const Value b =
+      body_of(build_upstream_call(UpstreamKind::kFathom, request(), 3, sofar, "chat", "r", 2));
+  EXPECT_EQ(b.find("n"), nullptr);
+  EXPECT_EQ(int_of(b.find("sample_index")), 2);
+  EXPECT_EQ(ints(b.find("resume_output_ids")), (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(int_of(b.find("max_tokens")), 10);  // resume_output_ids count toward it
+  EXPECT_EQ(int_of(b.find("seed")), 42);
+  EXPECT_EQ(ints(b.find("prompt")), (std::vector<int64_t>{5, 6, 7}));
+  // Before the choice's first token (a retry of that choice alone): no resume field.
+  const Value first =
+      body_of(build_upstream_call(UpstreamKind::kFathom, request(), 3, {}, "chat", "r", 1));
+  EXPECT_EQ(first.find("resume_output_ids"), nullptr);
+  EXPECT_EQ(int_of(first.find("sample_index")), 1);
+  EXPECT_EQ(first.find("n"), nullptr);
+  // Choice 0 of n, a plain single-sample continuation and the default argument: one body.
+  const std::string single =
+      build_upstream_call(UpstreamKind::kFathom, request(), 1, sofar, "chat", "r").body;
+  EXPECT_EQ(build_upstream_call(UpstreamKind::kFathom, request(), 3, sofar, "chat", "r", 0).body,
+            single);
+  EXPECT_EQ(build_upstream_call(UpstreamKind::kFathom, request(), 1, sofar, "chat", "r", 0).body,
+            single);
+  EXPECT_EQ(body_of(build_upstream_call(UpstreamKind::kFathom, request(), 1, sofar, "", ""))
+                .find("sample_index"),
+            nullptr);
+  // All n choices at once: `n`, never a sample_index.
+  const Value all = body_of(build_upstream_call(UpstreamKind::kFathom, request(), 3, {}, "", ""));
+  EXPECT_EQ(int_of(all.find("n")), 3);
+  EXPECT_EQ(all.find("sample_index"), nullptr);
+  // A single-sample request's own sample_index (a client's, through the router) goes on, on a
+  // first try and on a continuation alike.
+  engine::GenerationRequest own = request();
+  own.sample_index = 5;
+  EXPECT_EQ(int_of(body_of(build_upstream_call(UpstreamKind::kFathom, own, 1, {}, "", ""))
+                       .find("sample_index")),
+            5);
+  EXPECT_EQ(int_of(body_of(build_upstream_call(UpstreamKind::kFathom, own, 1, sofar, "", "", 0))
+                       .find("sample_index")),
+            5);
+}
+
+// On vllm one choice continues as n = 1 with its ids on the prompt and the request's seed
+// (vLLM cannot select a sample's random numbers); a client's sample_index is refused there.
+TEST(UpstreamCall, VllmContinuesOneChoiceOnThePrompt) {
+  const std::vector<int32_t> sofar = {8, 9, 10};
+  const Value b =
+      body_of(build_upstream_call(UpstreamKind::kVllm, request(), 3, sofar, "chat", "r", 2));
+  EXPECT_EQ(ints(b.find("prompt")), (std::vector<int64_t>{5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(int_of(b.find("max_tokens")), 7);
+  EXPECT_EQ(b.find("n"), nullptr);
+  EXPECT_EQ(int_of(b.find("seed")), 42);
+  EXPECT_EQ(b.find("sample_index"), nullptr);
+  EXPECT_EQ(b.find("resume_output_ids"), nullptr);
+  EXPECT_EQ(build_upstream_call(UpstreamKind::kVllm, request(), 3, sofar, "chat", "r", 0).body,
+            build_upstream_call(UpstreamKind::kVllm, request(), 1, sofar, "chat", "r").body);
+  // sglang has only choice 0 of one sample: the same body as without a choice.
+  EXPECT_EQ(build_upstream_call(UpstreamKind::kSglang, request(), 1, sofar, "", "r", 0).body,
+            build_upstream_call(UpstreamKind::kSglang, request(), 1, sofar, "", "r").body);
+  engine::GenerationRequest own = request();
+  own.sample_index = 1;
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kFathom, own, 1).is_ok());
+  for (UpstreamKind k : {UpstreamKind::kVllm, UpstreamKind::kSglang}) {
+    const Status s = check_upstream_supports(k, own, 1);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << upstream_kind_name(k);
+    EXPECT_EQ(s.message().rfind("'sample_index'", 0), 0u) << s.message();
+  }
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kVllm, request(), 3).is_ok());
+}
+
 // Feeds `lines` to a reader; the tokens per choice, the finishes, and the first error.
 struct Read {
   std::vector<std::vector<int32_t>> tokens;

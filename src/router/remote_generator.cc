@@ -504,7 +504,7 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
   const RemoteGeneratorOptions& opt = g.opt_;
   const Endpoint& ep = g.replicas_->endpoint(replica);
   // One choice continued on its own (n > 1 after a failure), or every choice of the request.
-  const bool one = choice >= 0;
+  const bool one = choice >= 0 && job.n > 1;
   const size_t ci = one ? size_t(choice) : 0;
   auto close = [&](engine::FinishCause fallback, const Status& error) {
     if (one)
@@ -539,8 +539,11 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
   char rid[64];
   std::snprintf(rid, sizeof rid, "fathom-router-%016llx-%llu", (unsigned long long)g.id_base_,
                 (unsigned long long)g.attempt_ids_.fetch_add(1));
-  const UpstreamCall call = build_upstream_call(opt.upstream, job.req, one ? 1 : job.n, sofar,
-                                                opt.retention.name(job.req.retention), rid);
+  // One choice alone: fathom continues it with its sample_index, so a seeded choice goes on
+  // as in the n-sample run (upstream.h).
+  const UpstreamCall call =
+      build_upstream_call(opt.upstream, job.req, job.n, sofar,
+                          opt.retention.name(job.req.retention), rid, one ? choice : -1);
   // What the upstream computes as the prompt: on vllm and sglang the output so far is on it.
   std::vector<int32_t> sent = job.req.prompt;
   if (opt.upstream != UpstreamKind::kFathom) sent.insert(sent.end(), sofar.begin(), sofar.end());

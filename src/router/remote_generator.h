@@ -14,7 +14,9 @@
 // by (seed, sample, absolute position)), with penalties — is that of a run without the
 // failure. vLLM and SGLang have no such field: there the tokens already produced are appended
 // to the prompt (the stream is still uninterrupted, the output not bit-identical; README). A
-// request of n > 1 samples is retried only before its first token.
+// request of n > 1 samples that fails after tokens continues each unfinished choice on its own,
+// as a one-sample request with its tokens so far and (fathom) its sample_index, so a seeded
+// choice goes on as in the n-sample run.
 //
 // Cache-aware routing over Fathom replicas follows each replica's KV events (one
 // KvEventFollower thread per replica, kv_event_follower.h) into the policy's exact index; other

@@ -6,6 +6,9 @@
 //     SIGKILLed while they stream: all 16 complete with the outputs of the direct run, and the
 //     router's metrics show continuations (requests moved mid-stream with the output so far).
 //   - The killed replica restarts on its port: the router sees it up again and routes to it.
+//   - The router runs no thread per request: with the 16 in flight, no more threads than idle.
+//   - n = 3 seeded and streamed, its replica SIGKILLed once every choice streams: each choice
+//     continues on its own (its tokens so far and its sample index) and equals the direct run.
 //   - A client that leaves mid-stream: the replica drops its request.
 //   - Hostile: a feature's bad value is a 400 naming it, as from a replica; a bad --replica or
 //     --policy exits 2; with no replica up a request gets a 503 in the protocol's shape.
@@ -13,6 +16,7 @@
 'use strict';
 const { spawnSync } = require('child_process');
 const assert = require('assert');
+const fs = require('fs');
 const path = require('path');
 const { startServer, startRouter, checker } = require('../serve/start_server.js');
 
@@ -33,6 +37,10 @@ async function metrics(port) {
 function metric(text, name) {
   const m = text.match(new RegExp('^' + name.replace(/[{}"=.]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
   return m ? Number(m[1]) : NaN;
+}
+// The threads a process runs now (Linux).
+function threadsOf(pid) {
+  return Number(/^Threads:\s+(\d+)$/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
 }
 async function waitFor(fn, what, ms = 30000) {
   const end = Date.now() + ms;
@@ -154,6 +162,7 @@ async function chat(client, i, stream) {
       }, 'the replicas to drop the request', 20000);
     });
 
+    const idleThreads = threadsOf(router.proc.pid);
     await check('a replica SIGKILLed mid-stream: all 16 requests complete with the direct outputs', async () => {
       const before = await metrics(router.port);
       const progress = new Array(16).fill(0);
@@ -178,6 +187,9 @@ async function chat(client, i, stream) {
       }
       // Every streamed request has its first tokens: B is serving half of them now.
       await waitFor(async () => progress.every((p, i) => i % 4 === 3 || p >= 2), 'the streams to start', 120000);
+      // No thread per request: 16 requests in flight, the router runs the threads it ran idle.
+      const busyThreads = threadsOf(router.proc.pid);
+      assert.ok(busyThreads <= idleThreads, `router threads: ${idleThreads} idle, ${busyThreads} with 16 in flight`);
       b.proc.kill('SIGKILL');
       const got = await Promise.all(runs);
       for (let i = 0; i < 16; i++) {
@@ -206,6 +218,49 @@ async function chat(client, i, stream) {
       }
       const routed1 = metric(await metrics(router.port), `fathom_router_replica_routed_total{replica="${bUrl}"}`);
       assert.ok(routed1 - routed0 >= 1, `routed to the restarted replica: ${routed1 - routed0}`);
+    });
+
+    await check('n = 3 (seeded, streamed), its replica SIGKILLed mid-stream: every choice completes as directly', async () => {
+      const req = { model: 'deepseek-chat', max_tokens: maxTokens, n: 3, temperature: 1, seed: 77,
+        messages: [{ role: 'user', content: 'Three answers: ' + 'count the stars. '.repeat(12) }] };
+      // Choice i's text, finish and token count, streamed (progress[i]: chunks so far).
+      const run = async (c, progress) => {
+        const s = await c.chat.completions.create({ ...req, stream: true,
+          stream_options: { include_usage: true } });
+        const out = [0, 1, 2].map(() => ({ text: '', finish: null }));
+        for await (const ch of s)
+          for (const x of ch.choices) {
+            out[x.index].text += x.delta.content || '';
+            out[x.index].finish = x.finish_reason || out[x.index].finish;
+            if (progress) progress[x.index]++;
+          }
+        return out;
+      };
+      const wantN = await run(direct, null);
+      assert.ok(new Set(wantN.map((x) => x.text)).size > 1, 'the choices differ');
+      const before = await metrics(router.port);
+      const progress = [0, 0, 0];
+      const running = run(client, progress);
+      await waitFor(async () => progress.every((p) => p >= 3), 'every choice to start', 120000);
+      // The replica serving it dies.
+      let victim = null;
+      for (const r of [a, b])
+        if (metric(await metrics(r.port), 'fathom_running_sequences') > 0) victim = r;
+      assert.ok(victim, 'a replica runs the request');
+      victim.proc.kill('SIGKILL');
+      const got = await running;
+      assert.deepStrictEqual(got, wantN);
+      const after = await metrics(router.port);
+      const moved = metric(after, 'fathom_router_continuations_total') - metric(before, 'fathom_router_continuations_total');
+      assert.ok(moved >= 1 && moved <= 3, `choices continued: ${moved}`);
+      assert.equal(metric(after, 'fathom_router_failed_requests_total'), 0);
+      console.log(`     ${moved} choices continued on the surviving replica`);
+      // Back as it was for the checks below.
+      const restarted = await startServer(fathom, ['--port', String(victim.port)]);
+      procs.push(restarted.proc);
+      if (victim === a) a = restarted; else b = restarted;
+      await waitFor(async () => metric(await metrics(router.port),
+        `fathom_router_replica_up{replica="http://127.0.0.1:${restarted.port}"}`) === 1, 'the replica to be back');
     });
 
     await check('with no replica up: 503 in each protocol\'s shape, /health 503', async () => {

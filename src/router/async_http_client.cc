@@ -101,10 +101,11 @@ Status cut_error(Cut cut, const std::string& timed_out) {
   return io_error(cut == Cut::kStopped ? std::string("stopped") : timed_out);
 }
 
-// Reads more raw bytes into io.in (up to idle_ms, polling `stop`). 0 at EOF.
+// Reads more raw bytes into io.in (up to idle_ms, polling `stop`). 0 at EOF. `timed_out`
+// words the error when idle_ms passes (default: "no data for <idle_ms> ms").
 AsyncHttpExchange::Awaitable<Result<size_t>> fill(AsyncHttpExchange::Io& io, int idle_ms,
-                                                  const AsyncHttpExchange::Stop& stop,
-                                                  int poll_ms) {
+                                                  const AsyncHttpExchange::Stop& stop, int poll_ms,
+                                                  std::string timed_out = {}) {
   // Asked before every read too: a stream whose bytes keep coming never idles for poll_ms.
   if (stop && stop()) co_return io_error("stopped");
   error_code ec;
@@ -116,7 +117,9 @@ AsyncHttpExchange::Awaitable<Result<size_t>> fill(AsyncHttpExchange::Io& io, int
                                            asio::redirect_error(asio::use_awaitable, ec));
     cut = w.cut();
   }
-  if (cut != Cut::kNone) co_return cut_error(cut, "no data for " + std::to_string(idle_ms) + " ms");
+  if (cut != Cut::kNone)
+    co_return cut_error(cut, timed_out.empty() ? "no data for " + std::to_string(idle_ms) + " ms"
+                                               : timed_out);
   if (ec == asio::error::eof) {
     io.in.set_eof();
     co_return size_t(0);
@@ -188,13 +191,22 @@ AsyncHttpExchange::Awaitable<Result<std::unique_ptr<AsyncHttpExchange>>> AsyncHt
 AsyncHttpExchange::Awaitable<Result<bool>> AsyncHttpExchange::read_line(std::string* line,
                                                                         int idle_timeout_ms,
                                                                         Stop stop, int poll_ms) {
+  // The whole line within the timeout, not each byte: a replica trickling a byte at a time
+  // would otherwise hold the request forever.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(idle_timeout_ms);
+  const std::string ms = std::to_string(idle_timeout_ms) + " ms";
+  bool some = false;  // bytes came, not a whole line
   for (;;) {
     Result<HttpResponseParser::Next> next = io_->in.next_line(line);
     if (!next.is_ok()) co_return next.status();
     if (*next != HttpResponseParser::Next::kMore)
       co_return *next == HttpResponseParser::Next::kLine;
-    Result<size_t> n = co_await fill(*io_, idle_timeout_ms, stop, poll_ms);
+    const int left = ms_left(deadline);
+    if (left <= 0) co_return io_error("no whole line for " + ms);
+    Result<size_t> n =
+        co_await fill(*io_, left, stop, poll_ms, (some ? "no whole line for " : "no data for ") + ms);
     if (!n.is_ok()) co_return n.status();  // 0: EOF, which the parser judges
+    some = true;
   }
 }
 

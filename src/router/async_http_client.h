@@ -44,7 +44,9 @@ class AsyncHttpExchange {
   int status() const;
 
   // As HttpExchange::read_line: the body's next line into *line (true), false at its end;
-  // kIoError when the connection breaks, no byte comes for idle_timeout_ms, or `stop`.
+  // kIoError when the connection breaks, the line does not come whole within idle_timeout_ms
+  // (bytes trickling in do not extend it), it passes HttpResponseParser::kMaxLineBytes, or
+  // `stop`.
   Awaitable<Result<bool>> read_line(std::string* line, int idle_timeout_ms, Stop stop = {},
                                     int poll_ms = 50);
   // The rest of the body (at most max_bytes), within timeout_ms (or until `stop`).

@@ -200,6 +200,8 @@ Result<bool> HttpResponseParser::decode() {
   for (;;) {
     if (!in_chunk_) {
       const size_t e = raw_.find("\r\n");
+      // A chunk-size line (hex digits, maybe extensions) is short: a longer one is garbage.
+      if (e == std::string::npos ? raw_.size() > 4096 : e > 4096) return io_error("bad chunk size");
       if (e == std::string::npos) break;
       char* endp = nullptr;
       const std::string size_text = raw_.substr(0, e);
@@ -234,20 +236,30 @@ Result<HttpResponseParser::Next> HttpResponseParser::next_line(std::string* line
     if (len > 0 && body_[len - 1] == '\r') --len;
     line->assign(body_, 0, len);
     body_.erase(0, nl + 1);
+    scanned_ = 0;
   };
-  if (const size_t nl = body_.find('\n'); nl != std::string::npos) {
+  // Only the bytes not scanned yet: a long line arriving in many reads is scanned once.
+  auto find_newline = [&] {
+    const size_t nl = body_.find('\n', scanned_);
+    scanned_ = nl == std::string::npos ? body_.size() : nl;
+    return nl;
+  };
+  if (const size_t nl = find_newline(); nl != std::string::npos) {
     take_line(nl);
     return Next::kLine;
   }
   FATHOM_ASSIGN_OR_RETURN(bool ended, decode());
-  if (const size_t nl = body_.find('\n'); nl != std::string::npos) {
+  if (const size_t nl = find_newline(); nl != std::string::npos) {
     take_line(nl);
     return Next::kLine;
   }
+  if (body_.size() > kMaxLineBytes)
+    return io_error("a body line longer than " + std::to_string(kMaxLineBytes) + " bytes");
   if (!ended) return Next::kMore;
   if (body_.empty()) return Next::kEnd;
   line->swap(body_);
   body_.clear();
+  scanned_ = 0;
   return Next::kLine;
 }
 

@@ -45,10 +45,15 @@ class HttpResponseParser {
   Result<bool> parse_head();
   int status() const { return status_; }
 
+  // The longest body line next_line() accepts: a replica streaming more without a newline is
+  // broken or hostile, and holding its bytes would grow the router without bound.
+  static constexpr size_t kMaxLineBytes = size_t(16) << 20;
+
   enum class Next { kLine, kEnd, kMore };
   // The body's next line (without its \n or \r\n) into *line: kLine; kEnd at the body's end
   // (a last line without a newline comes first as a kLine); kMore when more bytes are needed.
-  // kIoError when the body is malformed or cut (bad chunk size, closed inside the body).
+  // kIoError when the body is malformed or cut (bad chunk size, closed inside the body), or a
+  // line passes kMaxLineBytes. Each byte is scanned for the newline once.
   Result<Next> next_line(std::string* line);
   // The whole body into *out once it has ended: true; false while more bytes are needed.
   // kIoError when malformed or cut, or when it passes max_bytes.
@@ -61,6 +66,7 @@ class HttpResponseParser {
   int status_ = 0;
   std::string raw_;   // bytes read and not yet decoded
   std::string body_;  // decoded body bytes not yet returned
+  size_t scanned_ = 0;  // next_line: body_'s first bytes known to hold no newline
   bool chunked_ = false, sized_ = false, ended_ = false, eof_ = false;
   int64_t remaining_ = 0;  // sized: body bytes left; chunked: bytes left in the chunk
   bool in_chunk_ = false;

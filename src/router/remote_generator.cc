@@ -369,6 +369,9 @@ Awaitable<void> RemoteGenerator::Driver::attempts(RemoteGenerator& g, std::share
         }
         c = pick();
       }
+      // The client left during the hand-off: no request for D to prefill or decode for no one
+      // (its room ends with its lease).
+      if (g.stopping_.load() || job->all_cancelled()) co_return;
     }
     routed(g, *job, c, a);
     g.replicas_->begin(c.replica);
@@ -483,10 +486,13 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
                                opt.retention.name(job.req.retention), de.url, o, stop);
   // P failed (unreachable, or cut off mid-way) when the exchange itself broke; an error it
   // answered is the transfer's failure, not P's. A client that left is no one's failure.
-  const bool p_failed = !r.is_ok() && r.status().code() == StatusCode::kIoError && !stop();
+  const bool left = stop();
+  const bool p_failed = !r.is_ok() && r.status().code() == StatusCode::kIoError && !left;
   g.replicas_->end(p.replica, p_failed);
   std::lock_guard<std::mutex> lock(g.mu_);
-  if (r.is_ok()) {
+  if (!r.is_ok() && left) {
+    // Not a transfer's failure: the request ends here (attempts() sees the client gone).
+  } else if (r.is_ok()) {
     g.stats_.pd_bytes += r->bytes;
     g.stats_.pd_blocks += r->blocks;
     g.stats_.pd_transfer_seconds.observe(r->push_seconds);

@@ -33,7 +33,7 @@ namespace {
 // client sees them in separate reads), then waits `hold_ms` and closes.
 class Peer {
  public:
-  Peer(std::vector<std::string> parts, int hold_ms = 0) {
+  Peer(std::vector<std::string> parts, int hold_ms = 0, int pause_ms = 5) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -43,7 +43,7 @@ class Peer {
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
     ::listen(fd_, 1);
-    thread_ = std::thread([this, parts = std::move(parts), hold_ms] {
+    thread_ = std::thread([this, parts = std::move(parts), hold_ms, pause_ms] {
       int c = ::accept(fd_, nullptr, nullptr);
       std::string req;
       char buf[4096];
@@ -54,7 +54,7 @@ class Peer {
       }
       for (const std::string& p : parts) {
         (void)::send(c, p.data(), p.size(), MSG_NOSIGNAL);
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
       ::close(c);
@@ -200,6 +200,44 @@ TEST_P(HttpClient, SilenceAndStopAreErrorsNotHangs) {
     EXPECT_EQ(o.end.message(), "stopped");
     EXPECT_GT(asked, 2);
   }
+}
+
+// A replica streaming a line that never ends: an error once the line passes kMaxLineBytes,
+// not a buffer that grows (and is rescanned for its newline) as long as the bytes come.
+TEST_P(HttpClient, AnEndlessLineIsAnErrorNotUnboundedMemory) {
+  const size_t n = HttpResponseParser::kMaxLineBytes + (size_t(1) << 20);
+  Peer p({"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: ", std::string(n, 'x'),
+          "\n"});
+  const Outcome o = exchange(GetParam(), p.endpoint(), Read::kLines, 10000);
+  ASSERT_TRUE(o.start.is_ok()) << o.start.to_string();
+  EXPECT_TRUE(o.lines.empty());
+  EXPECT_EQ(o.end.code(), StatusCode::kIoError);
+  EXPECT_NE(o.end.message().find("longer than"), std::string::npos) << o.end.message();
+}
+
+// A chunk-size line that never ends is garbage, not a buffer to grow.
+TEST_P(HttpClient, AnEndlessChunkSizeLineIsAnError) {
+  Peer p({"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", std::string(1 << 20, '1')});
+  const Outcome o = exchange(GetParam(), p.endpoint(), Read::kLines, 5000);
+  ASSERT_TRUE(o.start.is_ok()) << o.start.to_string();
+  EXPECT_EQ(o.end.code(), StatusCode::kIoError);
+  EXPECT_NE(o.end.message().find("bad chunk size"), std::string::npos) << o.end.message();
+}
+
+// The requests' exchange bounds a whole line by the idle timeout: a replica trickling a byte
+// every 100 ms never idles 300 ms, but sends no line in 300 ms either.
+TEST(AsyncHttpClient, ATrickledLineTimesOut) {
+  std::vector<std::string> parts = {"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"};
+  for (int i = 0; i < 12; ++i) parts.push_back("d");
+  parts.push_back("\n");
+  Peer p(parts, 0, 100);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome o = exchange(true, p.endpoint(), Read::kLines, 300);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(o.lines.empty());
+  EXPECT_EQ(o.end.code(), StatusCode::kIoError);
+  EXPECT_NE(o.end.message().find("no whole line for 300 ms"), std::string::npos) << o.end.message();
+  EXPECT_LT(took, std::chrono::milliseconds(1000));
 }
 
 TEST_P(HttpClient, NonHttpAnswersAndRefusedConnectionsAreIoErrors) {

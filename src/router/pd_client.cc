@@ -50,9 +50,11 @@ AsyncHttpExchange::Awaitable<Result<PdReservation>> pd_reserve(
                                     o.timeout_ms, std::move(stop));
   if (!answer.is_ok()) co_return answer.status();
   const auto& r = *answer;
+  // 503: no room for it now (kv_capacity, too_many_rooms); anything else is no refusal of
+  // this request but a D that cannot take hand-offs (the attempt on D finds out why).
   if (r.first != 200)
     co_return Status(
-        StatusCode::kResourceExhausted,
+        r.first == 503 ? StatusCode::kResourceExhausted : StatusCode::kInternal,
         d.url + " refused the room (" + std::to_string(r.first) + "): " + message_of(r.second));
   auto v = pyjson::parse(r.second);
   if (!v.is_ok() || !v->is_object()) co_return io_error(d.url + ": a reservation that is not JSON");

@@ -31,8 +31,8 @@ struct PdCallOptions {
 };
 
 // What D expects, or why it refused (kIoError: unreachable; kResourceExhausted: it has no room
-// — too many rooms, or no KV pages for prompt + max_tokens: D holds them from the reservation
-// on). max_tokens < 1: not stated (D assumes 256).
+// now, a 503 — too many rooms, or no KV pages for prompt + max_tokens: D holds them from the
+// reservation on; kInternal: any other answer). max_tokens < 1: not stated (D assumes 256).
 struct PdReservation {
   int64_t expect_blocks = 0;  // the prompt blocks D may resume from
 };

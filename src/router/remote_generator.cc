@@ -141,6 +141,22 @@ engine::FinishCause finish_cause(const engine::GenerationRequest& r, int32_t eos
   return c;
 }
 
+// An attempt in flight on a replica (ReplicaSet::begin), ended (ReplicaSet::end) when it goes
+// out of scope: as failed unless ok() was called, so an exception cannot leave it counted.
+class InFlight {
+ public:
+  InFlight(ReplicaSet& set, size_t replica) : set_(set), replica_(replica) { set_.begin(replica_); }
+  ~InFlight() { set_.end(replica_, failed_); }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  void ok() { failed_ = false; }
+
+ private:
+  ReplicaSet& set_;
+  size_t replica_;
+  bool failed_ = true;
+};
+
 // The replicas a request may be sent to now: up and not failed for it; prefill replicas only
 // when no other replica can take it.
 std::vector<Candidate> candidates(const std::vector<ReplicaState>& states,
@@ -304,6 +320,8 @@ Awaitable<void> RemoteGenerator::Driver::run(RemoteGenerator& g, std::shared_ptr
     co_await attempts(g, job);
   } catch (const std::exception& e) {
     job->last_error = std::string("internal error: ") + e.what();
+  } catch (...) {
+    job->last_error = "internal error";
   }
   finish(g, *job);
 }
@@ -374,10 +392,13 @@ Awaitable<void> RemoteGenerator::Driver::attempts(RemoteGenerator& g, std::share
       if (g.stopping_.load() || job->all_cancelled()) co_return;
     }
     routed(g, *job, c, a);
-    g.replicas_->begin(c.replica);
-    const bool done = co_await attempt(g, *job, c.replica, room, -1);
-    g.replicas_->end(c.replica, !done);
-    if (done) co_return;
+    {
+      InFlight flight(*g.replicas_, c.replica);
+      if (co_await attempt(g, *job, c.replica, room, -1)) {
+        flight.ok();
+        co_return;
+      }
+    }
     job->tried.push_back(c.replica);
     if (job->n > 1 && job->any_tokens()) {
       co_await continue_choices(g, job, a + 1);
@@ -398,6 +419,8 @@ Awaitable<void> RemoteGenerator::Driver::continue_choices(RemoteGenerator& g,
     asio::co_spawn(ex, continue_choice(g, job, i, first_attempt, all_done),
                    [](std::exception_ptr) {});
   }
+  // The choices start only once this coroutine yields the strand (co_spawn posts them), so
+  // the wait below is armed before the last one can cancel it.
   if (job->choice_loops > 0) {
     boost::system::error_code ec;  // operation_aborted: the last choice ended
     co_await all_done->async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -422,14 +445,19 @@ Awaitable<void> RemoteGenerator::Driver::continue_choice(
         c = g.policy_.pick(prompt, job->req.cache_salt, cands);
       }
       routed(g, *job, c, a);
-      g.replicas_->begin(c.replica);
-      const bool done = co_await attempt(g, *job, c.replica, "", int(choice));
-      g.replicas_->end(c.replica, !done);
-      if (done) break;
+      {
+        InFlight flight(*g.replicas_, c.replica);
+        if (co_await attempt(g, *job, c.replica, "", int(choice))) {
+          flight.ok();
+          break;
+        }
+      }
       job->tried.push_back(c.replica);  // the other choices pass it over too
     }
   } catch (const std::exception& e) {
     job->last_error = std::string("internal error: ") + e.what();
+  } catch (...) {
+    job->last_error = "internal error";
   }
   if (--job->choice_loops == 0) all_done->cancel();
 }
@@ -481,14 +509,17 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
     g.policy_.routed(p.replica, p.block_hashes);
     ++g.stats_.pd_disaggregated;
   }
-  g.replicas_->begin(p.replica);
-  auto r = co_await pd_prefill(g.replicas_->endpoint(p.replica), room, prompt, salt,
-                               opt.retention.name(job.req.retention), de.url, o, stop);
-  // P failed (unreachable, or cut off mid-way) when the exchange itself broke; an error it
-  // answered is the transfer's failure, not P's. A client that left is no one's failure.
-  const bool left = stop();
-  const bool p_failed = !r.is_ok() && r.status().code() == StatusCode::kIoError && !left;
-  g.replicas_->end(p.replica, p_failed);
+  Result<PdPrefillResult> r = internal_error("no prefill");
+  bool left = false;
+  {
+    InFlight flight(*g.replicas_, p.replica);
+    r = co_await pd_prefill(g.replicas_->endpoint(p.replica), room, prompt, salt,
+                            opt.retention.name(job.req.retention), de.url, o, stop);
+    // P failed (unreachable, or cut off mid-way) when the exchange itself broke; an error it
+    // answered is the transfer's failure, not P's. A client that left is no one's failure.
+    left = stop();
+    if (r.is_ok() || r.status().code() != StatusCode::kIoError || left) flight.ok();
+  }
   std::lock_guard<std::mutex> lock(g.mu_);
   if (!r.is_ok() && left) {
     // Not a transfer's failure: the request ends here (attempts() sees the client gone).

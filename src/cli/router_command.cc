@@ -185,8 +185,9 @@ void add_router_command(CLI::App& app, Runner* run) {
   c->add_option("--probe-interval", a->probe_interval, "Seconds between /health probes")
       ->check(CLI::Range(0.01, 3600.0));
   c->add_option("--replica-idle-timeout", a->idle_timeout,
-                "Seconds a replica may stay silent mid-stream before the request moves on")
-      ->check(CLI::PositiveNumber);
+                "Seconds a replica may take for a whole line of its stream before the request "
+                "moves on")
+      ->check(CLI::Range(0.001, 86400.0));
   c->add_option("--shutdown-timeout", a->shutdown_timeout,
                 "On SIGTERM/SIGINT, seconds in-flight requests get to finish")
       ->check(CLI::NonNegativeNumber);

@@ -118,8 +118,8 @@ AsyncHttpExchange::Awaitable<Result<size_t>> fill(AsyncHttpExchange::Io& io, int
     cut = w.cut();
   }
   if (cut != Cut::kNone)
-    co_return cut_error(cut, timed_out.empty() ? "no data for " + std::to_string(idle_ms) + " ms"
-                                               : timed_out);
+    co_return cut_error(
+        cut, timed_out.empty() ? "no data for " + std::to_string(idle_ms) + " ms" : timed_out);
   if (ec == asio::error::eof) {
     io.in.set_eof();
     co_return size_t(0);
@@ -203,8 +203,8 @@ AsyncHttpExchange::Awaitable<Result<bool>> AsyncHttpExchange::read_line(std::str
       co_return *next == HttpResponseParser::Next::kLine;
     const int left = ms_left(deadline);
     if (left <= 0) co_return io_error("no whole line for " + ms);
-    Result<size_t> n =
-        co_await fill(*io_, left, stop, poll_ms, (some ? "no whole line for " : "no data for ") + ms);
+    Result<size_t> n = co_await fill(*io_, left, stop, poll_ms,
+                                     (some ? "no whole line for " : "no data for ") + ms);
     if (!n.is_ok()) co_return n.status();  // 0: EOF, which the parser judges
     some = true;
   }

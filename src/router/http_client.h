@@ -64,8 +64,8 @@ class HttpResponseParser {
   Result<bool> decode();
 
   int status_ = 0;
-  std::string raw_;   // bytes read and not yet decoded
-  std::string body_;  // decoded body bytes not yet returned
+  std::string raw_;     // bytes read and not yet decoded
+  std::string body_;    // decoded body bytes not yet returned
   size_t scanned_ = 0;  // next_line: body_'s first bytes known to hold no newline
   bool chunked_ = false, sized_ = false, ended_ = false, eof_ = false;
   int64_t remaining_ = 0;  // sized: body bytes left; chunked: bytes left in the chunk

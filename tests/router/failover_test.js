@@ -18,7 +18,7 @@ const { spawnSync } = require('child_process');
 const assert = require('assert');
 const fs = require('fs');
 const path = require('path');
-const { startServer, startRouter, checker } = require('../serve/start_server.js');
+const { startServer, startRouter, checker, metrics, metric, waitFor } = require('../serve/start_server.js');
 
 const [fathom, modules] = process.argv.slice(2);
 const OpenAI = require(path.join(modules, 'openai')).default;
@@ -28,27 +28,11 @@ const maxTokens = light ? 32 : 64;
 
 const t = checker();
 const check = t.check;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 
-async function metrics(port) {
-  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-}
-function metric(text, name) {
-  const m = text.match(new RegExp('^' + name.replace(/[{}"=.]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
-  return m ? Number(m[1]) : NaN;
-}
 // The threads a process runs now (Linux).
 function threadsOf(pid) {
   return Number(/^Threads:\s+(\d+)$/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]);
-}
-async function waitFor(fn, what, ms = 30000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await fn()) return;
-    await sleep(100);
-  }
-  throw new Error('timed out waiting for ' + what);
 }
 
 // The 16 requests: distinct user messages; even ones greedy, odd ones seeded at temperature 1.

@@ -18,30 +18,14 @@
 'use strict';
 const assert = require('assert');
 const path = require('path');
-const { startServer, startRouter, checker } = require('../serve/start_server.js');
+const { startServer, startRouter, checker, metrics, metric, waitFor } = require('../serve/start_server.js');
 
 const [fathom, modules] = process.argv.slice(2);
 const OpenAI = require(path.join(modules, 'openai')).default;
 
 const t = checker();
 const check = t.check;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function metrics(port) {
-  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-}
-function metric(text, name) {
-  const m = text.match(new RegExp('^' + name.replace(/[{}"=.]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
-  return m ? Number(m[1]) : NaN;
-}
-async function waitFor(fn, what, ms = 30000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await fn()) return;
-    await sleep(20);
-  }
-  throw new Error('timed out waiting for ' + what);
-}
 async function post(port, p, body) {
   const r = await fetch(`http://127.0.0.1:${port}${p}`, { method: 'POST',
     headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });

@@ -13,7 +13,7 @@
 const { spawn } = require('child_process');
 const assert = require('assert');
 const path = require('path');
-const { startServer, checker, randomPrompt } = require('../serve/start_server.js');
+const { startServer, checker, randomPrompt, metrics, metric, waitFor } = require('../serve/start_server.js');
 
 const [fathom, modules] = process.argv.slice(2);
 const OpenAI = require(path.join(modules, 'openai')).default;
@@ -21,7 +21,6 @@ const Anthropic = require(path.join(modules, '@anthropic-ai/sdk')).default;
 
 const t = checker();
 const check = t.check;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // A router that probes its replicas once at start and then hardly ever (an hour): a replica
 // killed later is still "up" for it, so the next request sent there finds it dead.
@@ -42,21 +41,6 @@ function startGateway(kind, replicaPorts) {
   });
 }
 
-async function metrics(port) {
-  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-}
-function metric(text, name) {
-  const m = text.match(new RegExp('^' + name.replace(/[{}"=.]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
-  return m ? Number(m[1]) : NaN;
-}
-async function waitFor(fn, what, ms = 30000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await fn()) return;
-    await sleep(50);
-  }
-  throw new Error('timed out waiting for ' + what);
-}
 async function post(port, p, body, raw = false) {
   const r = await fetch(`http://127.0.0.1:${port}${p}`, { method: 'POST',
     headers: { 'Content-Type': 'application/json' }, body: raw ? body : JSON.stringify(body) });

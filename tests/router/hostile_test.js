@@ -23,7 +23,7 @@ const assert = require('assert');
 const fs = require('fs');
 const http = require('http');
 const net = require('net');
-const { startServer, startRouter, checker } = require('../serve/start_server.js');
+const { startServer, startRouter, checker, metrics, metric, waitFor } = require('../serve/start_server.js');
 
 const [fathom] = process.argv.slice(2);  // NODE_MODULES unused: node's own http and net
 const CLIENTS = Number(process.env.FATHOM_HOSTILE_CLIENTS || 200);
@@ -31,24 +31,9 @@ const t = checker();
 const check = t.check;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function metrics(port) {
-  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-}
-function metric(text, name) {
-  const m = text.match(new RegExp('^' + name.replace(/[{}"=.]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
-  return m ? Number(m[1]) : NaN;
-}
 function procStatus(pid, field) {
   const m = new RegExp('^' + field + ':\\s+(\\d+)', 'm').exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) : NaN;
-}
-async function waitFor(fn, what, ms = 30000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await fn()) return;
-    await sleep(100);
-  }
-  throw new Error('timed out waiting for ' + what);
 }
 const url = (s) => `http://127.0.0.1:${s.port}`;
 

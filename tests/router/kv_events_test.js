@@ -13,12 +13,11 @@
 // Usage: node kv_events_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
-const { startServer, startRouter, checker, randomPrompt } = require('../serve/start_server.js');
+const { startServer, startRouter, checker, randomPrompt, metrics, metric, waitFor } = require('../serve/start_server.js');
 
 const [fathom] = process.argv.slice(2);
 const t = checker();
 const check = t.check;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function getJson(port, p) {
   const r = await fetch(`http://127.0.0.1:${port}${p}`);
@@ -32,23 +31,6 @@ async function complete(port, prompt) {
   const text = await r.text();
   assert.equal(r.status, 200, text);
   return JSON.parse(text).usage;
-}
-async function metrics(port) {
-  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-}
-function metric(text, name) {
-  const m = text.match(new RegExp('^' + name.replace(/[{}"=.]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
-  return m ? Number(m[1]) : NaN;
-}
-async function waitFor(fn, what, ms = 15000) {
-  const end = Date.now() + ms;
-  let last;
-  while (Date.now() < end) {
-    last = await fn().catch((e) => e);
-    if (last === true) return;
-    await sleep(50);
-  }
-  throw new Error('timed out waiting for ' + what + (last instanceof Error ? ': ' + last.message : ''));
 }
 // A replica's cached blocks (sorted hashes) and the router's view of replica i.
 async function snapshotBlocks(port) {

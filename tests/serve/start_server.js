@@ -55,4 +55,27 @@ function randomPrompt(seed, length) {
   return p;
 }
 
-module.exports = { startServer, startRouter, checker, randomPrompt };
+// A server's /metrics text, and one sample of it (`name` with its labels, as printed): NaN when
+// absent.
+async function metrics(port) {
+  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+}
+function metric(text, name) {
+  const m = text.match(new RegExp('^' + name.replace(/[{}"=.+]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
+  return m ? Number(m[1]) : NaN;
+}
+
+// Resolves once `fn` (async) returns a truthy value, asking every 50 ms; rejects after `ms`,
+// naming `what` and the last error `fn` threw.
+async function waitFor(fn, what, ms = 30000) {
+  const end = Date.now() + ms;
+  let last;
+  while (Date.now() < end) {
+    last = await fn().catch((e) => e);
+    if (last && !(last instanceof Error)) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('timed out waiting for ' + what + (last instanceof Error ? ': ' + last.message : ''));
+}
+
+module.exports = { startServer, startRouter, checker, randomPrompt, metrics, metric, waitFor };

@@ -274,7 +274,13 @@ async function mooncake() {
 }
 
 (async () => {
-  if (!fathom) throw new Error('usage: node bench/router_trace.js FATHOM [--flags] | [REPLICAS SESSIONS TURNS CONCURRENCY FIRST ADD]');
+  const usage = 'usage: node bench/router_trace.js FATHOM [--flags] | [REPLICAS SESSIONS TURNS CONCURRENCY FIRST ADD]';
+  if (!fathom || fathom.startsWith('-')) throw new Error(usage);
+  try {
+    require('fs').accessSync(fathom, require('fs').constants.X_OK);
+  } catch {
+    throw new Error(`${fathom}: not an executable fathom binary\n${usage}`);
+  }
   const out = rest.length && rest[0].startsWith('--') ? await mooncake() : await lockstep();
   console.log(JSON.stringify(out));
   process.exit(0);

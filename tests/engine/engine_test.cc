@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/test_util.h"
 #include "grammar/matcher.h"
 #include "grammar/regex.h"
 #include "model/v41.h"
@@ -23,22 +24,8 @@
 namespace fathom::engine {
 namespace {
 
-const model::V41Model& tiny() {
-  static std::unique_ptr<model::V41Model> m = [] {
-    model::ModelOptions o;
-    o.numerics = model::Numerics::kFast;
-    auto r = model::V41Model::load(std::string(FATHOM_TEST_DATA) + "/model/v41-tiny", o);
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return std::move(*r);
-  }();
-  return *m;
-}
-
-// The engine's view of tiny().
-const ModelRunner& runner() {
-  static runner::V41Runner r(tiny());
-  return r;
-}
+using test::tiny_model;
+using test::tiny_runner;
 
 std::vector<int32_t> drain(RequestStream& s, StreamEvent* last) {
   std::vector<int32_t> out;
@@ -60,7 +47,7 @@ std::vector<int32_t> prompt(int n, int salt) {
 }
 
 TEST(Engine, GreedyEqualsTheModelsArgmaxChain) {
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   std::vector<int32_t> p = prompt(40, 1);
   // Independent chain: the model alone.
   auto st = m.new_sequence();
@@ -72,7 +59,7 @@ TEST(Engine, GreedyEqualsTheModelsArgmaxChain) {
     want.push_back(t);
     ASSERT_TRUE(m.forward(*st, std::span(&want.back(), 1), logits.data(), nullptr, false).is_ok());
   }
-  Engine e(runner(), EngineOptions{}, -1);
+  Engine e(tiny_runner(), EngineOptions{}, -1);
   GenerationRequest r;
   r.prompt = p;
   r.sampling.temperature = 0;
@@ -95,7 +82,7 @@ TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
   r.ignore_eos = true;
   std::vector<int32_t> alone;
   {
-    Engine e(runner(), EngineOptions{}, 1);
+    Engine e(tiny_runner(), EngineOptions{}, 1);
     auto s = e.submit(r);
     ASSERT_TRUE(s.is_ok());
     StreamEvent last;
@@ -104,7 +91,7 @@ TEST(Engine, SeededRequestIsTheSameAloneAndInABatch) {
   ASSERT_EQ(alone.size(), 16u);
   EngineOptions small_steps;
   small_steps.max_step_tokens = 24;  // forces chunked prefill interleaved with decode
-  Engine e(runner(), small_steps, 1);
+  Engine e(tiny_runner(), small_steps, 1);
   std::vector<std::shared_ptr<RequestStream>> others;
   for (int i = 0; i < 8; ++i) {
     GenerationRequest o;
@@ -138,7 +125,7 @@ EngineStats idle_stats(const Engine& e) {
 
 // The model's own greedy chain (independent of the engine).
 std::vector<int32_t> argmax_chain(const std::vector<int32_t>& p, int n) {
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   auto st = m.new_sequence();
   std::vector<float> logits(1024);
   std::vector<int32_t> want;
@@ -162,7 +149,7 @@ GenerationRequest greedy(std::vector<int32_t> p, int n) {
 TEST(Engine, PrefixHitWithWindowSideObjectsIsExact) {
   EngineOptions o;
   o.prefix_block = 16;  // the tiny model's window; several blocks in a 60-token prompt
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   GenerationRequest r = greedy(prompt(60, 3), 8);
   StreamEvent first, second;
   auto a = drain(**e.submit(r), &first);
@@ -183,7 +170,7 @@ TEST(Engine, PrefixHitWithBoundedReplayReplaysTheLastWindow) {
   EngineOptions o;
   o.prefix_block = 16;
   o.swa_bounded_replay = true;
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   // 40 tokens: a hit may cover at most 40 - 16 (window) - 6 (speculative slots) = 18
   // tokens, so one block; its replay starts at 0 and is exact.
   GenerationRequest r = greedy(prompt(40, 5), 8);
@@ -208,13 +195,13 @@ TEST(Engine, PrefixHitWithBoundedReplayReplaysTheLastWindow) {
 TEST(Engine, SmallPoolEvictsCachedBlocksAndPreemptsYetEveryAnswerIsExact) {
   // A pool of a few sequences' pages: admission waits, cached blocks are evicted, running
   // sequences are preempted and recomputed; greedy answers equal the model's own chain.
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   kv::PagePool probe_pool(m.page_bytes(8), 0);  // the engine's pages: 16-token blocks / ratio 2
   auto probe = m.new_sequence(&probe_pool);
   EngineOptions o;
   o.prefix_block = 16;
   o.kv_budget_bytes = 2 * m.pages_needed(*probe, 48 + 24) * m.page_bytes(8);
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   std::vector<GenerationRequest> reqs;
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 6; ++i) {
@@ -245,7 +232,7 @@ TEST(Engine, ConcurrentGreedyRequestsAreExactWithAndWithoutAsyncScheduling) {
     EngineOptions o;
     o.async_scheduling = async;
     o.max_step_tokens = 32;  // prefill spreads over several steps, beside decodes
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& r : reqs) streams.push_back(*e.submit(r));
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -264,7 +251,7 @@ TEST(Engine, DecoderReplayWithATailCoveringTheDecodersReachIsExact) {
   EngineOptions o;
   o.decoder_replay_keep = 64;
   o.max_step_tokens = 40;  // the prefill crosses the tail start inside a chunk
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   GenerationRequest r = greedy(prompt(100, 7), 10);
   StreamEvent last;
   EXPECT_EQ(drain(**e.submit(r), &last), argmax_chain(r.prompt, 10));
@@ -276,7 +263,7 @@ TEST(Engine, CancellationsAtEveryStageLeaveNothingBehind) {
   // run to the end, under a pool small enough to defer and preempt: every stream gets one
   // final event, the survivors their exact chains, and the engine ends empty.
   for (bool async : {true, false}) {
-    const auto& m = tiny();
+    const auto& m = tiny_model();
     kv::PagePool probe_pool(m.page_bytes(8), 0);
     auto probe = m.new_sequence(&probe_pool);
     EngineOptions o;
@@ -284,7 +271,7 @@ TEST(Engine, CancellationsAtEveryStageLeaveNothingBehind) {
     o.async_scheduling = async;
     o.max_step_tokens = 24;
     o.kv_budget_bytes = 3 * m.pages_needed(*probe, 90) * m.page_bytes(8);
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     std::vector<GenerationRequest> reqs;
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (int i = 0; i < 12; ++i) {
@@ -315,7 +302,7 @@ TEST(Engine, CancellationsAtEveryStageLeaveNothingBehind) {
 }
 
 TEST(Engine, CancelStopsAndBadRequestsAreRefused) {
-  Engine e(runner(), EngineOptions{}, -1);
+  Engine e(tiny_runner(), EngineOptions{}, -1);
   GenerationRequest r;
   r.prompt = prompt(20, 4);
   r.max_tokens = 100000;
@@ -376,7 +363,7 @@ std::vector<int32_t> model_chain(const GenerationRequest& r) {
                              r.max_tokens);
   auto it = memo.find(key);
   if (it != memo.end()) return it->second;
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   auto st = m.new_sequence();
   std::vector<float> logits(size_t(m.config().vocab_size));
   std::vector<int32_t> out;
@@ -394,7 +381,7 @@ std::vector<int32_t> model_chain(const GenerationRequest& r) {
 
 std::vector<int32_t> run_alone(const EngineOptions& o, const GenerationRequest& r,
                                StreamEvent* last) {
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   auto s = e.submit(r);
   EXPECT_TRUE(s.is_ok());
   if (!s.is_ok()) return {};
@@ -406,7 +393,7 @@ TEST(EngineExact, ColdAndWarmPrefixCacheGiveTheModelsChain) {
     GenerationRequest r =
         request(prompt(kLongPrompt, 21), 10, seeded ? seeded_t1() : SamplingParams{}, seeded);
     if (!seeded) r.sampling.temperature = 0;
-    Engine e(runner(), EngineOptions{}, -1);
+    Engine e(tiny_runner(), EngineOptions{}, -1);
     StreamEvent cold, warm;
     auto a = drain(**e.submit(r), &cold);
     auto b = drain(**e.submit(r), &warm);
@@ -425,7 +412,7 @@ TEST(EngineExact, AloneAndAmongEightConcurrentRequestsGiveTheModelsChain) {
     if (!seeded) r.sampling.temperature = 0;
     StreamEvent last;
     const std::vector<int32_t> alone = run_alone(EngineOptions{}, r, &last);
-    Engine e(runner(), EngineOptions{}, -1);
+    Engine e(tiny_runner(), EngineOptions{}, -1);
     std::vector<std::shared_ptr<RequestStream>> others;
     std::shared_ptr<RequestStream> mine;
     for (int i = 0; i < 8; ++i) {
@@ -468,7 +455,7 @@ TEST(EngineExact, AsyncAndSyncSchedulingGiveTheModelsChain) {
     for (bool async : {true, false}) {
       EngineOptions o;
       o.async_scheduling = async;
-      Engine e(runner(), o, -1);
+      Engine e(tiny_runner(), o, -1);
       // A second request alongside, so that plans made ahead meet a changing batch.
       auto other = *e.submit(request(prompt(300, 25), 20, seeded_t1(), true));
       StreamEvent last;
@@ -516,7 +503,7 @@ Answer one_chunk_alone(const GenerationRequest& r) {
   EngineOptions one;
   one.max_step_tokens = 4096;
   one.prefix_cache = false;
-  Engine e(runner(), one, -1);
+  Engine e(tiny_runner(), one, -1);
   return answer(**e.submit(r));
 }
 
@@ -530,7 +517,7 @@ TEST(EngineExact, OneTokenPromptChunksAtAnEvenPositionGiveTheOneChunkAnswer) {
     const GenerationRequest r = greedy_with_logprobs(prompt(L, 41), 8);
     const Answer want = one_chunk_alone(r);
     EXPECT_EQ(want.tokens, model_chain(r)) << L;
-    Engine e(runner(), EngineOptions{}, -1);
+    Engine e(tiny_runner(), EngineOptions{}, -1);
     const Answer cold = answer(**e.submit(r));
     const Answer warm = answer(**e.submit(r));
     EXPECT_EQ(e.stats().cached_tokens, (L - 1) / 128 * 128) << L;
@@ -550,7 +537,7 @@ TEST(EngineExact, APromptAdmittedBesideADecodingSequenceGivesTheOneChunkAnswer) 
   for (bool async : {true, false}) {
     EngineOptions o;
     o.async_scheduling = async;
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     auto other = *e.submit(greedy(prompt(40, 43), 200));
     StreamEvent ev;
     ASSERT_TRUE(other->next(&ev, 60000));  // decoding from now on
@@ -567,7 +554,7 @@ TEST(EngineExact, APromptAdmittedBesideADecodingSequenceGivesTheOneChunkAnswer) 
 // they decode past position 114, and every answer (tokens, top-5 logprobs, finish) must
 // equal the request's answer alone. (Before the fix, 3 of these 3 pools changed an answer.)
 TEST(EngineExact, PreemptedSequencesRecomputeTheirGeneratedTokensAsDecodeSteps) {
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   kv::PagePool probe_pool(m.page_bytes(8), 0);  // the engine's pages: 16-token blocks / ratio 2
   auto probe = m.new_sequence(&probe_pool);
   const int64_t one = m.pages_needed(*probe, 160);
@@ -587,7 +574,7 @@ TEST(EngineExact, PreemptedSequencesRecomputeTheirGeneratedTokensAsDecodeSteps) 
     EngineOptions o;
     o.prefix_block = 16;
     o.kv_budget_bytes = pages * m.page_bytes(8);
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& r : reqs) {
       auto s = e.submit(r);
@@ -623,7 +610,7 @@ TEST(EngineExact, ResumedOutputContinuesTheUninterruptedAnswer) {
     for (size_t cut : {size_t(5), size_t(25)}) {
       GenerationRequest rest = r;
       rest.resume_output.assign(whole.tokens.begin(), whole.tokens.begin() + long(cut));
-      Engine e(runner(), EngineOptions{}, -1);
+      Engine e(tiny_runner(), EngineOptions{}, -1);
       const Answer got = answer(**e.submit(rest));
       EXPECT_EQ(got.cause, FinishCause::kLength) << got.error;
       EXPECT_EQ(got.tokens,
@@ -633,7 +620,7 @@ TEST(EngineExact, ResumedOutputContinuesTheUninterruptedAnswer) {
                 std::vector<float>(whole.logprobs.begin() + long(cut) * 3, whole.logprobs.end()));
     }
   }
-  Engine e(runner(), EngineOptions{}, -1);
+  Engine e(tiny_runner(), EngineOptions{}, -1);
   GenerationRequest bad = greedy(prompt(20, 72), 4);
   bad.resume_output = {1, 2, 3, 4};
   EXPECT_EQ(e.submit(bad).status().code(), StatusCode::kInvalidArgument);  // no room left
@@ -650,7 +637,7 @@ TEST(EngineExact, SubmitNForksSamplesThatEqualEachSampleAloneAndSharePages) {
   std::vector<std::vector<int32_t>> got;
   int64_t peak_n = 0;
   {
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     auto streams = e.submit_n(r, 4);
     ASSERT_TRUE(streams.is_ok());
     ASSERT_EQ(streams->size(), 4u);
@@ -666,7 +653,7 @@ TEST(EngineExact, SubmitNForksSamplesThatEqualEachSampleAloneAndSharePages) {
   for (int i = 0; i < 4; ++i) {
     GenerationRequest alone = r;
     alone.sample_index = i;
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     StreamEvent last;
     EXPECT_EQ(drain(**e.submit(alone), &last), got[size_t(i)]) << "sample " << i;
     EXPECT_EQ(got[size_t(i)], model_chain(alone)) << "sample " << i;
@@ -687,7 +674,7 @@ TEST(EngineApi, SubmitNSamplesOutliveTheirCancelledLeader) {
   for (bool async : {true, false}) {
     EngineOptions o;
     o.async_scheduling = async;
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     auto streams = e.submit_n(r, 3);
     ASSERT_TRUE(streams.is_ok());
     (*streams)[0]->cancel();
@@ -702,15 +689,15 @@ TEST(EngineApi, SubmitNSamplesOutliveTheirCancelledLeader) {
     }
     EXPECT_EQ(idle_stats(e).running, 0);
   }
-  Engine e(runner(), EngineOptions{}, -1);
+  Engine e(tiny_runner(), EngineOptions{}, -1);
   EXPECT_FALSE(e.submit_n(r, 0).is_ok());
 }
 
 TEST(EngineApi, LogprobsAtTemperatureZeroAreTheLogSoftmaxOfTheModelsLogits) {
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   GenerationRequest r = greedy(prompt(50, 27), 5);
   r.top_logprobs = 5;
-  Engine e(runner(), EngineOptions{}, -1);
+  Engine e(tiny_runner(), EngineOptions{}, -1);
   auto s = *e.submit(r);
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> lps;
@@ -755,7 +742,7 @@ TEST(EngineApi, ReasoningBudgetForcesTheThinkEndId) {
   while (std::find(chain.begin(), chain.end(), end) != chain.end()) ++end;
   r.think_end_id = end;
   r.reasoning_budget = 3;
-  Engine e(runner(), EngineOptions{}, -1);
+  Engine e(tiny_runner(), EngineOptions{}, -1);
   StreamEvent last;
   std::vector<int32_t> got = drain(**e.submit(r), &last);
   ASSERT_EQ(got.size(), 8u);
@@ -774,7 +761,7 @@ TEST(EngineApi, ReasoningBudgetForcesTheThinkEndId) {
 }
 
 TEST(EngineApi, InjectedErrorsEndWithAnErrorEvent) {
-  Engine e(runner(), EngineOptions{}, -1);
+  Engine e(tiny_runner(), EngineOptions{}, -1);
   for (int64_t after : {0, 3}) {
     GenerationRequest r = greedy(prompt(30, 29), 10);
     r.inject_error_after = after;
@@ -793,12 +780,12 @@ TEST(EngineApi, InjectedErrorsEndWithAnErrorEvent) {
 }
 
 TEST(EngineApi, APromptThePoolCanNeverHoldIsRefusedAndGrowthPastItIsAnErrorEvent) {
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   kv::PagePool probe_pool(m.page_bytes(64), 0);
   auto probe = m.new_sequence(&probe_pool);
   EngineOptions o;
   o.kv_budget_bytes = m.pages_needed(*probe, 200) * m.page_bytes(64);
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   auto too_big = e.submit(greedy(prompt(kLongPrompt, 30), 4));
   ASSERT_FALSE(too_big.is_ok());
   EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted);
@@ -811,7 +798,7 @@ TEST(EngineApi, APromptThePoolCanNeverHoldIsRefusedAndGrowthPastItIsAnErrorEvent
 }
 
 TEST(EngineApi, HealthAndContextLength) {
-  Engine e(runner(), EngineOptions{}, -1);
+  Engine e(tiny_runner(), EngineOptions{}, -1);
   Engine::Health h = e.health();
   EXPECT_TRUE(h.alive);
   EXPECT_EQ(h.stalled_seconds, 0);
@@ -871,7 +858,7 @@ std::string constrained_text(const grammar::CompiledGrammar& c,
 
 TEST(EngineGrammar, RegexConstrainedSamplesMatchAndStop) {
   auto c = tiny_regex("[a-c]{3,5}");
-  Engine e(runner(), EngineOptions{}, kGrammarEos);
+  Engine e(tiny_runner(), EngineOptions{}, kGrammarEos);
   for (int seed = 0; seed < 6; ++seed) {
     GenerationRequest r;
     r.prompt = prompt(20, 40 + seed);
@@ -928,7 +915,7 @@ TEST(EngineGrammar, RegexConstrainedSamplesMatchAndStop) {
 
 TEST(EngineGrammar, ConstraintStartsAfterThinkEndAndFollowsForcedTokens) {
   auto c = tiny_regex("ab[a-c]{2,6}");
-  Engine e(runner(), EngineOptions{}, kGrammarEos);
+  Engine e(tiny_runner(), EngineOptions{}, kGrammarEos);
   GenerationRequest r;
   r.prompt = prompt(20, 60);
   r.sampling.temperature = 1.0f;
@@ -961,14 +948,14 @@ TEST(EngineGrammar, ConstraintStartsAfterThinkEndAndFollowsForcedTokens) {
 TEST(EngineGrammar, PreemptedSequencesRebuildTheirMatchers) {
   // Long constrained outputs under a pool small enough to preempt: seeded samples equal the
   // same requests run alone (the rebuilt matcher masks exactly as the original did).
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   auto c = tiny_regex("[a-c]{40,44}");
   kv::PagePool probe_pool(m.page_bytes(8), 0);
   auto probe = m.new_sequence(&probe_pool);
   EngineOptions o;
   o.prefix_block = 16;
   o.kv_budget_bytes = 2 * m.pages_needed(*probe, 48 + 24) * m.page_bytes(8);
-  Engine small(runner(), o, kGrammarEos), big(runner(), EngineOptions{}, kGrammarEos);
+  Engine small(tiny_runner(), o, kGrammarEos), big(tiny_runner(), EngineOptions{}, kGrammarEos);
   std::vector<GenerationRequest> reqs;
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 6; ++i) {
@@ -1040,8 +1027,8 @@ TEST(EngineSpeculative, OracleDraftsAreKeptUntilTheFirstWrongOneAndChangeNothing
     if (!seeded) r.sampling.temperature = 0;
     r.top_logprobs = 3;
     const std::vector<int32_t> chain = model_chain(r);
-    OracleDrafter oracle(tiny(), int64_t(r.prompt.size()), chain, 4);
-    const Answer plain = answer(**Engine(runner(), EngineOptions{}, -1).submit(r));
+    OracleDrafter oracle(tiny_model(), int64_t(r.prompt.size()), chain, 4);
+    const Answer plain = answer(**Engine(tiny_runner(), EngineOptions{}, -1).submit(r));
     EngineOptions o;
     o.speculative_tokens = 5;
     Engine e(oracle, o, -1);
@@ -1083,7 +1070,7 @@ TEST(EngineSpeculative, RealDraftStagesChangeNothingAloneOrAmongOthers) {
   reqs[2].stop_ids = {model_chain(reqs[2])[5]};
   std::vector<Answer> plain;
   {
-    Engine e(runner(), EngineOptions{}, -1);
+    Engine e(tiny_runner(), EngineOptions{}, -1);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& r : reqs) streams.push_back(*e.submit(r));
     for (auto& s : streams) plain.push_back(answer(*s));
@@ -1099,7 +1086,7 @@ TEST(EngineSpeculative, RealDraftStagesChangeNothingAloneOrAmongOthers) {
     EngineOptions o;
     o.speculative_tokens = 5;
     o.speculative_schedule = kinds[variant];
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     std::vector<Answer> got;
     if (together) {
       std::vector<std::shared_ptr<RequestStream>> streams;
@@ -1145,7 +1132,7 @@ TEST(EngineSpeculative, GrammarConstrainedAndForkedSamplesAreUnchanged) {
   auto run = [&](int64_t drafts) {
     EngineOptions o;
     o.speculative_tokens = drafts;
-    Engine e(runner(), o, kGrammarEos);
+    Engine e(tiny_runner(), o, kGrammarEos);
     std::vector<Answer> out;
     for (int seed = 0; seed < 4; ++seed) {
       GenerationRequest r = request(prompt(30, 80 + seed), 40, seeded_t1(), true);
@@ -1189,10 +1176,10 @@ TEST(EngineGrammar, MasksComputedBesideTheForwardChangeNothing) {
     return out;
   };
   EngineStats inline_st, ahead_st, spec_st;
-  const std::vector<Answer> one_at_a_time = run(runner(), false, 0, &inline_st);
-  const std::vector<Answer> ahead = run(runner(), true, 0, &ahead_st);
+  const std::vector<Answer> one_at_a_time = run(tiny_runner(), false, 0, &inline_st);
+  const std::vector<Answer> ahead = run(tiny_runner(), true, 0, &ahead_st);
   // Request 0 drafted by an oracle that knows its answer, every fourth draft wrong.
-  OracleDrafter oracle(tiny(), int64_t(reqs[0].prompt.size()), one_at_a_time[0].tokens, 4);
+  OracleDrafter oracle(tiny_model(), int64_t(reqs[0].prompt.size()), one_at_a_time[0].tokens, 4);
   const std::vector<Answer> spec = run(oracle, true, 5, &spec_st);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(one_at_a_time[i].cause, FinishCause::kEos) << i;
@@ -1221,7 +1208,7 @@ TEST(EngineGrammar, JumpForwardEmitsForcedTextAsExactDecodeSteps) {
   auto c = tiny_regex("(ab){4}[a-c]{1,3}(xz){2}");
   EngineOptions o;
   o.grammar_jump_forward = true;
-  Engine jump(runner(), o, kGrammarEos), plain(runner(), EngineOptions{}, kGrammarEos);
+  Engine jump(tiny_runner(), o, kGrammarEos), plain(tiny_runner(), EngineOptions{}, kGrammarEos);
   for (int seed = 0; seed < 3; ++seed) {
     GenerationRequest r = request(prompt(30, 100 + seed), 40, seeded_t1(), true);
     r.sampling.seed = uint64_t(seed);

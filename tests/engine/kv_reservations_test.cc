@@ -14,28 +14,16 @@
 #include "engine/engine.h"
 #include "engine/kv_reservations.h"
 #include "engine/scheduler.h"
+#include "engine/test_util.h"
 #include "model/v41.h"
-#include "runner/v41_runner.h"
 
 namespace fathom::engine {
 namespace {
 
-using Clock = KvReservations::Clock;
+using test::tiny_model;
+using test::tiny_runner;
 
-const model::V41Model& tiny() {
-  static std::unique_ptr<model::V41Model> m = [] {
-    model::ModelOptions o;
-    o.numerics = model::Numerics::kFast;
-    auto r = model::V41Model::load(std::string(FATHOM_TEST_DATA) + "/model/v41-tiny", o);
-    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-    return std::move(*r);
-  }();
-  return *m;
-}
-const ModelRunner& runner() {
-  static runner::V41Runner r(tiny());
-  return r;
-}
+using Clock = KvReservations::Clock;
 
 std::vector<int32_t> prompt(int n, int salt) {
   std::vector<int32_t> p = {0};
@@ -96,14 +84,14 @@ std::shared_ptr<Sequence> queued(std::vector<int32_t> p) {
 }
 
 TEST(KvReservations, TheSchedulerPlansNoOtherAdmissionIntoHeldPages) {
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   kv::PagePool pool(m.page_bytes(16), 0);
   const auto later = Clock::now() + std::chrono::hours(1);
   const std::vector<int32_t> held_prompt = prompt(48, 3), other = prompt(48, 4);
-  const int64_t need = runner().pages_needed(*runner().new_sequence(&pool), 48);
+  const int64_t need = tiny_runner().pages_needed(*tiny_runner().new_sequence(&pool), 48);
   // A running sequence, and room for exactly one more admission of `need` pages.
   auto plan_with = [&](const KvReservations* holds, const std::vector<int32_t>& p) {
-    Scheduler sched(runner(), &pool, SchedulerOptions{}, holds);
+    Scheduler sched(tiny_runner(), &pool, SchedulerOptions{}, holds);
     Outcome out;
     out.running.push_back({queued(prompt(20, 9)), 1, 20});
     out.free_pages = need + 5;
@@ -152,7 +140,7 @@ void wait_idle(const Engine& e) {
 }
 
 TEST(KvReservations, TheEngineHoldsAHandOffsPagesUntilItsRequestIsAdmitted) {
-  const auto& m = tiny();
+  const auto& m = tiny_model();
   kv::PagePool probe_pool(m.page_bytes(8), 0);
   auto probe = m.new_sequence(&probe_pool);
   const int64_t pages = m.pages_needed(*probe, 48 + 24);
@@ -164,13 +152,13 @@ TEST(KvReservations, TheEngineHoldsAHandOffsPagesUntilItsRequestIsAdmitted) {
   // The answers without any hold: the truth the held requests must give.
   std::vector<int32_t> want_a, want_b;
   {
-    Engine plain(runner(), o, -1);
+    Engine plain(tiny_runner(), o, -1);
     StreamEvent last;
     want_a = drain(**plain.submit(greedy(pa, 24)), &last);
     want_b = drain(**plain.submit(greedy(pb, 24)), &last);
     ASSERT_EQ(want_a.size(), 24u);
   }
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   auto ha = e.reserve_kv(pa, 0, 24, later);
   ASSERT_TRUE(ha.is_ok()) << ha.status().message();
   EXPECT_EQ(e.reserved_kv_pages(), pages);

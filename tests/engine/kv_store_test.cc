@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/test_util.h"
 #include "kv/disk_store.h"
 #include "model/kv_object_sizes.h"
 #include "model/v41.h"
@@ -26,21 +27,10 @@
 namespace fathom::engine {
 namespace {
 
+using test::load_tiny_model;
+using test::tiny_runner;
+
 namespace fs = std::filesystem;
-
-std::unique_ptr<model::V41Model> load_tiny(model::Numerics numerics) {
-  model::ModelOptions o;
-  o.numerics = numerics;
-  auto r = model::V41Model::load(std::string(FATHOM_TEST_DATA) + "/model/v41-tiny", o);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return std::move(*r);
-}
-
-const ModelRunner& runner() {
-  static std::unique_ptr<model::V41Model> m = load_tiny(model::Numerics::kFast);
-  static runner::V41Runner r(*m);
-  return r;
-}
 
 std::vector<int32_t> prompt(int n) {
   std::vector<int32_t> p = {0};
@@ -94,7 +84,7 @@ class EngineKvStore : public ::testing::Test {
     // The truth: an engine with no prefix cache and no store.
     EngineOptions o;
     o.prefix_cache = false;
-    Engine cold(runner(), o, -1);
+    Engine cold(tiny_runner(), o, -1);
     greedy_ = ask(cold, p_, false).tokens;
     seeded_ = ask(cold, p_, true).tokens;
   }
@@ -109,7 +99,7 @@ class EngineKvStore : public ::testing::Test {
   // One engine's life over the directory: it answers both requests and is shut down.
   void first_life() {
     auto store = open();
-    Engine e(runner(), options(store.get()), -1);
+    Engine e(tiny_runner(), options(store.get()), -1);
     EXPECT_EQ(ask(e, p_, false).tokens, greedy_);
     e.shutdown();
     store->flush();
@@ -128,7 +118,7 @@ class EngineKvStore : public ::testing::Test {
 TEST_F(EngineKvStore, ARestartHitsTheStoreAndIsExact) {
   first_life();
   auto store = open();
-  Engine e(runner(), options(store.get()), -1);
+  Engine e(tiny_runner(), options(store.get()), -1);
   const Answer g = ask(e, p_, false);
   EXPECT_EQ(g.tokens, greedy_);
   EXPECT_EQ(g.cached, 64);  // 4 blocks of 16; the last token always runs
@@ -200,7 +190,7 @@ TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   RecordingStore store(disk.get());
   EngineOptions o = options(&store);
   o.max_running = 1;
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   // The running request: another prompt, generating until cancelled.
   GenerationRequest busy;
   busy.prompt = std::vector<int32_t>(40, 7);
@@ -217,7 +207,7 @@ TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   std::vector<kv::StoreKey> keys;
   for (int b = 0; b < 4; ++b)
     keys.push_back(
-        kv::store_key(runner().fingerprint(), hashes[size_t(b)], kv::ObjectKind::kBlock));
+        kv::store_key(tiny_runner().fingerprint(), hashes[size_t(b)], kv::ObjectKind::kBlock));
   GenerationRequest r;
   r.prompt = p_;
   r.max_tokens = 8;
@@ -226,7 +216,7 @@ TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   auto queued = e.submit(r);
   ASSERT_TRUE(queued.is_ok());
   const kv::StoreKey window =
-      kv::store_key(runner().fingerprint(), hashes[3], kv::ObjectKind::kWindow);
+      kv::store_key(tiny_runner().fingerprint(), hashes[3], kv::ObjectKind::kWindow);
   ASSERT_TRUE(store.contains(window));
   ASSERT_TRUE(store.wait_read(keys));
   ASSERT_TRUE(store.wait_read({window}));
@@ -263,10 +253,10 @@ TEST_F(EngineKvStore, ALongerPromptResumesFromTheLastBlockOfAnEarlierOne) {
   for (int i = 0; i < 40; ++i) longer.push_back(int32_t(100 + i));
   EngineOptions o;
   o.prefix_cache = false;
-  Engine cold(runner(), o, -1);
+  Engine cold(tiny_runner(), o, -1);
   const std::vector<int32_t> want = ask(cold, longer, false).tokens;
   auto store = open();
-  Engine e(runner(), options(store.get()), -1);
+  Engine e(tiny_runner(), options(store.get()), -1);
   const Answer a = ask(e, longer, false);
   EXPECT_EQ(a.tokens, want);
   EXPECT_EQ(a.cached, 64);  // the earlier prompt's 4 full blocks
@@ -287,7 +277,7 @@ TEST_F(EngineKvStore, DamagedObjectsAreCountedRemovedAndRecomputed) {
     }
   }
   auto store = open();
-  Engine e(runner(), options(store.get()), -1);
+  Engine e(tiny_runner(), options(store.get()), -1);
   const Answer g = ask(e, p_, false);
   EXPECT_EQ(g.tokens, greedy_);
   EXPECT_GE(e.stats().store_corrupt, 1);
@@ -300,10 +290,10 @@ TEST_F(EngineKvStore, DamagedObjectsAreCountedRemovedAndRecomputed) {
 
 TEST_F(EngineKvStore, AnotherModelsBlocksAreNeverUsed) {
   // The same checkpoint under strict numerics computes other KV: another fingerprint.
-  std::unique_ptr<model::V41Model> strict = load_tiny(model::Numerics::kStrict);
+  std::unique_ptr<model::V41Model> strict = load_tiny_model(model::Numerics::kStrict);
   {
     runner::V41Runner strict_runner(*strict);
-    ASSERT_FALSE(strict_runner.fingerprint() == runner().fingerprint());
+    ASSERT_FALSE(strict_runner.fingerprint() == tiny_runner().fingerprint());
     auto store = open();
     Engine e(strict_runner, options(store.get()), -1);
     ask(e, p_, false);
@@ -316,13 +306,13 @@ TEST_F(EngineKvStore, AnotherModelsBlocksAreNeverUsed) {
   for (size_t b = 0; b < 4; ++b) {
     for (auto kind : {kv::ObjectKind::kBlock, kv::ObjectKind::kWindow}) {
       const kv::StoreKey theirs = kv::store_key(strict->fingerprint(), hashes[b], kind);
-      const kv::StoreKey ours = kv::store_key(runner().fingerprint(), hashes[b], kind);
+      const kv::StoreKey ours = kv::store_key(tiny_runner().fingerprint(), hashes[b], kind);
       auto bytes = store->get(theirs, kv::kDefaultRetention);
       if (bytes.is_ok()) store->put(ours, *bytes, kv::kDefaultRetention);
     }
   }
   store->flush();
-  Engine e(runner(), options(store.get()), -1);
+  Engine e(tiny_runner(), options(store.get()), -1);
   const Answer g = ask(e, p_, false);
   EXPECT_EQ(g.tokens, greedy_);
   EXPECT_EQ(g.cached, 0);
@@ -338,7 +328,7 @@ TEST_F(EngineKvStore, BoundedReplayHitsFromTheStoreAsFromTheCache) {
   {
     auto store = open();
     o.store = store.get();
-    Engine e(runner(), o, -1);
+    Engine e(tiny_runner(), o, -1);
     ask(e, p_, false);
     const Answer warm = ask(e, p_, false);
     EXPECT_GT(warm.cached, 0);
@@ -346,7 +336,7 @@ TEST_F(EngineKvStore, BoundedReplayHitsFromTheStoreAsFromTheCache) {
   }
   auto store = open();
   o.store = store.get();
-  Engine e(runner(), o, -1);
+  Engine e(tiny_runner(), o, -1);
   const Answer a = ask(e, p_, false);
   EXPECT_GT(a.cached, 0);
   EXPECT_EQ(a.tokens, warm_l1);
@@ -355,7 +345,7 @@ TEST_F(EngineKvStore, BoundedReplayHitsFromTheStoreAsFromTheCache) {
 
 // The model-level checks of a decoded block, object by object.
 TEST(KvStoreObjects, TheModelRejectsWrongTokensShapesAndWindows) {
-  const ModelRunner& r = runner();
+  const ModelRunner& r = tiny_runner();
   kv::PagePool pool(r.page_bytes(16 / r.block_alignment()), 0);
   auto seq = r.new_sequence(&pool);
   const std::vector<int32_t> p = prompt(32);
@@ -415,7 +405,7 @@ TEST(KvStoreObjects, InspectSizesAreTheLengthsOfEncodedObjects) {
   auto cfg = model::load_model_config_dir(std::string(FATHOM_TEST_DATA) + "/model/v41-tiny");
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
   const model::KvStoreSizes z = model::kv_store_sizes(*cfg, 128);
-  const ModelRunner& r = runner();
+  const ModelRunner& r = tiny_runner();
   kv::PagePool pool(r.page_bytes(16 / r.block_alignment()), 0);
   auto seq = r.new_sequence(&pool);
   const std::vector<int32_t> p = prompt(256);

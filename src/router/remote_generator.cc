@@ -216,6 +216,12 @@ struct RemoteGenerator::Driver {
   // failed and the request (or the choice) should go elsewhere.
   static Awaitable<bool> attempt(RemoteGenerator& g, Job& job, size_t replica,
                                  const std::string& room, int choice);
+  // The policy's choice among `cands` for the request.
+  static Choice pick(RemoteGenerator& g, const Job& job, std::span<const Candidate> cands);
+  // Attempt number `a` on c (see attempt()), counted: routed, in flight on the replica while
+  // it runs, and on its failure added to the replicas the request passes over.
+  static Awaitable<bool> try_on(RemoteGenerator& g, Job& job, const Choice& c, int a,
+                                const std::string& room, int choice);
   // Routing bookkeeping for attempt number `a` on c.
   static void routed(RemoteGenerator& g, const Job& job, const Choice& c, int a);
   // The request's final events and counts, once no coroutine of it runs.
@@ -352,8 +358,27 @@ void RemoteGenerator::Driver::routed(RemoteGenerator& g, const Job& job, const C
   }
 }
 
+Choice RemoteGenerator::Driver::pick(RemoteGenerator& g, const Job& job,
+                                     std::span<const Candidate> cands) {
+  std::lock_guard<std::mutex> lock(g.mu_);
+  return g.policy_.pick(job.req.prompt, job.req.cache_salt, cands);
+}
+
+Awaitable<bool> RemoteGenerator::Driver::try_on(RemoteGenerator& g, Job& job, const Choice& c,
+                                                int a, const std::string& room, int choice) {
+  routed(g, job, c, a);
+  {
+    InFlight flight(*g.replicas_, c.replica);
+    if (co_await attempt(g, job, c.replica, room, choice)) {
+      flight.ok();
+      co_return true;
+    }
+  }
+  job.tried.push_back(c.replica);  // every choice of the request passes it over
+  co_return false;
+}
+
 Awaitable<void> RemoteGenerator::Driver::attempts(RemoteGenerator& g, std::shared_ptr<Job> job) {
-  const std::span<const int32_t> prompt(job->req.prompt);
   for (int a = 0; a < g.opt_.max_attempts; ++a) {
     if (g.stopping_.load() || job->all_cancelled()) co_return;
     const std::vector<ReplicaState> states = g.replicas_->snapshot();
@@ -362,11 +387,7 @@ Awaitable<void> RemoteGenerator::Driver::attempts(RemoteGenerator& g, std::share
       if (job->last_error.empty()) job->last_error = "no replica is up";
       co_return;
     }
-    auto pick = [&] {
-      std::lock_guard<std::mutex> lock(g.mu_);
-      return g.policy_.pick(prompt, job->req.cache_salt, cands);
-    };
-    Choice c = pick();
+    Choice c = pick(g, *job, cands);
     std::string room;
     if (a == 0) {
       // A decode replica without room for the request is passed over for the next-best
@@ -385,21 +406,13 @@ Awaitable<void> RemoteGenerator::Driver::attempts(RemoteGenerator& g, std::share
           ++g.stats_.pd_local;
           break;
         }
-        c = pick();
+        c = pick(g, *job, cands);
       }
       // The client left during the hand-off: no request for D to prefill or decode for no one
       // (its room ends with its lease).
       if (g.stopping_.load() || job->all_cancelled()) co_return;
     }
-    routed(g, *job, c, a);
-    {
-      InFlight flight(*g.replicas_, c.replica);
-      if (co_await attempt(g, *job, c.replica, room, -1)) {
-        flight.ok();
-        co_return;
-      }
-    }
-    job->tried.push_back(c.replica);
+    if (co_await try_on(g, *job, c, a, room, -1)) co_return;
     if (job->n > 1 && job->any_tokens()) {
       co_await continue_choices(g, job, a + 1);
       co_return;
@@ -431,28 +444,14 @@ Awaitable<void> RemoteGenerator::Driver::continue_choice(
     RemoteGenerator& g, std::shared_ptr<Job> job, size_t choice, int first_attempt,
     std::shared_ptr<asio::steady_timer> all_done) {
   try {
-    const std::span<const int32_t> prompt(job->req.prompt);
     for (int a = first_attempt; a < g.opt_.max_attempts; ++a) {
       if (g.stopping_.load() || job->streams[choice]->cancelled()) break;
-      std::vector<Candidate> cands = candidates(g.replicas_->snapshot(), job->tried);
+      const std::vector<Candidate> cands = candidates(g.replicas_->snapshot(), job->tried);
       if (cands.empty()) {
         if (job->last_error.empty()) job->last_error = "no replica is up";
         break;
       }
-      Choice c;
-      {
-        std::lock_guard<std::mutex> lock(g.mu_);
-        c = g.policy_.pick(prompt, job->req.cache_salt, cands);
-      }
-      routed(g, *job, c, a);
-      {
-        InFlight flight(*g.replicas_, c.replica);
-        if (co_await attempt(g, *job, c.replica, "", int(choice))) {
-          flight.ok();
-          break;
-        }
-      }
-      job->tried.push_back(c.replica);  // the other choices pass it over too
+      if (co_await try_on(g, *job, pick(g, *job, cands), a, "", int(choice))) break;
     }
   } catch (const std::exception& e) {
     job->last_error = std::string("internal error: ") + e.what();

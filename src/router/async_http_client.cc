@@ -101,11 +101,13 @@ Status cut_error(Cut cut, const std::string& timed_out) {
   return io_error(cut == Cut::kStopped ? std::string("stopped") : timed_out);
 }
 
-// Reads more raw bytes into io.in (up to idle_ms, polling `stop`). 0 at EOF. `timed_out`
-// words the error when idle_ms passes (default: "no data for <idle_ms> ms").
+// Reads more raw bytes into io.in (up to idle_ms, polling `stop`). 0 at EOF. When idle_ms
+// passes, the error is "<timed_out> <timeout_ms> ms" (timeout_ms < 0: idle_ms), worded only
+// then: a read is on every stream's path.
 AsyncHttpExchange::Awaitable<Result<size_t>> fill(AsyncHttpExchange::Io& io, int idle_ms,
                                                   const AsyncHttpExchange::Stop& stop, int poll_ms,
-                                                  std::string timed_out = {}) {
+                                                  const char* timed_out = "no data for",
+                                                  int timeout_ms = -1) {
   // Asked before every read too: a stream whose bytes keep coming never idles for poll_ms.
   if (stop && stop()) co_return io_error("stopped");
   error_code ec;
@@ -118,8 +120,8 @@ AsyncHttpExchange::Awaitable<Result<size_t>> fill(AsyncHttpExchange::Io& io, int
     cut = w.cut();
   }
   if (cut != Cut::kNone)
-    co_return cut_error(
-        cut, timed_out.empty() ? "no data for " + std::to_string(idle_ms) + " ms" : timed_out);
+    co_return cut_error(cut, std::string(timed_out) + " " +
+                                 std::to_string(timeout_ms < 0 ? idle_ms : timeout_ms) + " ms");
   if (ec == asio::error::eof) {
     io.in.set_eof();
     co_return size_t(0);
@@ -194,7 +196,6 @@ AsyncHttpExchange::Awaitable<Result<bool>> AsyncHttpExchange::read_line(std::str
   // The whole line within the timeout, not each byte: a replica trickling a byte at a time
   // would otherwise hold the request forever.
   const auto deadline = Clock::now() + std::chrono::milliseconds(idle_timeout_ms);
-  const std::string ms = std::to_string(idle_timeout_ms) + " ms";
   bool some = false;  // bytes came, not a whole line
   for (;;) {
     Result<HttpResponseParser::Next> next = io_->in.next_line(line);
@@ -202,9 +203,10 @@ AsyncHttpExchange::Awaitable<Result<bool>> AsyncHttpExchange::read_line(std::str
     if (*next != HttpResponseParser::Next::kMore)
       co_return *next == HttpResponseParser::Next::kLine;
     const int left = ms_left(deadline);
-    if (left <= 0) co_return io_error("no whole line for " + ms);
+    if (left <= 0)
+      co_return io_error("no whole line for " + std::to_string(idle_timeout_ms) + " ms");
     Result<size_t> n = co_await fill(*io_, left, stop, poll_ms,
-                                     (some ? "no whole line for " : "no data for ") + ms);
+                                     some ? "no whole line for" : "no data for", idle_timeout_ms);
     if (!n.is_ok()) co_return n.status();  // 0: EOF, which the parser judges
     some = true;
   }

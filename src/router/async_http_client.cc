@@ -48,12 +48,13 @@ namespace {
 // shared state, so one that runs after the watchdog (or the exchange) is gone does nothing.
 class Watchdog {
  public:
-  Watchdog(AsyncHttpExchange::Io& io, Clock::time_point deadline, AsyncHttpExchange::Stop stop,
-           int poll_ms)
+  // `stop` must outlive the watchdog (it is asked only while the watchdog lives).
+  Watchdog(AsyncHttpExchange::Io& io, Clock::time_point deadline,
+           const AsyncHttpExchange::Stop& stop, int poll_ms)
       : timer_(io.timer), state_(std::make_shared<State>()) {
     state_->socket = &io.socket;
     state_->deadline = deadline;
-    state_->stop = std::move(stop);
+    if (stop) state_->stop = &stop;
     state_->poll = std::chrono::milliseconds(std::max(1, poll_ms));
     arm(state_, timer_);
   }
@@ -71,7 +72,7 @@ class Watchdog {
     Cut cut = Cut::kNone;
     tcp::socket* socket = nullptr;  // valid while !done
     Clock::time_point deadline;
-    AsyncHttpExchange::Stop stop;
+    const AsyncHttpExchange::Stop* stop = nullptr;  // valid while !done
     Clock::duration poll{};
   };
   static void arm(const std::shared_ptr<State>& s, asio::steady_timer& t) {
@@ -80,7 +81,7 @@ class Watchdog {
     t.expires_at(at);
     t.async_wait([s, &t](const error_code& ec) {
       if (ec || s->done) return;  // cancelled: the watchdog (and maybe its timer) is gone
-      if (s->stop && s->stop()) {
+      if (s->stop && (*s->stop)()) {
         s->cut = Cut::kStopped;
       } else if (Clock::now() >= s->deadline) {
         s->cut = Cut::kTimedOut;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/activation.h"
@@ -97,6 +98,18 @@ TEST(E2m1Rounding, FakeQuantScales) {
   EXPECT_EQ(w[0], 6.0f * 0.5625f);
 }
 
+// Elements where the fast kernel's output is not the reference's bit for bit (a NaN equals a
+// NaN); the first five are reported with `context`.
+int64_t bit_differences(const std::vector<float>& x, const std::vector<float>& want,
+                        const std::vector<float>& got, const std::string& context) {
+  int64_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::memcmp(&want[i], &got[i], 4) != 0 && !(std::isnan(want[i]) && std::isnan(got[i])))
+      if (++differ <= 5)
+        ADD_FAILURE() << "x " << x[i] << ": ref " << want[i] << " fast " << got[i] << context;
+  return differ;
+}
+
 // The fast fake-quant is the reference's bit for bit: blocks of every magnitude (the scale
 // from 2^-22 up), values on E4M3 ties and on the normal/subnormal boundary, zeros of both
 // signs, saturation, and NaN.
@@ -134,11 +147,7 @@ TEST(E4m3Rounding, FastFakeQuantIsTheReferenceBitForBit) {
   x[41] = -1e30f;
   ref::fake_quant_e4m3(x.data(), int64_t(x.size()), want.data());
   cpu::fake_quant_e4m3(x.data(), int64_t(x.size()), got.data());
-  int64_t differ = 0;
-  for (size_t i = 0; i < x.size(); ++i)
-    if (std::memcmp(&want[i], &got[i], 4) != 0 && !(std::isnan(want[i]) && std::isnan(got[i])))
-      if (++differ <= 5) ADD_FAILURE() << "x " << x[i] << ": ref " << want[i] << " fast " << got[i];
-  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(bit_differences(x, want, got, ""), 0);
   // In place, as the model calls it.
   std::vector<float> inplace(x);
   cpu::fake_quant_e4m3(inplace.data(), int64_t(inplace.size()), inplace.data());
@@ -185,13 +194,8 @@ TEST(E2m1Rounding, FastFakeQuantIsTheReferenceBitForBit) {
     x[size_t(block) + 3] = -1e38f;
     ref::fake_quant_e2m1(x.data(), int64_t(x.size()), block, e4m3_scale, want.data());
     cpu::fake_quant_e2m1(x.data(), int64_t(x.size()), block, e4m3_scale, got.data());
-    int64_t differ = 0;
-    for (size_t i = 0; i < x.size(); ++i)
-      if (std::memcmp(&want[i], &got[i], 4) != 0 && !(std::isnan(want[i]) && std::isnan(got[i])))
-        if (++differ <= 5)
-          ADD_FAILURE() << "x " << x[i] << ": ref " << want[i] << " fast " << got[i] << " block "
-                        << block;
-    EXPECT_EQ(differ, 0) << "e4m3 scale " << e4m3_scale;
+    EXPECT_EQ(bit_differences(x, want, got, " block " + std::to_string(block)), 0)
+        << "e4m3 scale " << e4m3_scale;
     std::vector<float> inplace(x);
     cpu::fake_quant_e2m1(inplace.data(), int64_t(inplace.size()), block, e4m3_scale,
                          inplace.data());

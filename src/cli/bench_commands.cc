@@ -15,7 +15,6 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemv.h"
-#include "model/config.h"
 #include "model/draft_vocab.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
@@ -354,9 +353,7 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   o.numerics = a.numerics == "strict" ? model::Numerics::kStrict : model::Numerics::kFast;
   o.threads = a.threads;
   if (a.draft_vocab > 0) {
-    auto cfg = model::load_model_config_dir(a.model);
-    auto ids = cfg.is_ok() ? model::load_draft_vocabulary(a.model, a.draft_vocab, cfg->vocab_size)
-                           : Result<std::vector<int32_t>>(cfg.status());
+    auto ids = model::load_draft_vocabulary(a.model, a.draft_vocab);
     if (!ids.is_ok()) {
       std::fprintf(stderr, "fathom: %s\n", ids.status().to_string().c_str());
       return 2;

@@ -25,7 +25,6 @@
 #include "kv/redis_store.h"
 #include "kv/retention.h"
 #include "kv/tiered_store.h"
-#include "model/config.h"
 #include "model/draft_vocab.h"
 #include "model/mkmodel.h"
 #include "model/v41.h"
@@ -177,9 +176,7 @@ int run_serve(const ServeArgs& a) {
   if (a.speculative_draft_vocab > 0) {
     if (a.speculative != "dspark")
       return fail(invalid_argument("--speculative-draft-vocab needs --speculative dspark"));
-    auto cfg = model::load_model_config_dir(model_dir);
-    if (!cfg.is_ok()) return fail(cfg.status());
-    auto ids = model::load_draft_vocabulary(model_dir, a.speculative_draft_vocab, cfg->vocab_size);
+    auto ids = model::load_draft_vocabulary(model_dir, a.speculative_draft_vocab);
     if (!ids.is_ok()) return fail(ids.status());
     mo.draft_vocabulary = std::move(*ids);
   }

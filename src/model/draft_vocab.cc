@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/py_json.h"
+#include "model/config.h"
 
 namespace fathom::model {
 
@@ -39,6 +40,11 @@ Result<std::vector<int32_t>> load_draft_vocabulary(const std::string& model_dir,
   }
   std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+Result<std::vector<int32_t>> load_draft_vocabulary(const std::string& model_dir, int64_t n) {
+  FATHOM_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config_dir(model_dir));
+  return load_draft_vocabulary(model_dir, n, cfg.vocab_size);
 }
 
 }  // namespace fathom::model

@@ -21,5 +21,8 @@ inline constexpr const char* kDraftVocabFile = "dspark_draft_vocab.json";
 // [0, vocab_size), fewer than n of them, n < 1.
 Result<std::vector<int32_t>> load_draft_vocabulary(const std::string& model_dir, int64_t n,
                                                    int64_t vocab_size);
+// The same, with vocab_size from the checkpoint's config.json (its errors as
+// load_model_config_dir's).
+Result<std::vector<int32_t>> load_draft_vocabulary(const std::string& model_dir, int64_t n);
 
 }  // namespace fathom::model

@@ -14,9 +14,13 @@ namespace fathom::kernels::cpu::amx {
 constexpr int64_t kTileWords = 512;   // bf16 values in a 16 x 64-byte tile
 constexpr int64_t kTileFloats = 256;  // fp32 values in a 16 x 64-byte tile
 
-// Configures this thread's tiles (all eight 16 rows x 64 bytes) on its first call; every
-// kernel calls it before its first tile instruction. Defined in gemm_amx.cc.
+// Configures this thread's tiles as all eight 16 rows x 64 bytes, unless they are already;
+// every kernel calls it (or configure_narrow_tiles) before its first tile instruction.
+// Defined in gemm_amx.cc.
 void ensure_tiles();
+// Configures this thread's C tiles (tmm0..3) and B tiles (tmm6, 7) as 16 rows x 4*columns
+// bytes (1 <= columns <= 16), the A tiles (tmm4, 5) as 16 x 64; a no-op when they already are.
+void configure_narrow_tiles(int64_t columns);
 
 FATHOM_INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 

@@ -43,8 +43,8 @@ template <typename RowFn>
 void amx_product(const float* x, int64_t batch, int64_t rows, int64_t cols, ThreadPool* pool,
                  RowFn fn) {
   thread_local AlignedScratch packed;
-  auto* xp = static_cast<uint16_t*>(packed.get(amx::packed_x_bytes(batch, cols)));
-  amx::pack_x(x, batch, cols, xp);
+  auto* xp = static_cast<uint16_t*>(packed.get(amx::product_x_bytes(batch, cols)));
+  amx::pack_product_x(x, batch, cols, xp);
   constexpr int64_t kPanel = 64;
   const int64_t panels = (rows + kPanel - 1) / kPanel;
   const size_t threads = pool ? pool->size() : 1;

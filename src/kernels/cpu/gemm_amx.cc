@@ -49,20 +49,28 @@ FATHOM_INLINE __mmask32 lanes32(int64_t n) {
   return n >= 32 ? __mmask32(0xFFFFFFFFu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
 
-// The LDTILECFG operand: palette 1, tiles 0..7 16 rows x 64 bytes. A constant, not a local
-// filled before the load: GCC 12's _tile_loadconfig declares its asm operand as one pointer
-// (8 bytes), so the compiler may drop the stores to the rest of a local config (then every
-// tile has zero rows and the first tile instruction faults).
+// The LDTILECFG operand: palette 1, tiles 0..7 16 rows x colsb bytes. Loaded from constants,
+// not a local filled before the load: GCC 12's _tile_loadconfig declares its asm operand as
+// one pointer (8 bytes), so the compiler may drop the stores to the rest of a local config
+// (then every tile has zero rows and the first tile instruction faults).
 struct alignas(64) TileConfig {
   uint8_t palette, start_row;
   uint8_t reserved[14];
   uint16_t colsb[16];
   uint8_t rows[16];
 };
-alignas(64) constexpr TileConfig kTileConfig = {
-    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+constexpr TileConfig tile_config(int64_t columns) {
+  const uint16_t c = uint16_t(4 * columns);
+  return {1, 0, {}, {c, c, c, c, 64, 64, c, c}, {16, 16, 16, 16, 16, 16, 16, 16}};
+}
+// kTileConfigs[c]: C and B tiles of c columns (16: every tile 16 x 64 bytes).
+alignas(64) constexpr TileConfig kTileConfigs[17] = {
+    tile_config(16), tile_config(1),  tile_config(2),  tile_config(3),  tile_config(4),
+    tile_config(5),  tile_config(6),  tile_config(7),  tile_config(8),  tile_config(9),
+    tile_config(10), tile_config(11), tile_config(12), tile_config(13), tile_config(14),
+    tile_config(15), tile_config(16)};
 
-thread_local bool tiles_configured = false;
+thread_local int64_t configured_columns = 0;  // 0: not configured
 
 alignas(64) const uint16_t kZeroTile[kTileWords] = {};
 
@@ -297,15 +305,25 @@ void write_tile(const float* c, float* y, int64_t M, int64_t m0, int64_t n0, int
     _mm512_mask_storeu_ps(y + (n0 + n) * M + m0, rows, _mm512_i32gather_ps(idx, c + n, 4));
 }
 
+// The activation tiles of the stream: step kt's first tile at base + kt * step_words, its
+// second (NT == 2) at second + kt * step_words, rows `stride` bytes apart.
+struct BTiles {
+  const uint16_t* base;
+  const uint16_t* second;
+  int64_t step_words, stride;
+  const uint16_t* first_at(int64_t kt) const { return base + kt * step_words; }
+  const uint16_t* second_at(int64_t kt) const { return second + kt * step_words; }
+};
+
 // C += A · B for one step of the stream: weight tiles a0, a1 (a1 null: none) against the
 // step's one or two activation tiles.
 template <int NT>
-FATHOM_INLINE void stream_step(ATile a0, const ATile* a1, const uint16_t* b0, const uint16_t* b1) {
+FATHOM_INLINE void stream_step(ATile a0, const ATile* a1, const BTiles& b, int64_t kt) {
   _tile_loadd(4, a0.p, a0.stride);
-  _tile_loadd(6, b0, 64);
+  _tile_loadd(6, b.first_at(kt), b.stride);
   _tile_dpbf16ps(0, 4, 6);
   if (NT == 2) {
-    _tile_loadd(7, b1, 64);
+    _tile_loadd(7, b.second_at(kt), b.stride);
     _tile_dpbf16ps(2, 4, 7);
   }
   if (a1 != nullptr) {
@@ -316,14 +334,17 @@ FATHOM_INLINE void stream_step(ATile a0, const ATile* a1, const uint16_t* b0, co
 }
 
 // Up to two activation tiles: each pair of weight tiles (or each tile, for long rows) streams
-// over K, a step decoded into one of two slot pairs (used in turn) while the previous step's
-// products run, C staying in its tiles. Whole tiles whose chunk needs no scalar decode take
-// the unrolled path.
+// over K, C staying in its tiles. Whole tiles whose chunk needs no scalar decode take the
+// unrolled path, where a step is decoded kLag steps ahead of its products into a ring of
+// kRing slots: a tile load right after the stores that wrote its slot waits for them to
+// reach the cache (about 3x the cost of the product), so the stores are given time to land
+// while earlier steps' products run.
+constexpr int64_t kLag = 2, kRing = 4;
+
 template <int NT, typename Source>
-void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, int64_t batch,
-                 float* y, int64_t r0, int64_t r1, uint16_t* abuf, float* cbuf) {
+void stream_rows(const Source& src, int64_t M, int64_t K, const BTiles& b, int64_t batch, float* y,
+                 int64_t r0, int64_t r1, uint16_t* abuf, float* cbuf) {
   const int64_t kts = (K + 31) / 32;
-  const uint16_t* b1 = xp + kts * kTileWords;
   typename Source::Chunk c0, c1;
   // Long rows (large K) are streams the hardware prefetcher follows, as long as there are not
   // too many at once: one tile (16 rows) at a time. Short rows come in pairs of tiles (the
@@ -331,6 +352,7 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, in
   // L2 a few lines a step, as a short row is too short a stream for the hardware.
   const bool long_rows = 32 * src.row_bytes() > kPrefetchPairBytes;
   const int64_t group = long_rows ? 16 : 32;
+  ATile ring0[kRing], ring1[kRing];
   for (int64_t m0 = r0; m0 < r1; m0 += group) {
     const int64_t rows0 = min64(16, M - m0),
                   rows1 = long_rows ? 0 : min64(16, min64(r1, M) - m0 - 16);
@@ -338,6 +360,10 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, in
     const char* next = next_rows > 0 ? static_cast<const char*>(src.row_base(m0 + 32)) : nullptr;
     const int64_t next_lines = next_rows > 0 ? (next_rows * src.row_bytes() + 63) / 64 : 0;
     const int64_t per_step = (next_lines + kts - 1) / kts;
+    auto prefetch_next = [&](int64_t kt) {
+      for (int64_t i = kt * per_step; i < min64(next_lines, (kt + 1) * per_step); ++i)
+        _mm_prefetch(next + i * 64, _MM_HINT_T1);
+    };
     _tile_zero(0);
     _tile_zero(1);
     if (NT == 2) {
@@ -348,40 +374,41 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, in
       const int64_t steps = min64(kSteps, kts - kt0);
       src.chunk(m0, rows0, kt0, steps, c0);
       if (rows1 > 0) src.chunk(m0 + 16, rows1, kt0, steps, c1);
-      if (rows1 == 16 && Source::plain(c0) && Source::plain(c1)) {
+      const bool pair = rows1 == 16 && Source::plain(c0) && Source::plain(c1);
+      if (pair || (rows1 <= 0 && rows0 == 16 && Source::plain(c0))) {
+        auto decode = [&](int64_t s) {
+          uint16_t* slot = abuf + (s % kRing) * 2 * kTileWords;
+          ring0[s % kRing] = src.template tile<true>(m0, 16, kt0 + s, s, c0, slot);
+          if (pair)
+            ring1[s % kRing] =
+                src.template tile<true>(m0 + 16, 16, kt0 + s, s, c1, slot + kTileWords);
+        };
+        for (int64_t s = 0; s < min64(kLag, steps); ++s) decode(s);
         for (int64_t s = 0; s < steps; ++s) {
-          const int64_t kt = kt0 + s;
-          for (int64_t i = kt * per_step; i < min64(next_lines, (kt + 1) * per_step); ++i)
-            _mm_prefetch(next + i * 64, _MM_HINT_T1);
-          uint16_t* slot = abuf + (s & 1) * 2 * kTileWords;
-          const ATile a0 = src.template tile<true>(m0, 16, kt, s, c0, slot);
-          const ATile a1 = src.template tile<true>(m0 + 16, 16, kt, s, c1, slot + kTileWords);
-          stream_step<NT>(a0, &a1, xp + kt * kTileWords, b1 + kt * kTileWords);
-        }
-        continue;
-      }
-      if (long_rows && rows0 == 16 && Source::plain(c0)) {
-        for (int64_t s = 0; s < steps; ++s) {
-          const int64_t kt = kt0 + s;
-          const ATile a0 = src.template tile<true>(m0, 16, kt, s, c0, abuf + (s & 1) * kTileWords);
-          stream_step<NT>(a0, nullptr, xp + kt * kTileWords, b1 + kt * kTileWords);
+          if (s + kLag < steps) decode(s + kLag);
+          if (pair) {
+            prefetch_next(kt0 + s);
+            stream_step<NT>(ring0[s % kRing], &ring1[s % kRing], b, kt0 + s);
+          } else {
+            stream_step<NT>(ring0[s % kRing], nullptr, b, kt0 + s);
+          }
         }
         continue;
       }
       for (int64_t s = 0; s < steps; ++s) {
         const int64_t kt = kt0 + s;
-        for (int64_t i = kt * per_step; i < min64(next_lines, (kt + 1) * per_step); ++i)
-          _mm_prefetch(next + i * 64, _MM_HINT_T1);
+        prefetch_next(kt);
         uint16_t* slot = abuf + (s & 1) * 2 * kTileWords;
         const ATile a0 = src.template tile<false>(m0, rows0, kt, s, c0, slot);
         if (rows1 > 0) {
           const ATile a1 = src.template tile<false>(m0 + 16, rows1, kt, s, c1, slot + kTileWords);
-          stream_step<NT>(a0, &a1, xp + kt * kTileWords, b1 + kt * kTileWords);
+          stream_step<NT>(a0, &a1, b, kt);
         } else {
-          stream_step<NT>(a0, nullptr, xp + kt * kTileWords, b1 + kt * kTileWords);
+          stream_step<NT>(a0, nullptr, b, kt);
         }
       }
     }
+    // C rows are stored 64 bytes apart whatever the tiles' columns.
     _tile_stored(0, cbuf, 64);
     _tile_stored(1, cbuf + kTileFloats, 64);
     if (NT == 2) {
@@ -491,24 +518,31 @@ void panel_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, int
 template <typename Source>
 void run_rows(const Source& src, int64_t M, int64_t K, const uint16_t* xp, int64_t batch, float* y,
               int64_t r0, int64_t r1, void* scratch) {
-  ensure_tiles();
   uint16_t* abuf = static_cast<uint16_t*>(scratch);
   float* cbuf = reinterpret_cast<float*>(static_cast<char*>(scratch) + kABytes);
-  if (batch <= 16)
-    stream_rows<1>(src, M, K, xp, batch, y, r0, r1, abuf, cbuf);
-  else if (batch <= 32)
-    stream_rows<2>(src, M, K, xp, batch, y, r0, r1, abuf, cbuf);
+  const int64_t kts = (K + 31) / 32;
+  if (batch <= 16) {
+    configure_narrow_tiles(batch);
+    stream_rows<1>(src, M, K, BTiles{xp, xp, 32 * batch, 4 * batch}, batch, y, r0, r1, abuf, cbuf);
+    return;
+  }
+  ensure_tiles();
+  if (batch <= 32)
+    stream_rows<2>(src, M, K, BTiles{xp, xp + kts * kTileWords, kTileWords, 64}, batch, y, r0, r1,
+                   abuf, cbuf);
   else
     panel_rows(src, M, K, xp, batch, y, r0, r1, abuf, cbuf);
 }
 
 }  // namespace
 
-void ensure_tiles() {
-  if (tiles_configured) return;
-  _tile_loadconfig(&kTileConfig);
-  tiles_configured = true;
+void configure_narrow_tiles(int64_t columns) {
+  if (configured_columns == columns) return;
+  _tile_loadconfig(&kTileConfigs[columns]);
+  configured_columns = columns;
 }
+
+void ensure_tiles() { configure_narrow_tiles(16); }
 
 void pack_x(const float* x, int64_t batch, int64_t cols, uint16_t* out) {
   const int64_t kts = (cols + 31) / 32, nts = (batch + 15) / 16;
@@ -531,6 +565,25 @@ void pack_x(const float* x, int64_t batch, int64_t cols, uint16_t* out) {
       transpose16(r);
       uint16_t* tile = out + (nt * kts + kt) * kTileWords;
       for (int64_t j = 0; j < 16; ++j) _mm512_store_si512(tile + j * 32, r[j]);
+    }
+  }
+}
+
+void pack_product_x(const float* x, int64_t batch, int64_t cols, uint16_t* out) {
+  if (batch > 16) return pack_x(x, batch, cols, out);
+  // Step kt's tile: 16 rows (pairs of columns) of `batch` dwords; the zeros beyond cols
+  // included.
+  const int64_t kts = (cols + 31) / 32;
+  uint32_t* o = reinterpret_cast<uint32_t*>(out);
+  for (int64_t kt = 0; kt < kts; ++kt) {
+    const int64_t k0 = kt * 32;
+    const __mmask16 lo = lanes16(cols - k0), hi = lanes16(cols - k0 - 16);
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* xr = x + n * cols + k0;
+      alignas(64) uint32_t pairs[16];
+      _mm512_store_si512(
+          pairs, to_bf16_pairs(_mm512_maskz_loadu_ps(lo, xr), _mm512_maskz_loadu_ps(hi, xr + 16)));
+      for (int64_t j = 0; j < 16; ++j) o[(kt * 16 + j) * batch + n] = pairs[j];
     }
   }
 }

@@ -4,7 +4,8 @@
 # (`test-backend-ops perf`, which picks the widest SIMD of this machine) on the same shape,
 # 4096 x 14336 weights times N activation rows, in one run: FP4 vs mxfp4, FP8 vs q8_0, BF16
 # vs bf16 and f16. Prints each figure with the load average when it was taken, then one
-# table of times and ratios (ggml time / Fathom time: > 1 means Fathom is faster); then each
+# table of times and ratios (ggml time / Fathom time: > 1 means Fathom is faster; at N = 1 also
+# the time of a plain read of the same weight bytes, the floor under any GEMV); then each
 # path's decode GEMV on a matrix too large for any cache (about 1 GB of weights in one pass)
 # beside this machine's read bandwidth measured in the same process.
 # ggml is built once into $FATHOM_CACHE/ggml (default ~/.cache/fathom/ggml) from
@@ -41,8 +42,10 @@ for n in "${ns[@]}"; do
   for p in "${paths[@]}"; do
     for w in fp4 fp8 bf16; do
       l="$(load)"
+      floor=()
+      [ "$n" != 1 ] || floor=(--read-floor)
       line="$(FATHOM_CPU=$p "$build/fathom" bench matmul --weights $w --m 4096 --k 14336 --n "$n" \
-        --threads 2 --repeat "$repeat")"
+        --threads 2 --repeat "$repeat" "${floor[@]}")"
       echo "${line%\}},\"load\":$l}" | tee -a "$work/fathom.jsonl"
     done
   done
@@ -78,7 +81,11 @@ for f in fathom:
         print(row + f" {'-':>6} {'':>9} {'':>8} | no ggml case")
         continue
     t = ggml[best]
-    print(row + f" {best[0]:>6} {t*1e3:9.3f} {flops/t/1e9:8.1f} | {t/f['seconds']:.2f}x")
+    floor = ""
+    if "read_floor_seconds" in f:
+        r = f["read_floor_seconds"]
+        floor = f"   (a plain read of the weights: {r*1e3:.3f} ms; no kernel beats {t/r:.2f}x)"
+    print(row + f" {best[0]:>6} {t*1e3:9.3f} {flops/t/1e9:8.1f} | {t/f['seconds']:.2f}x{floor}")
 print(f"(ggml ran at load {sys.argv[3]}; bf16 is compared with ggml's faster of bf16 and f16)")
 PY
 

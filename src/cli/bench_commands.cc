@@ -165,10 +165,42 @@ struct BenchMatmulArgs {
   int64_t m = 4096, k = 14336, n = 1;
   int threads = 2;
   int repeat = 20;
-  bool bandwidth = false;  // also measure the machine's read bandwidth
+  bool bandwidth = false;   // also measure the machine's read bandwidth
+  bool read_floor = false;  // also time a plain read of the same weight bytes
 };
 
 double read_bandwidth(int threads);
+
+// The best time of `repeat` plain reads of bytes [p, p + n) (a sum of 64-bit words), split
+// over the pool's threads as a product splits its rows: the floor under any kernel that
+// reads those bytes once, in the same cache state as the kernel's timing.
+double read_seconds(const void* p, size_t n, ThreadPool* pool, int threads, int repeat) {
+  const auto* words = static_cast<const uint64_t*>(p);
+  const size_t count = n / 8;
+  std::vector<uint64_t> sums(static_cast<size_t>(threads));
+  double best = 1e300;
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto part = [&](size_t t) {
+      const size_t b = count / size_t(threads) * t,
+                   e = t + 1 == size_t(threads) ? count : b + count / size_t(threads);
+      uint64_t acc[8] = {};
+      size_t i = b;
+      for (; i + 8 <= e; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += words[i + size_t(j)];
+      for (; i < e; ++i) acc[0] += words[i];
+      sums[t] = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+    };
+    if (pool != nullptr)
+      pool->parallel_for(size_t(threads), part);
+    else
+      part(0);
+    best = std::min(best, seconds_since(t0));
+  }
+  static volatile uint64_t sink;  // keeps the sums, so the reads are not optimised away
+  for (uint64_t v : sums) sink = sink + v;
+  return best;
+}
 
 // Times the fast kernel for an [M x K] weight matrix in checkpoint format times N rows.
 int run_bench_matmul(const BenchMatmulArgs& a) {
@@ -217,12 +249,21 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
   }
   double flops = 2.0 * double(a.m) * double(a.k) * double(a.n);
   std::string extra;
+  if (a.read_floor) {
+    // The weights, then their scales: the bytes the kernel reads.
+    double t = a.weights == "bf16" ? read_seconds(wb.data(), wb.size() * 2, p, a.threads, a.repeat)
+                                   : read_seconds(w.data(), w.size(), p, a.threads, a.repeat) +
+                                         read_seconds(s.data(), s.size(), p, a.threads, a.repeat);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ",\"read_floor_seconds\":%.6f", t);
+    extra += buf;
+  }
   if (a.bandwidth) {
     const double machine = read_bandwidth(a.threads);
     char buf[128];
     std::snprintf(buf, sizeof buf, ",\"machine_read_gb_per_s\":%.3f,\"fraction_of_machine\":%.3f",
                   machine, double(weight_bytes) / best / 1e9 / machine);
-    extra = buf;
+    extra += buf;
   }
   std::printf(
       "{\"weights\":\"%s\",\"path\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,"
@@ -468,6 +509,8 @@ void add_bench_commands(CLI::App& app, Runner* run) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   m->add_option("--threads", margs->threads, "Threads")->check(CLI::Range(1, 256));
   m->add_option("--repeat", margs->repeat, "Runs (best is reported)")->check(CLI::Range(1, 10000));
+  m->add_flag("--read-floor", margs->read_floor,
+              "Also time a plain read of the same weight bytes (best of --repeat, same threads)");
   m->add_flag("--bandwidth", margs->bandwidth,
               "Also measure this machine's read bandwidth (a 1 GiB sum) and print the fraction");
   m->callback([margs, run] { *run = [margs] { return run_bench_matmul(*margs); }; });

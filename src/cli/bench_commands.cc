@@ -1,4 +1,5 @@
 // `fathom bench ...`: in-process timings printed as one JSON line each.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -167,39 +168,46 @@ struct BenchMatmulArgs {
   int repeat = 20;
   bool bandwidth = false;   // also measure the machine's read bandwidth
   bool read_floor = false;  // also time a plain read of the same weight bytes
+  int64_t cold_bytes = 0;   // > 0: cycle over copies of the weights spanning this many bytes
 };
 
 double read_bandwidth(int threads);
 
-// The best time of `repeat` plain reads of bytes [p, p + n) (a sum of 64-bit words), split
-// over the pool's threads as a product splits its rows: the floor under any kernel that
-// reads those bytes once, in the same cache state as the kernel's timing.
-double read_seconds(const void* p, size_t n, ThreadPool* pool, int threads, int repeat) {
-  const auto* words = static_cast<const uint64_t*>(p);
-  const size_t count = n / 8;
+// A plain read of what one run of a product reads: each array's bytes (a sum of 64-bit words),
+// split over the pool's threads as a product splits its rows. Run r reads copy r % copies
+// (array i's copy c starts at arrays[i].first + c * arrays[i].second). Returns the best run
+// (one copy) or the median (copies: every run reads from memory) of `repeat`: the floor
+// under any kernel that reads those bytes once, in the same cache state as its timing.
+double read_seconds(const std::vector<std::pair<const uint8_t*, size_t>>& arrays, size_t copies,
+                    ThreadPool* pool, int threads, int repeat) {
   std::vector<uint64_t> sums(static_cast<size_t>(threads));
-  double best = 1e300;
+  std::vector<double> times;
   for (int r = 0; r < repeat; ++r) {
+    const size_t c = size_t(r) % copies;
     auto t0 = std::chrono::steady_clock::now();
     auto part = [&](size_t t) {
-      const size_t b = count / size_t(threads) * t,
-                   e = t + 1 == size_t(threads) ? count : b + count / size_t(threads);
       uint64_t acc[8] = {};
-      size_t i = b;
-      for (; i + 8 <= e; i += 8)
-        for (int j = 0; j < 8; ++j) acc[j] += words[i + size_t(j)];
-      for (; i < e; ++i) acc[0] += words[i];
+      for (const auto& [base, bytes] : arrays) {
+        const auto* words = reinterpret_cast<const uint64_t*>(base + c * bytes);
+        const size_t count = bytes / 8, b = count / size_t(threads) * t,
+                     e = t + 1 == size_t(threads) ? count : b + count / size_t(threads);
+        size_t i = b;
+        for (; i + 8 <= e; i += 8)
+          for (int j = 0; j < 8; ++j) acc[j] += words[i + size_t(j)];
+        for (; i < e; ++i) acc[0] += words[i];
+      }
       sums[t] = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
     };
     if (pool != nullptr)
       pool->parallel_for(size_t(threads), part);
     else
       part(0);
-    best = std::min(best, seconds_since(t0));
+    times.push_back(seconds_since(t0));
   }
   static volatile uint64_t sink;  // keeps the sums, so the reads are not optimised away
   for (uint64_t v : sums) sink = sink + v;
-  return best;
+  std::sort(times.begin(), times.end());
+  return copies > 1 ? times[times.size() / 2] : times.front();
 }
 
 // Times the fast kernel for an [M x K] weight matrix in checkpoint format times N rows.
@@ -230,30 +238,53 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
   }
   for (auto& b : s) b = uint8_t(118 + rng() % 8);
   for (auto& h : wb) h = uint16_t(0x3C00 + rng() % 0x800);
+  // --cold-bytes: copies of the matrix, each run on the next, so that no run finds its
+  // weights in a cache (as a decode step finds each layer's).
+  const size_t copies =
+      a.cold_bytes > 0 ? size_t((a.cold_bytes + int64_t(weight_bytes) - 1) / int64_t(weight_bytes))
+                       : 1;
+  std::vector<uint8_t> wc, sc;
+  std::vector<uint16_t> wbc;
+  auto replicate = [&](const auto& v, auto& out) {
+    out.resize(v.size() * copies);
+    for (size_t c = 0; c < copies; ++c) std::copy(v.begin(), v.end(), out.begin() + c * v.size());
+  };
+  replicate(w, wc);
+  replicate(s, sc);
+  replicate(wb, wbc);
   std::vector<float> x(size_t(a.n * a.k)), y(size_t(a.n * a.m));
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto& v : x) v = u(rng);
   ThreadPool pool(static_cast<size_t>(a.threads));
   ThreadPool* p = a.threads > 1 ? &pool : nullptr;
-  double best = 1e300;
+  std::vector<double> times;
   for (int r = 0; r < a.repeat; ++r) {
+    const size_t c = size_t(r) % copies;
     auto t0 = std::chrono::steady_clock::now();
     if (a.weights == "fp4") {
-      kernels::cpu::matmul_fp4({w.data(), s.data(), a.m, a.k}, x.data(), a.n, y.data(), p);
+      kernels::cpu::matmul_fp4({wc.data() + c * w.size(), sc.data() + c * s.size(), a.m, a.k},
+                               x.data(), a.n, y.data(), p);
     } else if (a.weights == "fp8") {
-      kernels::cpu::matmul_fp8({w.data(), s.data(), a.m, a.k}, x.data(), a.n, y.data(), p);
+      kernels::cpu::matmul_fp8({wc.data() + c * w.size(), sc.data() + c * s.size(), a.m, a.k},
+                               x.data(), a.n, y.data(), p);
     } else {
-      kernels::cpu::matmul_bf16({wb.data(), a.m, a.k}, x.data(), a.n, y.data(), p);
+      kernels::cpu::matmul_bf16({wbc.data() + c * wb.size(), a.m, a.k}, x.data(), a.n, y.data(), p);
     }
-    best = std::min(best, seconds_since(t0));
+    times.push_back(seconds_since(t0));
   }
+  std::sort(times.begin(), times.end());
+  // Warm, the best run; cold, the median (every run reads weights from memory).
+  const double best = copies > 1 ? times[times.size() / 2] : times.front();
   double flops = 2.0 * double(a.m) * double(a.k) * double(a.n);
   std::string extra;
   if (a.read_floor) {
     // The weights, then their scales: the bytes the kernel reads.
-    double t = a.weights == "bf16" ? read_seconds(wb.data(), wb.size() * 2, p, a.threads, a.repeat)
-                                   : read_seconds(w.data(), w.size(), p, a.threads, a.repeat) +
-                                         read_seconds(s.data(), s.size(), p, a.threads, a.repeat);
+    const double t =
+        a.weights == "bf16"
+            ? read_seconds({{reinterpret_cast<const uint8_t*>(wbc.data()), wb.size() * 2}}, copies,
+                           p, a.threads, a.repeat)
+            : read_seconds({{wc.data(), w.size()}, {sc.data(), s.size()}}, copies, p, a.threads,
+                           a.repeat);
     char buf[96];
     std::snprintf(buf, sizeof buf, ",\"read_floor_seconds\":%.6f", t);
     extra += buf;
@@ -267,11 +298,11 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
   }
   std::printf(
       "{\"weights\":\"%s\",\"path\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"threads\":%d,"
-      "\"repeat\":%d,"
+      "\"repeat\":%d,\"copies\":%zu,"
       "\"seconds\":%.6f,\"weight_bytes\":%zu,\"gb_per_s\":%.3f,\"gflops\":%.3f,\"checksum\":%.6g%s}"
       "\n",
       a.weights.c_str(), kernels::cpu_path_name(kernels::cpu_path()), (long long)a.m,
-      (long long)a.k, (long long)a.n, a.threads, a.repeat, best, weight_bytes,
+      (long long)a.k, (long long)a.n, a.threads, a.repeat, copies, best, weight_bytes,
       double(weight_bytes) / best / 1e9, flops / best / 1e9, double(y[0]) + double(y[y.size() - 1]),
       extra.c_str());
   return 0;
@@ -509,6 +540,11 @@ void add_bench_commands(CLI::App& app, Runner* run) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
   m->add_option("--threads", margs->threads, "Threads")->check(CLI::Range(1, 256));
   m->add_option("--repeat", margs->repeat, "Runs (best is reported)")->check(CLI::Range(1, 10000));
+  m->add_option("--cold-bytes", margs->cold_bytes,
+                "Run on copies of the weights spanning this many bytes, one after another, and "
+                "report the median run (weights read from memory, as in decode; 0: one copy, "
+                "the best run)")
+      ->check(CLI::Range(int64_t(0), int64_t(16) << 30));
   m->add_flag("--read-floor", margs->read_floor,
               "Also time a plain read of the same weight bytes (best of --repeat, same threads)");
   m->add_flag("--bandwidth", margs->bandwidth,

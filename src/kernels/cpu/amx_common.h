@@ -24,6 +24,13 @@ void configure_narrow_tiles(int64_t columns);
 
 FATHOM_INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// Prefetches the line at p into L2 (PREFETCHT1). An asm statement, not _mm_prefetch: GCC 12
+// deleted the __builtin_prefetch of gemm_amx.cc's stream loop as dead code at -O2, and at -O3
+// after an unrelated change to the loop.
+FATHOM_INLINE void prefetch_l2(const void* p) {
+  asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p)));
+}
+
 // The mask of the first n lanes (none for n <= 0, all for n >= 16).
 FATHOM_INLINE __mmask16 lanes16(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);

@@ -362,7 +362,7 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const BTiles& b, int64
     const int64_t per_step = (next_lines + kts - 1) / kts;
     auto prefetch_next = [&](int64_t kt) {
       for (int64_t i = kt * per_step; i < min64(next_lines, (kt + 1) * per_step); ++i)
-        _mm_prefetch(next + i * 64, _MM_HINT_T1);
+        prefetch_l2(next + i * 64);
     };
     _tile_zero(0);
     _tile_zero(1);

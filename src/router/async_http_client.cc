@@ -22,11 +22,6 @@ using tcp = asio::ip::tcp;
 using error_code = boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
-int ms_left(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return left.count() > 0 ? int(left.count()) : 0;
-}
-
 enum class Cut { kNone, kStopped, kTimedOut };
 
 }  // namespace
@@ -183,7 +178,7 @@ AsyncHttpExchange::Awaitable<Result<std::unique_ptr<AsyncHttpExchange>>> AsyncHt
     Result<bool> head = io->in.parse_head();
     if (!head.is_ok()) co_return io_error(to.url + ": " + head.status().message());
     if (*head) break;
-    const int left = ms_left(head_deadline);
+    const int left = ms_until(head_deadline);
     if (left <= 0) co_return io_error(to.url + ": no response head in time");
     Result<size_t> n = co_await fill(*io, left, stop, 50);
     if (!n.is_ok()) co_return io_error(to.url + ": " + n.status().message());
@@ -203,7 +198,7 @@ AsyncHttpExchange::Awaitable<Result<bool>> AsyncHttpExchange::read_line(std::str
     if (!next.is_ok()) co_return next.status();
     if (*next != HttpResponseParser::Next::kMore)
       co_return *next == HttpResponseParser::Next::kLine;
-    const int left = ms_left(deadline);
+    const int left = ms_until(deadline);
     if (left <= 0)
       co_return io_error("no whole line for " + std::to_string(idle_timeout_ms) + " ms");
     Result<size_t> n = co_await fill(*io_, left, stop, poll_ms,
@@ -222,7 +217,7 @@ AsyncHttpExchange::Awaitable<Result<std::string>> AsyncHttpExchange::read_all(in
     Result<bool> ended = io_->in.take_body(&out, max_bytes);
     if (!ended.is_ok()) co_return ended.status();
     if (*ended) co_return std::move(out);
-    const int left = ms_left(deadline);
+    const int left = ms_until(deadline);
     if (left <= 0) co_return io_error("response body timed out");
     Result<size_t> n = co_await fill(*io_, left, stop, 50);
     if (!n.is_ok()) co_return n.status();

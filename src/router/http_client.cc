@@ -16,15 +16,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/json_write.h"
+#include "core/py_json.h"
+
 namespace fathom::router {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int ms_left(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return left.count() > 0 ? int(left.count()) : 0;
-}
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -95,7 +93,7 @@ Status send_all(int fd, std::string_view data, int timeout_ms) {
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
       return io_error(std::string("send: ") + std::strerror(errno));
     pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, ms_left(deadline)) <= 0) return io_error("send timed out");
+    if (::poll(&p, 1, ms_until(deadline)) <= 0) return io_error("send timed out");
   }
   return Status::ok();
 }
@@ -129,6 +127,24 @@ Result<Endpoint> parse_endpoint(std::string_view url) {
   e.port = p;
   e.url = "http://" + std::string(u);
   return e;
+}
+
+int ms_until(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() > 0 ? int(left.count()) : 0;
+}
+
+std::string error_body_message(const std::string& body) {
+  using pyjson::Value;
+  auto v = pyjson::parse(body);
+  if (v.is_ok() && v->is_object()) {
+    if (const Value* e = v->find("error"); e && e->is_object())
+      if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
+    if (const Value* m = v->find("message"); m && m->is_string()) return m->text;
+    if (const Value* d = v->find("detail"))
+      return d->is_string() ? d->text : pyjson::dumps(*d, false, true).substr(0, 400);
+  }
+  return body.substr(0, 200);
 }
 
 std::string http_request_text(const Endpoint& to, std::string_view method, std::string_view path,
@@ -305,7 +321,7 @@ Result<size_t> HttpExchange::fill(int idle_ms, const std::function<bool()>& stop
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
       return io_error(std::string("connection broken: ") + std::strerror(errno));
     if (stop && stop()) return io_error("stopped");
-    const int left = ms_left(deadline);
+    const int left = ms_until(deadline);
     if (left <= 0) return io_error("no data for " + std::to_string(idle_ms) + " ms");
     pollfd p{fd_, POLLIN, 0};
     (void)::poll(&p, 1, stop ? std::min(left, poll_ms) : left);
@@ -317,7 +333,7 @@ Status HttpExchange::read_head(int timeout_ms) {
   for (;;) {
     FATHOM_ASSIGN_OR_RETURN(bool done, in_.parse_head());
     if (done) return Status::ok();
-    const int left = ms_left(deadline);
+    const int left = ms_until(deadline);
     if (left <= 0) return io_error("no response head in time");
     FATHOM_ASSIGN_OR_RETURN(size_t n, fill(left, {}, 50));
     (void)n;  // 0: EOF, which parse_head() judges
@@ -340,7 +356,7 @@ Result<std::string> HttpExchange::read_all(int timeout_ms, size_t max_bytes) {
   for (;;) {
     FATHOM_ASSIGN_OR_RETURN(bool ended, in_.take_body(&out, max_bytes));
     if (ended) return out;
-    const int left = ms_left(deadline);
+    const int left = ms_until(deadline);
     if (left <= 0) return io_error("response body timed out");
     FATHOM_ASSIGN_OR_RETURN(size_t n, fill(left, {}, 50));
     (void)n;

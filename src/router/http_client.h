@@ -7,6 +7,7 @@
 // An HttpExchange belongs to one thread at a time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -76,6 +77,14 @@ class HttpResponseParser {
 // Content-Type and Content-Length (for a body or a POST), `headers` (lines ending in \r\n).
 std::string http_request_text(const Endpoint& to, std::string_view method, std::string_view path,
                               std::string_view body, std::string_view headers);
+
+// Milliseconds from now until `deadline`; 0 once it has passed (a poll's or a timer's wait).
+int ms_until(std::chrono::steady_clock::time_point deadline);
+
+// The message of a replica's error body: {"error": {"message"}} (OpenAI, vLLM, SGLang,
+// Fathom), {"object": "error", "message"} (older vLLM), {"detail": ...} (FastAPI's 422); else
+// the body itself, shortened.
+std::string error_body_message(const std::string& body);
 
 // A blocking exchange on its own connection (the probes, the KV event followers, P's push).
 class HttpExchange {

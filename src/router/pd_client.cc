@@ -8,14 +8,6 @@ namespace {
 
 using pyjson::Value;
 
-std::string message_of(const std::string& body) {
-  auto v = pyjson::parse(body);
-  if (v.is_ok() && v->is_object())
-    if (const Value* e = v->find("error"); e && e->is_object())
-      if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
-  return body.substr(0, 300);
-}
-
 double number(const Value& v, std::string_view key) {
   const Value* x = v.find(key);
   if (x == nullptr) return 0;
@@ -53,9 +45,9 @@ AsyncHttpExchange::Awaitable<Result<PdReservation>> pd_reserve(
   // 503: no room for it now (kv_capacity, too_many_rooms); anything else is no refusal of
   // this request but a D that cannot take hand-offs (the attempt on D finds out why).
   if (r.first != 200)
-    co_return Status(
-        r.first == 503 ? StatusCode::kResourceExhausted : StatusCode::kInternal,
-        d.url + " refused the room (" + std::to_string(r.first) + "): " + message_of(r.second));
+    co_return Status(r.first == 503 ? StatusCode::kResourceExhausted : StatusCode::kInternal,
+                     d.url + " refused the room (" + std::to_string(r.first) +
+                         "): " + error_body_message(r.second));
   auto v = pyjson::parse(r.second);
   if (!v.is_ok() || !v->is_object()) co_return io_error(d.url + ": a reservation that is not JSON");
   PdReservation out;
@@ -80,7 +72,8 @@ AsyncHttpExchange::Awaitable<Result<PdPrefillResult>> pd_prefill(
   if (!answer.is_ok()) co_return answer.status();
   const auto& r = *answer;
   if (r.first != 200)
-    co_return internal_error(p.url + " (" + std::to_string(r.first) + "): " + message_of(r.second));
+    co_return internal_error(p.url + " (" + std::to_string(r.first) +
+                             "): " + error_body_message(r.second));
   auto v = pyjson::parse(r.second);
   if (!v.is_ok() || !v->is_object())
     co_return io_error(p.url + ": a prefill answer that is not JSON");
@@ -101,7 +94,7 @@ Result<std::string> pd_push(const Endpoint& d, std::string_view room, std::strin
   FATHOM_ASSIGN_OR_RETURN(std::string answer, x->read_all(o.timeout_ms, size_t(1) << 20));
   if (x->status() != 200)
     return corrupt(d.url + " refused the push (" + std::to_string(x->status()) +
-                   "): " + message_of(answer));
+                   "): " + error_body_message(answer));
   return answer;
 }
 

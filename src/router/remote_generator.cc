@@ -38,21 +38,6 @@ Status resource_exhausted(std::string m) {
   return Status(StatusCode::kResourceExhausted, std::move(m));
 }
 
-// The message of an error body — {"error": {"message"}} (OpenAI, vLLM, SGLang, Fathom),
-// {"object": "error", "message"} (older vLLM), {"detail": ...} (FastAPI's 422) — else the
-// body itself (shortened).
-std::string error_message(const std::string& body) {
-  auto v = pyjson::parse(body);
-  if (v.is_ok() && v->is_object()) {
-    if (const Value* e = v->find("error"); e && e->is_object())
-      if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
-    if (const Value* m = v->find("message"); m && m->is_string()) return m->text;
-    if (const Value* d = v->find("detail"))
-      return d->is_string() ? d->text : pyjson::dumps(*d, false, true).substr(0, 400);
-  }
-  return body.substr(0, 200);
-}
-
 }  // namespace
 
 struct RemoteGenerator::Job {
@@ -598,7 +583,7 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
   AsyncHttpExchange& ex = **x;
   if (ex.status() != 200) {
     auto body = co_await ex.read_all(opt.connect_timeout_ms, size_t(1) << 20, stop);
-    const std::string msg = body.is_ok() ? error_message(*body) : body.status().message();
+    const std::string msg = body.is_ok() ? error_body_message(*body) : body.status().message();
     const int st = ex.status();
     if (!room.empty() && st == 503 && body.is_ok() &&
         body->find(kKvTransferFailedCode) != std::string::npos) {

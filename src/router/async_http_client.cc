@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdint>
+#include <memory>
 
 namespace fathom::router {
 namespace {
@@ -24,12 +26,27 @@ using Clock = std::chrono::steady_clock;
 
 enum class Cut { kNone, kStopped, kTimedOut };
 
+// What a watchdog's timer handlers read: shared with them, so that one that runs after its
+// watchdog (or the exchange) is gone finds `gen` moved on (or `done`) and does nothing.
+// Allocated once per exchange and reused by each of its watchdogs.
+struct WatchState {
+  uint64_t gen = 0;  // the current watchdog's number; a handler armed by another ignores it
+  bool done = true;  // no watchdog is watching
+  Cut cut = Cut::kNone;
+  tcp::socket* socket = nullptr;  // valid while !done
+  Clock::time_point deadline;
+  const AsyncHttpExchange::Stop* stop = nullptr;  // valid while !done
+  Clock::duration poll{};
+};
+
 }  // namespace
 
 struct AsyncHttpExchange::Io {
-  explicit Io(const asio::any_io_executor& ex) : socket(ex), timer(ex) {}
+  explicit Io(const asio::any_io_executor& ex)
+      : socket(ex), timer(ex), watch(std::make_shared<WatchState>()) {}
   tcp::socket socket;
   asio::steady_timer timer;  // the watchdog's
+  std::shared_ptr<WatchState> watch;
   HttpResponseParser in;
   std::array<char, 16384> buf;
 };
@@ -39,49 +56,46 @@ namespace {
 // Watches one operation on an exchange's socket: at every poll_ms (or at the deadline) it asks
 // `stop` and the clock, and cancels the socket's operations when either says so, which ends
 // the operation with operation_aborted; cut() then says why. It lives on the exchange's
-// executor, inside the coroutine awaiting the operation; its timer handlers hold only the
-// shared state, so one that runs after the watchdog (or the exchange) is gone does nothing.
+// executor, inside the coroutine awaiting the operation, one at a time per exchange, and
+// allocates nothing (a stream reads through one per read).
 class Watchdog {
  public:
   // `stop` must outlive the watchdog (it is asked only while the watchdog lives).
   Watchdog(AsyncHttpExchange::Io& io, Clock::time_point deadline,
            const AsyncHttpExchange::Stop& stop, int poll_ms)
-      : timer_(io.timer), state_(std::make_shared<State>()) {
-    state_->socket = &io.socket;
-    state_->deadline = deadline;
-    if (stop) state_->stop = &stop;
-    state_->poll = std::chrono::milliseconds(std::max(1, poll_ms));
-    arm(state_, timer_);
+      : timer_(io.timer), state_(*io.watch) {
+    WatchState& s = state_;
+    ++s.gen;
+    s.done = false;
+    s.cut = Cut::kNone;
+    s.socket = &io.socket;
+    s.deadline = deadline;
+    s.stop = stop ? &stop : nullptr;
+    s.poll = std::chrono::milliseconds(std::max(1, poll_ms));
+    arm(io.watch, s.gen, timer_);
   }
   ~Watchdog() {
-    state_->done = true;
+    state_.done = true;
     timer_.cancel();
   }
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
-  Cut cut() const { return state_->cut; }
+  Cut cut() const { return state_.cut; }
 
  private:
-  struct State {
-    bool done = false;
-    Cut cut = Cut::kNone;
-    tcp::socket* socket = nullptr;  // valid while !done
-    Clock::time_point deadline;
-    const AsyncHttpExchange::Stop* stop = nullptr;  // valid while !done
-    Clock::duration poll{};
-  };
-  static void arm(const std::shared_ptr<State>& s, asio::steady_timer& t) {
+  static void arm(const std::shared_ptr<WatchState>& s, uint64_t gen, asio::steady_timer& t) {
     Clock::time_point at = s->deadline;
     if (s->stop) at = std::min(at, Clock::now() + s->poll);
     t.expires_at(at);
-    t.async_wait([s, &t](const error_code& ec) {
-      if (ec || s->done) return;  // cancelled: the watchdog (and maybe its timer) is gone
+    t.async_wait([s, gen, &t](const error_code& ec) {
+      // Cancelled, or armed by a watchdog that is gone (its timer and exchange maybe too).
+      if (ec || s->done || s->gen != gen) return;
       if (s->stop && (*s->stop)()) {
         s->cut = Cut::kStopped;
       } else if (Clock::now() >= s->deadline) {
         s->cut = Cut::kTimedOut;
       } else {
-        arm(s, t);
+        arm(s, gen, t);
         return;
       }
       error_code ignored;
@@ -90,7 +104,7 @@ class Watchdog {
   }
 
   asio::steady_timer& timer_;
-  std::shared_ptr<State> state_;
+  WatchState& state_;
 };
 
 Status cut_error(Cut cut, const std::string& timed_out) {

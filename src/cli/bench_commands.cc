@@ -186,17 +186,19 @@ double read_seconds(const std::vector<std::pair<const uint8_t*, size_t>>& arrays
     const size_t c = size_t(r) % copies;
     auto t0 = std::chrono::steady_clock::now();
     auto part = [&](size_t t) {
-      uint64_t acc[8] = {};
+      uint64_t acc[16] = {};
       for (const auto& [base, bytes] : arrays) {
         const auto* words = reinterpret_cast<const uint64_t*>(base + c * bytes);
         const size_t count = bytes / 8, b = count / size_t(threads) * t,
                      e = t + 1 == size_t(threads) ? count : b + count / size_t(threads);
         size_t i = b;
-        for (; i + 8 <= e; i += 8)
-          for (int j = 0; j < 8; ++j) acc[j] += words[i + size_t(j)];
+        for (; i + 16 <= e; i += 16)
+          for (int j = 0; j < 16; ++j) acc[j] += words[i + size_t(j)];
         for (; i < e; ++i) acc[0] += words[i];
       }
-      sums[t] = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+      uint64_t sum = 0;
+      for (uint64_t v : acc) sum += v;
+      sums[t] = sum;
     };
     if (pool != nullptr)
       pool->parallel_for(size_t(threads), part);
@@ -238,20 +240,19 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
   }
   for (auto& b : s) b = uint8_t(118 + rng() % 8);
   for (auto& h : wb) h = uint16_t(0x3C00 + rng() % 0x800);
-  // --cold-bytes: copies of the matrix, each run on the next, so that no run finds its
-  // weights in a cache (as a decode step finds each layer's).
+  // --cold-bytes: copies of the matrix after the first, each run on the next, so that no run
+  // finds its weights in a cache (as a decode step finds each layer's).
   const size_t copies =
       a.cold_bytes > 0 ? size_t((a.cold_bytes + int64_t(weight_bytes) - 1) / int64_t(weight_bytes))
                        : 1;
-  std::vector<uint8_t> wc, sc;
-  std::vector<uint16_t> wbc;
-  auto replicate = [&](const auto& v, auto& out) {
-    out.resize(v.size() * copies);
-    for (size_t c = 0; c < copies; ++c) std::copy(v.begin(), v.end(), out.begin() + c * v.size());
+  auto replicate = [&](auto& v) {
+    const size_t one = v.size();
+    v.resize(one * copies);
+    for (size_t c = 1; c < copies; ++c)
+      std::copy(v.begin(), v.begin() + ptrdiff_t(one), v.begin() + ptrdiff_t(c * one));
+    return one;
   };
-  replicate(w, wc);
-  replicate(s, sc);
-  replicate(wb, wbc);
+  const size_t w_one = replicate(w), s_one = replicate(s), wb_one = replicate(wb);
   std::vector<float> x(size_t(a.n * a.k)), y(size_t(a.n * a.m));
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto& v : x) v = u(rng);
@@ -262,13 +263,13 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
     const size_t c = size_t(r) % copies;
     auto t0 = std::chrono::steady_clock::now();
     if (a.weights == "fp4") {
-      kernels::cpu::matmul_fp4({wc.data() + c * w.size(), sc.data() + c * s.size(), a.m, a.k},
-                               x.data(), a.n, y.data(), p);
+      kernels::cpu::matmul_fp4({w.data() + c * w_one, s.data() + c * s_one, a.m, a.k}, x.data(),
+                               a.n, y.data(), p);
     } else if (a.weights == "fp8") {
-      kernels::cpu::matmul_fp8({wc.data() + c * w.size(), sc.data() + c * s.size(), a.m, a.k},
-                               x.data(), a.n, y.data(), p);
+      kernels::cpu::matmul_fp8({w.data() + c * w_one, s.data() + c * s_one, a.m, a.k}, x.data(),
+                               a.n, y.data(), p);
     } else {
-      kernels::cpu::matmul_bf16({wbc.data() + c * wb.size(), a.m, a.k}, x.data(), a.n, y.data(), p);
+      kernels::cpu::matmul_bf16({wb.data() + c * wb_one, a.m, a.k}, x.data(), a.n, y.data(), p);
     }
     times.push_back(seconds_since(t0));
   }
@@ -281,10 +282,9 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
     // The weights, then their scales: the bytes the kernel reads.
     const double t =
         a.weights == "bf16"
-            ? read_seconds({{reinterpret_cast<const uint8_t*>(wbc.data()), wb.size() * 2}}, copies,
-                           p, a.threads, a.repeat)
-            : read_seconds({{wc.data(), w.size()}, {sc.data(), s.size()}}, copies, p, a.threads,
-                           a.repeat);
+            ? read_seconds({{reinterpret_cast<const uint8_t*>(wb.data()), wb_one * 2}}, copies, p,
+                           a.threads, a.repeat)
+            : read_seconds({{w.data(), w_one}, {s.data(), s_one}}, copies, p, a.threads, a.repeat);
     char buf[96];
     std::snprintf(buf, sizeof buf, ",\"read_floor_seconds\":%.6f", t);
     extra += buf;
@@ -335,25 +335,10 @@ int64_t proc_status_bytes(const char* key) {
 
 // Read bandwidth of this machine: a 1 GiB buffer summed by `threads` threads, best of 5.
 double read_bandwidth(int threads) {
-  const size_t n = size_t(1) << 28;  // floats
-  std::vector<float> buf(n, 1.0f);
+  const size_t bytes = size_t(1) << 30;
+  std::vector<uint8_t> buf(bytes, 1);
   ThreadPool pool(static_cast<size_t>(threads));
-  std::vector<double> sums(static_cast<size_t>(threads));
-  double best = 1e300;
-  for (int r = 0; r < 5; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    pool.parallel_for(size_t(threads), [&](size_t t) {
-      const size_t b = n / size_t(threads) * t, e = b + n / size_t(threads);
-      float acc[16] = {};
-      for (size_t i = b; i < e; i += 16)
-        for (int j = 0; j < 16; ++j) acc[j] += buf[i + size_t(j)];
-      double s = 0;
-      for (float v : acc) s += v;
-      sums[t] = s;
-    });
-    best = std::min(best, seconds_since(t0));
-  }
-  return double(n * sizeof(float)) / best / 1e9;
+  return double(bytes) / read_seconds({{buf.data(), bytes}}, 1, &pool, threads, 5) / 1e9;
 }
 
 // `batch` sequences (prompts of the same length, each its own tokens) prefilled one after
@@ -546,7 +531,8 @@ void add_bench_commands(CLI::App& app, Runner* run) {
                 "the best run)")
       ->check(CLI::Range(int64_t(0), int64_t(16) << 30));
   m->add_flag("--read-floor", margs->read_floor,
-              "Also time a plain read of the same weight bytes (best of --repeat, same threads)");
+              "Also time a plain read of the same weight bytes, as the kernel's runs are timed "
+              "(same threads, copies and --repeat)");
   m->add_flag("--bandwidth", margs->bandwidth,
               "Also measure this machine's read bandwidth (a 1 GiB sum) and print the fraction");
   m->callback([margs, run] { *run = [margs] { return run_bench_matmul(*margs); }; });

@@ -342,9 +342,11 @@ FATHOM_INLINE void stream_step(ATile a0, const ATile* a1, const BTiles& b, int64
 // bandwidth; no gain for FP4, and about 10% lost on FP8 weights already in the L3).
 constexpr int64_t kRowsAheadLines = 4;
 
+// step_bytes: a row's bytes per step (row_bytes / kts, computed once per call).
 template <typename Source>
-FATHOM_INLINE void prefetch_rows_ahead(const Source& src, int64_t m0, int64_t kt, int64_t kts) {
-  const int64_t step_bytes = src.row_bytes() / kts, off = kt * step_bytes + kRowsAheadLines * 64;
+FATHOM_INLINE void prefetch_rows_ahead(const Source& src, int64_t m0, int64_t kt,
+                                       int64_t step_bytes) {
+  const int64_t off = kt * step_bytes + kRowsAheadLines * 64;
   if (off >= src.row_bytes() || off / 64 == (off - step_bytes) / 64) return;
   for (int64_t r = 0; r < 16; ++r)
     prefetch_l2(static_cast<const char*>(src.row_base(m0 + r)) + off);
@@ -368,7 +370,7 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const BTiles& b, int64
   // activation tiles loaded once for both), the next pair's rows (contiguous) prefetched into
   // L2 a few lines a step, as a short row is too short a stream for the hardware.
   const bool long_rows = 32 * src.row_bytes() > kPrefetchPairBytes;
-  const int64_t group = long_rows ? 16 : 32;
+  const int64_t group = long_rows ? 16 : 32, step_bytes = src.row_bytes() / kts;
   ATile ring0[kRing], ring1[kRing];
   for (int64_t m0 = r0; m0 < r1; m0 += group) {
     const int64_t rows0 = min64(16, M - m0),
@@ -407,7 +409,8 @@ void stream_rows(const Source& src, int64_t M, int64_t K, const BTiles& b, int64
             prefetch_next(kt0 + s);
             stream_step<NT>(ring0[s % kRing], &ring1[s % kRing], b, kt0 + s);
           } else {
-            if (Source::kPrefetchLongRows && long_rows) prefetch_rows_ahead(src, m0, kt0 + s, kts);
+            if (Source::kPrefetchLongRows && long_rows)
+              prefetch_rows_ahead(src, m0, kt0 + s, step_bytes);
             stream_step<NT>(ring0[s % kRing], nullptr, b, kt0 + s);
           }
         }

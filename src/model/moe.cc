@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "core/thread_pool.h"
 #include "kernels/activation.h"
@@ -122,43 +123,64 @@ void project_fast(const ExpertWeights& e, const kernels::Fp4Matrix& m4,
 }
 
 // One expert over `rows` quantised inputs xq [rows, hidden]; weights[r] scales row r's
-// hidden (null for the shared expert). y [rows, hidden] in fp32 (bf16 values).
+// hidden (null for the shared expert). y [rows, hidden] in fp32 (bf16 values); g and u hold
+// rows * inter floats each.
 void run_expert_fast(const ExpertWeights& e, const float* xq, int64_t rows, const float* weights,
-                     float limit, float* y, std::vector<float>& g, std::vector<float>& u,
-                     ThreadPool* pool) {
+                     float limit, float* y, float* g, float* u, ThreadPool* pool) {
   const int64_t inter = e.inter;
-  g.resize(size_t(rows * inter));
-  u.resize(size_t(rows * inter));
-  project_fast(e, e.w1_fp4, e.w1_fp8, xq, rows, g.data(), pool);
-  project_fast(e, e.w3_fp4, e.w3_fp8, xq, rows, u.data(), pool);
+  project_fast(e, e.w1_fp4, e.w1_fp8, xq, rows, g, pool);
+  project_fast(e, e.w3_fp4, e.w3_fp8, xq, rows, u, pool);
   for (int64_t r = 0; r < rows; ++r) {
-    float* gr = &g[size_t(r * inter)];
-    const float* ur = &u[size_t(r * inter)];
-    kernels::cpu::swiglu_bf16(gr, ur, inter, limit, weights != nullptr ? weights[r] : 1.0f, gr);
+    float* gr = g + r * inter;
+    kernels::cpu::swiglu_bf16(gr, u + r * inter, inter, limit,
+                              weights != nullptr ? weights[r] : 1.0f, gr);
     kernels::cpu::fake_quant_e4m3(gr, inter, gr);
   }
-  project_fast(e, e.w2_fp4, e.w2_fp8, g.data(), rows, y, pool);
+  project_fast(e, e.w2_fp4, e.w2_fp8, g, rows, y, pool);
   for (int64_t i = 0; i < rows * e.hidden; ++i) y[i] = kernels::round_to_bf16(y[i]);
 }
+
+// Floats that grow to the largest size asked of them and are never zero-filled (each user
+// writes what it reads): a prefill's MoE buffers are tens of MB, and fresh zeroed vectors
+// cost their page faults and a memset on every call. One per thread (thread_local where
+// used); the pointer stays valid until the next get() on that thread.
+class FloatScratch {
+ public:
+  float* get(int64_t n) {
+    if (n > size_) {
+      p_.reset(new float[size_t(n)]);
+      size_ = n;
+    }
+    return p_.get();
+  }
+
+ private:
+  std::unique_ptr<float[]> p_;
+  int64_t size_ = 0;
+};
 
 }  // namespace
 
 void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int32_t* experts,
                       const float* weights, int k, float* y, ThreadPool* pool) {
   const int64_t hidden = w.shared.hidden;
-  std::vector<float> xq(size_t(T * hidden)), acc(size_t(T * hidden), 0.0f);
+  thread_local FloatScratch xq_scratch, acc_scratch, work_scratch;
+  float* xq = xq_scratch.get(T * hidden);
+  float* acc = acc_scratch.get(T * hidden);
+  std::fill(acc, acc + T * hidden, 0.0f);
   for (int64_t t = 0; t < T; ++t)
-    kernels::cpu::fake_quant_e4m3(x + t * hidden, hidden, &xq[size_t(t * hidden)]);
+    kernels::cpu::fake_quant_e4m3(x + t * hidden, hidden, xq + t * hidden);
   // One job per expert in use (routed in index order, then the shared one), each with the
   // rows routed to it.
   struct Job {
     const ExpertWeights* e;
     std::vector<int64_t> rows;
-    std::vector<float> rw, in, out;
+    std::vector<float> rw;
+    float *in = nullptr, *g = nullptr, *u = nullptr, *out = nullptr;
   };
   std::vector<Job> jobs;
   for (int32_t e = 0; e < int32_t(w.routed.size()); ++e) {
-    Job j{&w.routed[size_t(e)], {}, {}, {}, {}};
+    Job j{&w.routed[size_t(e)], {}, {}};
     for (int64_t t = 0; t < T; ++t)
       for (int q = 0; q < k; ++q)
         if (experts[t * k + q] == e) {
@@ -168,43 +190,69 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
     if (!j.rows.empty()) jobs.push_back(std::move(j));
   }
   const size_t routed_jobs = jobs.size();
-  Job shared{&w.shared, {}, {}, {}, {}};
+  Job shared{&w.shared, {}, {}};
   for (int64_t t = 0; t < T; ++t) shared.rows.push_back(t);
   jobs.push_back(std::move(shared));
+  // A job's buffers: its inputs and outputs [rows, hidden], g and u [rows, inter].
+  auto job_floats = [&](const Job& j) {
+    return int64_t(j.rows.size()) * (2 * hidden + 2 * j.e->inter);
+  };
+  auto place = [&](Job& j, float* at) {
+    const int64_t n = int64_t(j.rows.size());
+    j.in = at;
+    j.out = j.in + n * hidden;
+    j.g = j.out + n * hidden;
+    j.u = j.g + n * j.e->inter;
+  };
   auto run = [&](Job& j, ThreadPool* inner) {
     const int64_t n = int64_t(j.rows.size());
-    j.in.resize(size_t(n * hidden));
     for (int64_t r = 0; r < n; ++r)
-      std::copy_n(&xq[size_t(j.rows[size_t(r)] * hidden)], hidden, &j.in[size_t(r * hidden)]);
-    j.out.resize(size_t(n * hidden));
-    std::vector<float> g, u;
-    run_expert_fast(*j.e, j.in.data(), n, j.rw.empty() ? nullptr : j.rw.data(), w.swiglu_limit,
-                    j.out.data(), g, u, inner);
+      std::copy_n(xq + j.rows[size_t(r)] * hidden, hidden, j.in + r * hidden);
+    run_expert_fast(*j.e, j.in, n, j.rw.empty() ? nullptr : j.rw.data(), w.swiglu_limit, j.out, j.g,
+                    j.u, inner);
+  };
+  // Routed outputs are added to their rows in expert-index order (a job's turn), the shared
+  // expert's last, with the one rounding.
+  auto add_routed = [&](const Job& j) {
+    for (size_t r = 0; r < j.rows.size(); ++r) {
+      float* a = acc + j.rows[r] * hidden;
+      const float* o = j.out + int64_t(r) * hidden;
+      for (int64_t c = 0; c < hidden; ++c) a[c] += o[c];
+    }
+  };
+  auto finish = [&](const Job& sh) {
+    for (int64_t i = 0; i < T * hidden; ++i) y[i] = kernels::round_to_bf16(acc[i] + sh.out[i]);
   };
   // Few rows per expert (decode, one sequence or a batch of them): the experts run side by
   // side, one thread each, with no synchronisation inside their products; many rows
-  // (prefill): each expert uses the pool. The kernels' arithmetic does not depend on it.
+  // (prefill): each expert uses the pool, one after another in the same buffers. The
+  // kernels' arithmetic does not depend on it.
   size_t most_rows = 0;
   for (size_t i = 0; i < routed_jobs; ++i) most_rows = std::max(most_rows, jobs[i].rows.size());
   if (pool != nullptr && (T <= 4 || most_rows <= 16) && jobs.size() > 1) {
+    int64_t total = 0;
+    for (const Job& j : jobs) total += job_floats(j);
+    float* at = work_scratch.get(total);
+    for (Job& j : jobs) {
+      place(j, at);
+      at += job_floats(j);
+    }
     // The shared expert (the biggest job: FP8, twice the bytes of an FP4 one) goes first so
     // the threads finish together.
     pool->parallel_for(jobs.size(),
                        [&](size_t i) { run(jobs[i == 0 ? jobs.size() - 1 : i - 1], nullptr); });
+    for (size_t i = 0; i < routed_jobs; ++i) add_routed(jobs[i]);
   } else {
-    for (Job& j : jobs) run(j, pool);
-  }
-  for (size_t i = 0; i < routed_jobs; ++i) {
-    const Job& j = jobs[i];
-    for (size_t r = 0; r < j.rows.size(); ++r) {
-      float* a = &acc[size_t(j.rows[r] * hidden)];
-      const float* o = &j.out[r * size_t(hidden)];
-      for (int64_t c = 0; c < hidden; ++c) a[c] += o[c];
+    int64_t most = 0;
+    for (const Job& j : jobs) most = std::max(most, job_floats(j));
+    float* at = work_scratch.get(most);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      place(jobs[i], at);
+      run(jobs[i], pool);
+      if (i < routed_jobs) add_routed(jobs[i]);
     }
   }
-  const std::vector<float>& so = jobs.back().out;
-  for (int64_t i = 0; i < T * hidden; ++i)
-    y[i] = kernels::round_to_bf16(acc[size_t(i)] + so[size_t(i)]);
+  finish(jobs.back());
 }
 
 }  // namespace fathom::model

@@ -444,11 +444,13 @@ int run_bench_decode(const BenchDecodeArgs& a) {
   const double machine_gbps = read_bandwidth(a.threads);
   if (a.batch > 1) return bench_batched_decode(a, **m, prompt, load_s, machine_gbps);
   auto st = (*m)->new_sequence();
-  std::vector<float> logits(size_t(a.chunk * V));
+  std::vector<float> logits(static_cast<size_t>(V));
   auto t0 = std::chrono::steady_clock::now();
+  // As the engine prefills: the head runs for the prompt's last row only.
   for (int64_t at = 0; at < a.prompt_tokens; at += a.chunk) {
     const int64_t n = std::min(a.chunk, a.prompt_tokens - at);
-    Status s = (*m)->forward(*st, std::span(prompt).subspan(size_t(at), size_t(n)), logits.data());
+    Status s = (*m)->forward(*st, std::span(prompt).subspan(size_t(at), size_t(n)),
+                             at + n == a.prompt_tokens ? logits.data() : nullptr, nullptr, false);
     if (!s.is_ok()) {
       std::fprintf(stderr, "fathom: %s\n", s.to_string().c_str());
       return 1;

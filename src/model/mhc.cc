@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/dot.h"
@@ -69,53 +68,11 @@ HcMix hc_mix_fast(const float* streams, const HcMixParams& p, ThreadPool* pool) 
 
 void hc_mix_fast_rows(const float* streams, int64_t rows, const HcMixParams& p, HcMix* out) {
   const int64_t n = kHcStreams * p.hidden;
-  thread_local std::vector<double> xd;
-  for (int64_t t0 = 0; t0 < rows; t0 += 4) {
-    const int64_t nb = std::min<int64_t>(4, rows - t0);
-    // Four rows' streams in double (rows past the batch repeat the last one).
-    xd.resize(size_t(4 * n));
-    for (int64_t b = 0; b < 4; ++b)
-      for (int64_t i = 0; i < n; ++i)
-        xd[size_t(b * n + i)] = double(streams[(t0 + std::min(b, nb - 1)) * n + i]);
-    const double *x0 = xd.data(), *x1 = x0 + n, *x2 = x1 + n, *x3 = x2 + n;
-    // dot_f64_lanes' arithmetic: eight lane sums (element i in lane i % 8; the products are
-    // exact in double, so a fused multiply-add rounds as a product and a sum do), combined
-    // pairwise at the end.
-    auto combine = [](const double* l) {
-      return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-    };
-    double d[4][kMixRows + 1];
-    for (int o = 0; o <= kMixRows; ++o) {
-      double a0[8] = {}, a1[8] = {}, a2[8] = {}, a3[8] = {};
-      const int64_t full = n / 8 * 8;
-      if (o < kMixRows) {
-        const float* w = p.fn + o * n;
-        for (int64_t i = 0; i < full; i += 8)
-          for (int l = 0; l < 8; ++l) {
-            const double wl = double(w[i + l]);
-            a0[l] = __builtin_fma(wl, x0[i + l], a0[l]);
-            a1[l] = __builtin_fma(wl, x1[i + l], a1[l]);
-            a2[l] = __builtin_fma(wl, x2[i + l], a2[l]);
-            a3[l] = __builtin_fma(wl, x3[i + l], a3[l]);
-          }
-        for (int64_t i = full; i < n; ++i) {
-          const double wl = double(w[i]);
-          a0[0] += wl * x0[i], a1[0] += wl * x1[i], a2[0] += wl * x2[i], a3[0] += wl * x3[i];
-        }
-      } else {
-        for (int64_t i = 0; i < full; i += 8)
-          for (int l = 0; l < 8; ++l) {
-            a0[l] = __builtin_fma(x0[i + l], x0[i + l], a0[l]);
-            a1[l] = __builtin_fma(x1[i + l], x1[i + l], a1[l]);
-            a2[l] = __builtin_fma(x2[i + l], x2[i + l], a2[l]);
-            a3[l] = __builtin_fma(x3[i + l], x3[i + l], a3[l]);
-          }
-        for (int64_t i = full; i < n; ++i)
-          a0[0] += x0[i] * x0[i], a1[0] += x1[i] * x1[i], a2[0] += x2[i] * x2[i],
-              a3[0] += x3[i] * x3[i];
-      }
-      d[0][o] = combine(a0), d[1][o] = combine(a1), d[2][o] = combine(a2), d[3][o] = combine(a3);
-    }
+  constexpr int64_t kGroup = 8;
+  double d[kGroup][kMixRows + 1];
+  for (int64_t t0 = 0; t0 < rows; t0 += kGroup) {
+    const int64_t nb = std::min(kGroup, rows - t0);
+    kernels::cpu::dots_f64_lanes(streams + t0 * n, nb, n, p.fn, kMixRows, &d[0][0]);
     for (int64_t b = 0; b < nb; ++b) {
       const float var = float(d[b][kMixRows] / double(n));
       const float r = float(1.0 / std::sqrt(double(var + p.norm_eps)));

@@ -39,8 +39,8 @@ HcMix hc_mix(const float* streams, const HcMixParams& p);
 // The `fast` numerics: the same arithmetic with the double sums taken in eight lanes (the
 // mix is too sensitive for fp32 sums: they double the fast path's logit error).
 HcMix hc_mix_fast(const float* streams, const HcMixParams& p, ThreadPool* pool = nullptr);
-// hc_mix_fast() of `rows` tokens (streams [rows, 4, hidden]) into out[rows], bit for bit, with
-// each fn value converted once for four tokens and each token's streams once for all 25 sums.
+// hc_mix_fast() of `rows` tokens (streams [rows, 4, hidden]) into out[rows], bit for bit: the
+// 25 sums of up to eight tokens at once by kernels::cpu::dots_f64_lanes.
 void hc_mix_fast_rows(const float* streams, int64_t rows, const HcMixParams& p, HcMix* out);
 
 // x = bf16(sum_j pre[j] * X[j]): the sublayer input, [hidden].

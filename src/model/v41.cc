@@ -772,7 +772,8 @@ void for_rows(const Exec& ex, int64_t T, Fn fn) {
 }
 
 // The mixes of T rows of streams X [T, 4, D]: strict one by one; fast, a single row's dot
-// products spread over the pool, several rows four at a time over the pool (the same bits).
+// products spread over the pool, several rows in blocks over the pool (the same bits): eight
+// rows a block from 16 rows up, four below (so that a small batch still uses every thread).
 void mixes_of(const Exec& ex, const float* X, int64_t T, int64_t D, const HcMixParams& p,
               HcMix* out) {
   if (!ex.fast) {
@@ -780,10 +781,10 @@ void mixes_of(const Exec& ex, const float* X, int64_t T, int64_t D, const HcMixP
   } else if (T == 1) {
     out[0] = hc_mix_fast(X, p, ex.pool);
   } else {
-    const int64_t blocks = (T + 3) / 4;
+    const int64_t per = T >= 16 ? 8 : 4, blocks = (T + per - 1) / per;
     auto block = [&](size_t i) {
-      const int64_t t0 = int64_t(i) * 4;
-      hc_mix_fast_rows(X + t0 * 4 * D, std::min<int64_t>(4, T - t0), p, out + t0);
+      const int64_t t0 = int64_t(i) * per;
+      hc_mix_fast_rows(X + t0 * 4 * D, std::min(per, T - t0), p, out + t0);
     };
     if (ex.pool != nullptr)
       ex.pool->parallel_for(size_t(blocks), block);

@@ -10,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu_features.h"
+#include "kernels/dot.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
@@ -294,6 +295,37 @@ TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
               }
             }
         }
+      }
+    }
+  }
+}
+
+// The blocked dot products are dot_f64_lanes() bit for bit on every path: row groups of 8,
+// 4 and 1, lengths with and without a tail past the last 8 columns and past a 256-column
+// chunk, blocks of sums beyond the first 25, and values across many binades (so that a
+// different order of any two additions would show).
+TEST(Kernels, BlockedDotsAreDotF64LanesBitForBit) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-20, 20);
+  for (CpuPath path : tested_paths()) {
+    for (int64_t n : {1, 7, 8, 40, 263, 520, 8192}) {
+      for (int64_t outs : {0, 1, 24, 30}) {
+        const int64_t rows = 13;
+        std::vector<float> x(size_t(rows * n)), w(size_t(std::max<int64_t>(outs, 1) * n));
+        for (auto& v : x) v = std::ldexp(g(rng), e(rng));
+        for (auto& v : w) v = std::ldexp(g(rng), e(rng));
+        std::vector<double> d(size_t(rows * (outs + 1)), -1.0);
+        cpu::dots_f64_lanes(path, x.data(), rows, n, w.data(), outs, d.data());
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t o = 0; o <= outs; ++o) {
+            const float* a = o < outs ? w.data() + o * n : x.data() + r * n;
+            const double want = dot_f64_lanes(a, x.data() + r * n, n);
+            const double got = d[size_t(r * (outs + 1) + o)];
+            ASSERT_EQ(std::memcmp(&want, &got, sizeof want), 0)
+                << cpu_path_name(path) << " n " << n << " outs " << outs << " row " << r << " sum "
+                << o << ": " << got << " vs " << want;
+          }
       }
     }
   }

@@ -8,17 +8,13 @@
 
 namespace fathom::model {
 
-void route_token(const float* x, const MoeGateParams& p, int32_t* experts, float* weights,
-                 bool fast) {
-  float logits[kMaxExperts], score[kMaxExperts], biased[kMaxExperts];
+namespace {
+
+// The top-k of the scores from the gate's logits (as fp32).
+void route_from_logits(const float* logits, const MoeGateParams& p, int n, int32_t* experts,
+                       float* weights) {
+  float score[kMaxExperts], biased[kMaxExperts];
   int32_t order[kMaxExperts];
-  const int n = std::min(p.n_experts, kMaxExperts);
-  if (fast) {
-    for (int e = 0; e < n; ++e)
-      logits[e] = float(kernels::dot_f64_lanes(x, p.weight + e * p.hidden, p.hidden));
-  } else {
-    kernels::ref::linear_f32(x, p.weight, 1, p.hidden, n, logits);
-  }
   for (int e = 0; e < n; ++e) {
     const double z = logits[e];
     const float softplus = float(z > 20.0 ? z : std::log1p(std::exp(z)));
@@ -36,6 +32,37 @@ void route_token(const float* x, const MoeGateParams& p, int32_t* experts, float
   for (int i = 0; i < k; ++i) {
     experts[i] = order[i];
     weights[i] = score[order[i]] / denom * p.route_scale;
+  }
+}
+
+}  // namespace
+
+void route_token(const float* x, const MoeGateParams& p, int32_t* experts, float* weights,
+                 bool fast) {
+  float logits[kMaxExperts];
+  const int n = std::min(p.n_experts, kMaxExperts);
+  if (fast) {
+    for (int e = 0; e < n; ++e)
+      logits[e] = float(kernels::dot_f64_lanes(x, p.weight + e * p.hidden, p.hidden));
+  } else {
+    kernels::ref::linear_f32(x, p.weight, 1, p.hidden, n, logits);
+  }
+  route_from_logits(logits, p, n, experts, weights);
+}
+
+void route_tokens_fast(const float* x, int64_t rows, const MoeGateParams& p, int32_t* experts,
+                       float* weights) {
+  constexpr int64_t kGroup = 8;
+  const int n = std::min(p.n_experts, kMaxExperts);
+  double d[kGroup * (kMaxExperts + 1)];
+  float logits[kMaxExperts];
+  for (int64_t t0 = 0; t0 < rows; t0 += kGroup) {
+    const int64_t nb = std::min(kGroup, rows - t0);
+    kernels::cpu::dots_f64_lanes(x + t0 * p.hidden, nb, p.hidden, p.weight, n, d);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int e = 0; e < n; ++e) logits[e] = float(d[b * (n + 1) + e]);
+      route_from_logits(logits, p, n, experts + (t0 + b) * p.top_k, weights + (t0 + b) * p.top_k);
+    }
   }
 }
 

@@ -26,5 +26,10 @@ struct MoeGateParams {
 // almost always equal the strict ones).
 void route_token(const float* x, const MoeGateParams& p, int32_t* experts, float* weights,
                  bool fast = false);
+// route_token(fast) of `rows` tokens x [rows, hidden] into experts and weights [rows, top_k],
+// bit for bit: the gate's sums of up to eight tokens per pass over its weights
+// (kernels::cpu::dots_f64_lanes; the squares' sums it also takes are not used).
+void route_tokens_fast(const float* x, int64_t rows, const MoeGateParams& p, int32_t* experts,
+                       float* weights);
 
 }  // namespace fathom::model

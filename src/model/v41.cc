@@ -821,16 +821,28 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
   MoeGateParams gp{b.gate_w.data(), b.gate_bias, D, b.n_experts, b.top_k, float(W.cfg.route_scale)};
   std::vector<int32_t> all_experts(size_t(T * b.top_k));
   std::vector<float> all_weights(size_t(T * b.top_k));
-  for_rows(ex, T, [&](int64_t t) {
-    route_token(&xn[size_t(t * D)], gp, &all_experts[size_t(t * b.top_k)],
-                &all_weights[size_t(t * b.top_k)], ex.fast);
-    if (!ex.fast)
-      moe_forward(b.moe, &xn[size_t(t * D)], &all_experts[size_t(t * b.top_k)],
-                  &all_weights[size_t(t * b.top_k)], b.top_k, &y[size_t(t * D)]);
-  });
-  if (ex.fast)
+  if (ex.fast) {
+    // Eight rows a block over the pool (a row's route never depends on the split).
+    const int64_t blocks = (T + 7) / 8;
+    auto route = [&](size_t i) {
+      const int64_t t0 = int64_t(i) * 8;
+      route_tokens_fast(&xn[size_t(t0 * D)], std::min<int64_t>(8, T - t0), gp,
+                        &all_experts[size_t(t0 * b.top_k)], &all_weights[size_t(t0 * b.top_k)]);
+    };
+    if (ex.pool != nullptr && blocks > 1)
+      ex.pool->parallel_for(size_t(blocks), route);
+    else
+      for (int64_t i = 0; i < blocks; ++i) route(size_t(i));
     moe_forward_fast(b.moe, xn.data(), T, all_experts.data(), all_weights.data(), b.top_k, y.data(),
                      ex.pool);
+  } else {
+    for (int64_t t = 0; t < T; ++t) {
+      route_token(&xn[size_t(t * D)], gp, &all_experts[size_t(t * b.top_k)],
+                  &all_weights[size_t(t * b.top_k)]);
+      moe_forward(b.moe, &xn[size_t(t * D)], &all_experts[size_t(t * b.top_k)],
+                  &all_weights[size_t(t * b.top_k)], b.top_k, &y[size_t(t * D)]);
+    }
+  }
   if (trace) {
     trace->gate_idx[b.id] = all_experts;
     trace->gate_w[b.id] = all_weights;

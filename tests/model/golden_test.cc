@@ -240,6 +240,35 @@ TEST(MoeGate, TiesGoToTheLowerExpert) {
   EXPECT_FLOAT_EQ(weights[0], 0.75f);
 }
 
+TEST(MoeGate, ManyTokensRouteAsEachAlone) {
+  // route_tokens_fast takes up to eight tokens per pass over the gate's weights; each token's
+  // experts and weights must be route_token(fast)'s bit for bit, whatever the row count.
+  std::mt19937 rng(53);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int64_t hidden = 264;  // 33 eight-lane steps: a full chunk and a partial one
+  const int n = 32, k = 6;
+  std::vector<float> w(size_t(n * hidden)), bias(static_cast<size_t>(n));
+  for (auto& v : w) v = kernels::round_to_bf16(g(rng) * 0.1f);
+  for (auto& v : bias) v = g(rng) * 0.01f;
+  const MoeGateParams p{w.data(), bias.data(), hidden, n, k, 1.5f};
+  for (int64_t rows : {1, 3, 8, 9, 17}) {
+    std::vector<float> x(size_t(rows * hidden));
+    for (auto& v : x) v = kernels::round_to_bf16(g(rng));
+    std::vector<int32_t> experts(size_t(rows * k));
+    std::vector<float> weights(size_t(rows * k));
+    route_tokens_fast(x.data(), rows, p, experts.data(), weights.data());
+    for (int64_t t = 0; t < rows; ++t) {
+      int32_t want_e[k];
+      float want_w[k];
+      route_token(x.data() + t * hidden, p, want_e, want_w, true);
+      EXPECT_EQ(std::memcmp(want_e, &experts[size_t(t * k)], sizeof want_e), 0)
+          << rows << " rows, row " << t;
+      EXPECT_EQ(std::memcmp(want_w, &weights[size_t(t * k)], sizeof want_w), 0)
+          << rows << " rows, row " << t;
+    }
+  }
+}
+
 TEST(Moe, EveryBlocksFfnOutputIsBitExact) {
   // Routing, the FP4 routed experts and the FP8 shared expert from the FFN input that mHC
   // yields must reproduce the golden sublayer output layer{l}_ffn_out.

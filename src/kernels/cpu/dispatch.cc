@@ -44,10 +44,18 @@ void amx_product(const float* x, int64_t batch, int64_t rows, int64_t cols, Thre
                  RowFn fn) {
   thread_local AlignedScratch packed;
   auto* xp = static_cast<uint16_t*>(packed.get(amx::product_x_bytes(batch, cols)));
-  amx::pack_product_x(x, batch, cols, xp);
+  const size_t threads = pool ? pool->size() : 1;
+  // More than 16 rows: full activation tiles, packed over the pool (a tile's bytes do not
+  // depend on which thread packs it).
+  const int64_t x_tiles = (batch + 15) / 16;
+  if (batch > 16 && threads > 1)
+    pool->parallel_for(size_t(x_tiles), [&](size_t nt) {
+      amx::pack_x_tiles(x, batch, cols, xp, int64_t(nt), int64_t(nt) + 1);
+    });
+  else
+    amx::pack_product_x(x, batch, cols, xp);
   constexpr int64_t kPanel = 64;
   const int64_t panels = (rows + kPanel - 1) / kPanel;
-  const size_t threads = pool ? pool->size() : 1;
   const int64_t per = std::max<int64_t>(1, panels / int64_t(threads * 4));
   const size_t tasks = size_t((panels + per - 1) / per);
   auto run = [&](size_t t) {

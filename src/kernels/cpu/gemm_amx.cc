@@ -566,8 +566,13 @@ void configure_narrow_tiles(int64_t columns) {
 void ensure_tiles() { configure_narrow_tiles(16); }
 
 void pack_x(const float* x, int64_t batch, int64_t cols, uint16_t* out) {
-  const int64_t kts = (cols + 31) / 32, nts = (batch + 15) / 16;
-  for (int64_t nt = 0; nt < nts; ++nt) {
+  pack_x_tiles(x, batch, cols, out, 0, (batch + 15) / 16);
+}
+
+void pack_x_tiles(const float* x, int64_t batch, int64_t cols, uint16_t* out, int64_t nt0,
+                  int64_t nt1) {
+  const int64_t kts = (cols + 31) / 32;
+  for (int64_t nt = nt0; nt < nt1; ++nt) {
     const int64_t rows = min64(16, batch - nt * 16);
     for (int64_t kt = 0; kt < kts; ++kt) {
       // Row i of 16 activation rows: its 32 columns as 16 bf16 pairs (dword j: columns 2j,

@@ -36,6 +36,9 @@ inline int64_t packed_x_bytes(int64_t batch, int64_t cols) {
 // x [batch, cols] fp32 -> bf16 B tiles of 16 columns, zero beyond batch and cols. REQUIRES:
 // out holds packed_x_bytes(batch, cols) bytes, 64-byte aligned.
 void pack_x(const float* x, int64_t batch, int64_t cols, uint16_t* out);
+// pack_x() of the activation tiles [nt0, nt1) only (rows 16 * nt0 ..): the same bytes.
+void pack_x_tiles(const float* x, int64_t batch, int64_t cols, uint16_t* out, int64_t nt0,
+                  int64_t nt1);
 // The products' activations: up to 16 rows packed as B tiles of `batch` columns (a 4-byte
 // pair per row: the GEMV's x is its bf16 values in order), more as pack_x().
 inline int64_t product_x_bytes(int64_t batch, int64_t cols) {

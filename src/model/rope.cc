@@ -45,15 +45,22 @@ void Rope::cos_sin(int64_t pos, float* cos, float* sin) const {
 }
 
 void Rope::rotate(float* x, int64_t pos, bool inverse) const {
+  rotate_heads(x, 1, 0, pos, inverse);
+}
+
+void Rope::rotate_heads(float* x, int64_t heads, int64_t stride, int64_t pos, bool inverse) const {
   const size_t half = freqs_.size();
   float c[256], s[256];
   cos_sin(pos, c, s);
-  for (size_t i = 0; i < half; ++i) {
-    const double a = x[2 * i], b = x[2 * i + 1];
-    const double cc = c[i], ss = inverse ? -double(s[i]) : double(s[i]);
-    const float re = float(a * cc - b * ss), im = float(a * ss + b * cc);
-    x[2 * i] = kernels::round_to_bf16(re);
-    x[2 * i + 1] = kernels::round_to_bf16(im);
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * stride;
+    for (size_t i = 0; i < half; ++i) {
+      const double a = v[2 * i], b = v[2 * i + 1];
+      const double cc = c[i], ss = inverse ? -double(s[i]) : double(s[i]);
+      const float re = float(a * cc - b * ss), im = float(a * ss + b * cc);
+      v[2 * i] = kernels::round_to_bf16(re);
+      v[2 * i + 1] = kernels::round_to_bf16(im);
+    }
   }
 }
 

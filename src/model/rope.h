@@ -28,6 +28,9 @@ class Rope {
   // Rotates the pairs of x [dim] (bf16 values held as fp32) in place by `pos`, or by -pos
   // (the conjugate) when `inverse`; the result is rounded to bf16.
   void rotate(float* x, int64_t pos, bool inverse = false) const;
+  // rotate() of `heads` vectors x, x + stride, ... at one position (cos and sin computed once).
+  void rotate_heads(float* x, int64_t heads, int64_t stride, int64_t pos,
+                    bool inverse = false) const;
 
  private:
   std::vector<float> freqs_;

@@ -48,18 +48,22 @@ namespace detail {
 // y [rows, W.rows] = bf16(W · fake_quant(x)) for x [rows, W.cols].
 void fp8_linear(const Exec& ex, const kernels::Fp8Matrix& w, const float* x, int64_t rows,
                 float* y) {
-  std::vector<float> xq(static_cast<size_t>(rows * w.cols));
-  for (int64_t r = 0; r < rows; ++r)
-    (ex.fast ? kernels::cpu::fake_quant_e4m3 : kernels::ref::fake_quant_e4m3)(
-        x + r * w.cols, w.cols, &xq[size_t(r * w.cols)]);
+  const std::unique_ptr<float[]> xq(new float[size_t(rows * w.cols)]);
   if (ex.fast) {
-    kernels::cpu::matmul_fp8(w, xq.data(), rows, y, ex.pool);
-    for (int64_t i = 0; i < rows * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
+    for_rows(ex, rows, [&](int64_t r) {
+      kernels::cpu::fake_quant_e4m3(x + r * w.cols, w.cols, xq.get() + r * w.cols);
+    });
+    kernels::cpu::matmul_fp8(w, xq.get(), rows, y, ex.pool);
+    for_rows(ex, rows, [&](int64_t r) {
+      for (int64_t i = r * w.rows; i < (r + 1) * w.rows; ++i) y[i] = kernels::round_to_bf16(y[i]);
+    });
     return;
   }
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::ref::matmul_fp8(w, &xq[size_t(r * w.cols)], 1, y + r * w.rows,
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::ref::fake_quant_e4m3(x + r * w.cols, w.cols, xq.get() + r * w.cols);
+    kernels::ref::matmul_fp8(w, xq.get() + r * w.cols, 1, y + r * w.rows,
                              kernels::OutRounding::kBF16);
+  }
 }
 
 // y [rows, W.rows] = x · W^T with bf16 weights W [m, k]; rounded once to bf16 or fp32.
@@ -676,11 +680,11 @@ void finish_window_kv(const Exec& ex, const ModelWeights& W, const AttentionWeig
                       const Rope& rope, const float* proj, int64_t T, RowPositions pos, float* kv) {
   const int64_t hd = W.cfg.head_dim, rd = W.cfg.rope_head_dim;
   rmsnorm(ex, proj, a.kv_norm, T, float(W.cfg.norm_eps), kv);
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(ex, T, [&](int64_t t) {
     rope.rotate(kv + t * hd + hd - rd, pos[t]);
     (ex.fast ? kernels::cpu::fake_quant_e4m3 : kernels::ref::fake_quant_e4m3)(kv + t * hd, hd,
                                                                               kv + t * hd);
-  }
+  });
 }
 
 }  // namespace
@@ -713,8 +717,7 @@ void attention_inputs(const Exec& ex, const ModelWeights& W, const AttentionWeig
   }
   rmsnorm(ex, tq.data(), a.q_norm, T, float(c.norm_eps), qr);
   fp8_linear(ex, a.wq_b, qr, T, q);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < H; ++h) rope.rotate(q + (t * H + h) * hd + hd - rd, pos[t]);
+  for_rows(ex, T, [&](int64_t t) { rope.rotate_heads(q + t * H * hd + hd - rd, H, hd, pos[t]); });
   finish_window_kv(ex, W, a, rope, tkv.data(), T, pos, kv);
 }
 
@@ -725,8 +728,8 @@ void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeig
                 zr = c.o_groups * c.o_lora_rank, orank = c.o_lora_rank;
   std::vector<float> z(static_cast<size_t>(T * zr)), og(static_cast<size_t>(T * gin)),
       zg(static_cast<size_t>(T * orank));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < H; ++h) rope.rotate(o + (t * H + h) * hd + hd - rd, pos[t], true);
+  for_rows(ex, T,
+           [&](int64_t t) { rope.rotate_heads(o + t * H * hd + hd - rd, H, hd, pos[t], true); });
   // Group g's rows of the FP8 wo_a (o_rank is a multiple of the 32-row scale block).
   auto fp8_group = [&](int64_t g) {
     const kernels::Fp8Matrix& m = a.wo_a_fp8;
@@ -746,29 +749,21 @@ void attention_output(const Exec& ex, const ModelWeights& W, const AttentionWeig
     return;
   }
   for (int64_t g = 0; g < c.o_groups; ++g) {
-    for (int64_t t = 0; t < T; ++t)
-      std::copy_n(o + t * H * hd + g * gin, gin, &og[size_t(t * gin)]);
+    for_rows(ex, T,
+             [&](int64_t t) { std::copy_n(o + t * H * hd + g * gin, gin, &og[size_t(t * gin)]); });
     if (ex.fast) {
       kernels::cpu::matmul_fp8(fp8_group(g), og.data(), T, zg.data(), ex.pool);
-      for (auto& v : zg) v = kernels::round_to_bf16(v);
     } else {
       const kernels::Bf16Matrix wg{&a.wo_a[size_t(g * orank * gin)], orank, gin};
       linear(ex, og.data(), wg, T, true, zg.data());
     }
-    for (int64_t t = 0; t < T; ++t)
-      std::copy_n(&zg[size_t(t * orank)], orank, &z[size_t(t * zr + g * orank)]);
+    for_rows(ex, T, [&](int64_t t) {
+      float* zt = &z[size_t(t * zr + g * orank)];
+      const float* src = &zg[size_t(t * orank)];
+      for (int64_t i = 0; i < orank; ++i) zt[i] = ex.fast ? kernels::round_to_bf16(src[i]) : src[i];
+    });
   }
   fp8_linear(ex, a.wo_b, z.data(), T, out);
-}
-
-// Runs fn(t) for the rows [0, T): over the pool in fast numerics when there are several (a
-// row's arithmetic never depends on the others or on the split), else in order.
-template <typename Fn>
-void for_rows(const Exec& ex, int64_t T, Fn fn) {
-  if (ex.fast && ex.pool != nullptr && T > 1)
-    ex.pool->parallel_for(size_t(T), [&](size_t t) { fn(int64_t(t)); });
-  else
-    for (int64_t t = 0; t < T; ++t) fn(t);
 }
 
 // The mixes of T rows of streams X [T, 4, D]: strict one by one; fast, a single row's dot

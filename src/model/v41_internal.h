@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "kernels/gemv.h"
 #include "kv/page_pool.h"
 #include "model/config.h"
@@ -133,6 +134,16 @@ struct Exec {
   bool fast = false;
   ThreadPool* pool = nullptr;
 };
+
+// Runs fn(t) for the rows [0, T): over the pool in fast numerics when there are several (a
+// row's arithmetic never depends on the others or on the split), else in order.
+template <typename Fn>
+void for_rows(const Exec& ex, int64_t T, Fn fn) {
+  if (ex.fast && ex.pool != nullptr && T > 1)
+    ex.pool->parallel_for(size_t(T), [&](size_t t) { fn(int64_t(t)); });
+  else
+    for (int64_t t = 0; t < T; ++t) fn(t);
+}
 
 // The positions of a call's rows: pos0, pos0 + 1, ... or one per row (rows of several
 // sequences in one call). Implicit from a first position.

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -41,5 +42,15 @@ class ThreadPool {
   std::atomic<bool> stopping_{false};
   bool stop_ = false;  // guarded by mu_
 };
+
+// Runs fn(i) for every i in [0, n): over `pool` when it is non-null and n > 1, else in order
+// on the calling thread. For loops whose iterations are independent (rows of a batch).
+template <typename Fn>
+void for_each_row(ThreadPool* pool, int64_t n, Fn fn) {
+  if (pool != nullptr && n > 1)
+    pool->parallel_for(size_t(n), [&](size_t i) { fn(int64_t(i)); });
+  else
+    for (int64_t i = 0; i < n; ++i) fn(i);
+}
 
 }  // namespace fathom

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/py_json.h"
+#include "core/thread_pool.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "model/layout.h"
@@ -165,7 +166,9 @@ void engram_forward(const EngramLayer& e, const EngramHasher& h, const int64_t* 
   // Every row's embeddings, fake-quantised, then the projection over all rows at once (the
   // fast kernels give each row what it gets alone).
   std::vector<float> xq(static_cast<size_t>(T * in)), kv(static_cast<size_t>(T * 5 * D));
-  for (int64_t t = 0; t < T; ++t) {
+  // Fast: the row loops over the pool too (a row's arithmetic never depends on the split).
+  ThreadPool* rows_pool = fast ? pool : nullptr;
+  for_each_row(rows_pool, T, [&](int64_t t) {
     const int64_t* r = rows + (t * L + e.index) * cols;
     float* emb = &xq[size_t(t * in)];
     for (int64_t c = 0; c < cols; ++c)
@@ -174,17 +177,20 @@ void engram_forward(const EngramLayer& e, const EngramHasher& h, const int64_t* 
             kernels::round_to_bf16(kernels::e4m3_to_float(e.table[r[c] * hd + i]) *
                                    kernels::e8m0_to_float(e.scale[r[c] * (hd / 32) + i / 32]));
     (fast ? kernels::cpu::fake_quant_e4m3 : kernels::ref::fake_quant_e4m3)(emb, in, emb);
-  }
+  });
   if (fast) {
     kernels::cpu::matmul_fp8(e.wkv, xq.data(), T, kv.data(), pool);
-    for (auto& v : kv) v = kernels::round_to_bf16(v);
+    for_each_row(pool, T, [&](int64_t t) {
+      for (int64_t i = t * 5 * D; i < (t + 1) * 5 * D; ++i)
+        kv[size_t(i)] = kernels::round_to_bf16(kv[size_t(i)]);
+    });
   } else {
     for (int64_t t = 0; t < T; ++t)
       kernels::ref::matmul_fp8(e.wkv, &xq[size_t(t * in)], 1, &kv[size_t(t * 5 * D)],
                                kernels::OutRounding::kBF16);
   }
   const float inv_sqrt_dim = float(std::pow(double(D), -0.5));
-  for (int64_t t = 0; t < T; ++t) {
+  for_each_row(rows_pool, T, [&](int64_t t) {
     const float* value = &kv[size_t((t * 5 + 4) * D)];
     for (int64_t j = 0; j < 4; ++j) {
       float* x = X + (t * 4 + j) * D;
@@ -200,7 +206,7 @@ void engram_forward(const EngramLayer& e, const EngramHasher& h, const int64_t* 
       const float gate = float(1.0 / (1.0 + std::exp(-double(std::copysign(mag, d)))));
       for (int64_t i = 0; i < D; ++i) x[i] = kernels::round_to_bf16(x[i] + gate * value[i]);
     }
-  }
+  });
 }
 
 }  // namespace fathom::model

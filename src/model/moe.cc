@@ -122,32 +122,23 @@ void project_fast(const ExpertWeights& e, const kernels::Fp4Matrix& m4,
     kernels::cpu::matmul_fp8(m8, x, rows, y, pool);
 }
 
-// Runs fn(r) for r in [0, rows): over the pool (null: in order) when there are several rows.
-// A row's arithmetic never depends on the split.
-template <typename Fn>
-void each_row(ThreadPool* pool, int64_t rows, Fn fn) {
-  if (pool != nullptr && rows > 1)
-    pool->parallel_for(size_t(rows), [&](size_t r) { fn(int64_t(r)); });
-  else
-    for (int64_t r = 0; r < rows; ++r) fn(r);
-}
-
 // One expert over `rows` quantised inputs xq [rows, hidden]; weights[r] scales row r's
 // hidden (null for the shared expert). y [rows, hidden] in fp32 (bf16 values); g and u hold
-// rows * inter floats each. The row loops use the pool too.
+// rows * inter floats each. The row loops use the pool too (a row's arithmetic never depends
+// on the split).
 void run_expert_fast(const ExpertWeights& e, const float* xq, int64_t rows, const float* weights,
                      float limit, float* y, float* g, float* u, ThreadPool* pool) {
   const int64_t inter = e.inter;
   project_fast(e, e.w1_fp4, e.w1_fp8, xq, rows, g, pool);
   project_fast(e, e.w3_fp4, e.w3_fp8, xq, rows, u, pool);
-  each_row(pool, rows, [&](int64_t r) {
+  for_each_row(pool, rows, [&](int64_t r) {
     float* gr = g + r * inter;
     kernels::cpu::swiglu_bf16(gr, u + r * inter, inter, limit,
                               weights != nullptr ? weights[r] : 1.0f, gr);
     kernels::cpu::fake_quant_e4m3(gr, inter, gr);
   });
   project_fast(e, e.w2_fp4, e.w2_fp8, g, rows, y, pool);
-  each_row(pool, rows, [&](int64_t r) {
+  for_each_row(pool, rows, [&](int64_t r) {
     for (int64_t i = r * e.hidden; i < (r + 1) * e.hidden; ++i) y[i] = kernels::round_to_bf16(y[i]);
   });
 }
@@ -181,7 +172,7 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
   float* acc = acc_scratch.get(T * hidden);
   // Rows over the pool only at prefill sizes (a decode step's few rows are not worth a hand-off).
   ThreadPool* rows_pool = T > 4 ? pool : nullptr;
-  each_row(rows_pool, T, [&](int64_t t) {
+  for_each_row(rows_pool, T, [&](int64_t t) {
     std::fill(acc + t * hidden, acc + (t + 1) * hidden, 0.0f);
     kernels::cpu::fake_quant_e4m3(x + t * hidden, hidden, xq + t * hidden);
   });
@@ -221,7 +212,7 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
   };
   auto run = [&](Job& j, ThreadPool* inner) {
     const int64_t n = int64_t(j.rows.size());
-    each_row(inner, n, [&](int64_t r) {
+    for_each_row(inner, n, [&](int64_t r) {
       std::copy_n(xq + j.rows[size_t(r)] * hidden, hidden, j.in + r * hidden);
     });
     run_expert_fast(*j.e, j.in, n, j.rw.empty() ? nullptr : j.rw.data(), w.swiglu_limit, j.out, j.g,
@@ -231,14 +222,14 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
   // expert's last, with the one rounding.
   // (A token is routed to an expert at most once, so a job's rows are distinct.)
   auto add_routed = [&](const Job& j, ThreadPool* inner) {
-    each_row(inner, int64_t(j.rows.size()), [&](int64_t r) {
+    for_each_row(inner, int64_t(j.rows.size()), [&](int64_t r) {
       float* a = acc + j.rows[size_t(r)] * hidden;
       const float* o = j.out + r * hidden;
       for (int64_t c = 0; c < hidden; ++c) a[c] += o[c];
     });
   };
   auto finish = [&](const Job& sh) {
-    each_row(rows_pool, T, [&](int64_t t) {
+    for_each_row(rows_pool, T, [&](int64_t t) {
       for (int64_t i = t * hidden; i < (t + 1) * hidden; ++i)
         y[i] = kernels::round_to_bf16(acc[i] + sh.out[i]);
     });

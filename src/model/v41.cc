@@ -87,8 +87,11 @@ void linear(const Exec& ex, const float* x, const kernels::Bf16Matrix& w, int64_
 
 void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_t rows, float eps,
              float* y) {
+  const int64_t dim = int64_t(w.size());
   if (ex.fast)
-    kernels::cpu::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
+    for_rows(ex, rows, [&](int64_t r) {
+      kernels::cpu::rmsnorm_bf16(x + r * dim, w.data(), 1, dim, eps, y + r * dim);
+    });
   else
     kernels::ref::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
 }

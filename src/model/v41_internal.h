@@ -139,10 +139,7 @@ struct Exec {
 // row's arithmetic never depends on the others or on the split), else in order.
 template <typename Fn>
 void for_rows(const Exec& ex, int64_t T, Fn fn) {
-  if (ex.fast && ex.pool != nullptr && T > 1)
-    ex.pool->parallel_for(size_t(T), [&](size_t t) { fn(int64_t(t)); });
-  else
-    for (int64_t t = 0; t < T; ++t) fn(t);
+  for_each_row(ex.fast ? ex.pool : nullptr, T, fn);
 }
 
 // The positions of a call's rows: pos0, pos0 + 1, ... or one per row (rows of several

@@ -167,103 +167,97 @@ class FloatScratch {
 void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int32_t* experts,
                       const float* weights, int k, float* y, ThreadPool* pool) {
   const int64_t hidden = w.shared.hidden;
-  thread_local FloatScratch xq_scratch, acc_scratch, work_scratch;
+  thread_local FloatScratch xq_scratch, acc_scratch, out_scratch;
   float* xq = xq_scratch.get(T * hidden);
   float* acc = acc_scratch.get(T * hidden);
   // Rows over the pool only at prefill sizes (a decode step's few rows are not worth a hand-off).
   ThreadPool* rows_pool = T > 4 ? pool : nullptr;
   for_each_row(rows_pool, T, [&](int64_t t) {
-    std::fill(acc + t * hidden, acc + (t + 1) * hidden, 0.0f);
     kernels::cpu::fake_quant_e4m3(x + t * hidden, hidden, xq + t * hidden);
   });
   // One job per expert in use (routed in index order, then the shared one), each with the
-  // rows routed to it.
+  // rows routed to it; job j's outputs [rows, hidden] at out + first[j] * hidden.
   struct Job {
     const ExpertWeights* e;
     std::vector<int64_t> rows;
     std::vector<float> rw;
-    float *in = nullptr, *g = nullptr, *u = nullptr, *out = nullptr;
+    int64_t first = 0;
   };
   std::vector<Job> jobs;
+  // Where token t's q-th routed output is: its job, and its row in the job.
+  std::vector<int32_t> slot_job(size_t(T * k)), slot_row(size_t(T * k));
   for (int32_t e = 0; e < int32_t(w.routed.size()); ++e) {
     Job j{&w.routed[size_t(e)], {}, {}};
     for (int64_t t = 0; t < T; ++t)
       for (int q = 0; q < k; ++q)
         if (experts[t * k + q] == e) {
+          slot_job[size_t(t * k + q)] = int32_t(jobs.size());
+          slot_row[size_t(t * k + q)] = int32_t(j.rows.size());
           j.rows.push_back(t);
           j.rw.push_back(weights[t * k + q]);
         }
     if (!j.rows.empty()) jobs.push_back(std::move(j));
   }
-  const size_t routed_jobs = jobs.size();
   Job shared{&w.shared, {}, {}};
   for (int64_t t = 0; t < T; ++t) shared.rows.push_back(t);
   jobs.push_back(std::move(shared));
-  // A job's buffers: its inputs and outputs [rows, hidden], g and u [rows, inter].
-  auto job_floats = [&](const Job& j) {
-    return int64_t(j.rows.size()) * (2 * hidden + 2 * j.e->inter);
-  };
-  auto place = [&](Job& j, float* at) {
-    const int64_t n = int64_t(j.rows.size());
-    j.in = at;
-    j.out = j.in + n * hidden;
-    j.g = j.out + n * hidden;
-    j.u = j.g + n * j.e->inter;
-  };
-  auto run = [&](Job& j, ThreadPool* inner) {
-    const int64_t n = int64_t(j.rows.size());
-    for_each_row(inner, n, [&](int64_t r) {
-      std::copy_n(xq + j.rows[size_t(r)] * hidden, hidden, j.in + r * hidden);
-    });
-    run_expert_fast(*j.e, j.in, n, j.rw.empty() ? nullptr : j.rw.data(), w.swiglu_limit, j.out, j.g,
-                    j.u, inner);
-  };
-  // Routed outputs are added to their rows in expert-index order (a job's turn), the shared
-  // expert's last, with the one rounding.
-  // (A token is routed to an expert at most once, so a job's rows are distinct.)
-  auto add_routed = [&](const Job& j, ThreadPool* inner) {
-    for_each_row(inner, int64_t(j.rows.size()), [&](int64_t r) {
-      float* a = acc + j.rows[size_t(r)] * hidden;
-      const float* o = j.out + r * hidden;
-      for (int64_t c = 0; c < hidden; ++c) a[c] += o[c];
-    });
-  };
-  auto finish = [&](const Job& sh) {
-    for_each_row(rows_pool, T, [&](int64_t t) {
-      for (int64_t i = t * hidden; i < (t + 1) * hidden; ++i)
-        y[i] = kernels::round_to_bf16(acc[i] + sh.out[i]);
-    });
-  };
-  // Few rows per expert (decode, one sequence or a batch of them): the experts run side by
-  // side, one thread each, with no synchronisation inside their products; many rows
-  // (prefill): each expert uses the pool, one after another in the same buffers. The
-  // kernels' arithmetic does not depend on it.
-  size_t most_rows = 0;
-  for (size_t i = 0; i < routed_jobs; ++i) most_rows = std::max(most_rows, jobs[i].rows.size());
-  if (pool != nullptr && (T <= 4 || most_rows <= 16) && jobs.size() > 1) {
-    int64_t total = 0;
-    for (const Job& j : jobs) total += job_floats(j);
-    float* at = work_scratch.get(total);
-    for (Job& j : jobs) {
-      place(j, at);
-      at += job_floats(j);
-    }
-    // The shared expert (the biggest job: FP8, twice the bytes of an FP4 one) goes first so
-    // the threads finish together.
-    pool->parallel_for(jobs.size(),
-                       [&](size_t i) { run(jobs[i == 0 ? jobs.size() - 1 : i - 1], nullptr); });
-    for (size_t i = 0; i < routed_jobs; ++i) add_routed(jobs[i], nullptr);
-  } else {
-    int64_t most = 0;
-    for (const Job& j : jobs) most = std::max(most, job_floats(j));
-    float* at = work_scratch.get(most);
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      place(jobs[i], at);
-      run(jobs[i], pool);
-      if (i < routed_jobs) add_routed(jobs[i], pool);
-    }
+  int64_t out_rows = 0;
+  for (Job& j : jobs) {
+    j.first = out_rows;
+    out_rows += int64_t(j.rows.size());
   }
-  finish(jobs.back());
+  float* out = out_scratch.get(out_rows * hidden);
+  // The jobs in pieces of at most kPieceRows rows, the shared expert's first (the biggest job:
+  // FP8, twice the bytes of an FP4 one): each piece runs on one thread, its products with no
+  // synchronisation inside, the pieces side by side over the pool. A product's rows are
+  // computed as they would be alone, so the split changes no value.
+  constexpr int64_t kPieceRows = 256;
+  struct Piece {
+    const Job* job;
+    int64_t r0, r1;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& j = jobs[i == 0 ? jobs.size() - 1 : i - 1];
+    for (int64_t r0 = 0; r0 < int64_t(j.rows.size()); r0 += kPieceRows)
+      pieces.push_back({&j, r0, std::min(int64_t(j.rows.size()), r0 + kPieceRows)});
+  }
+  auto run = [&](size_t i) {
+    const Piece& p = pieces[i];
+    const Job& j = *p.job;
+    const int64_t n = p.r1 - p.r0, inter = j.e->inter;
+    thread_local FloatScratch piece_scratch;
+    float* in = piece_scratch.get(n * (hidden + 2 * inter));
+    for (int64_t r = 0; r < n; ++r)
+      std::copy_n(xq + j.rows[size_t(p.r0 + r)] * hidden, hidden, in + r * hidden);
+    run_expert_fast(*j.e, in, n, j.rw.empty() ? nullptr : j.rw.data() + p.r0, w.swiglu_limit,
+                    out + (j.first + p.r0) * hidden, in + n * hidden, in + n * (hidden + inter),
+                    nullptr);
+  };
+  if (pool != nullptr)
+    pool->parallel_for(pieces.size(), run);
+  else
+    for (size_t i = 0; i < pieces.size(); ++i) run(i);
+  // Each token's routed outputs added in expert-index order (the jobs' order), then the
+  // shared expert's, with the one rounding.
+  const float* shared_out = out + jobs.back().first * hidden;
+  for_each_row(rows_pool, T, [&](int64_t t) {
+    thread_local std::vector<int32_t> order;
+    order.resize(size_t(k));
+    for (int q = 0; q < k; ++q) order[size_t(q)] = q;
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return slot_job[size_t(t * k + a)] < slot_job[size_t(t * k + b)];
+    });
+    float* a = acc + t * hidden;
+    std::fill(a, a + hidden, 0.0f);
+    for (int q = 0; q < k; ++q) {
+      const size_t s = size_t(t * k + order[size_t(q)]);
+      const float* o = out + (jobs[size_t(slot_job[s])].first + slot_row[s]) * hidden;
+      for (int64_t c = 0; c < hidden; ++c) a[c] += o[c];
+    }
+    const float* so = shared_out + t * hidden;
+    for (int64_t c = 0; c < hidden; ++c) y[t * hidden + c] = kernels::round_to_bf16(a[c] + so[c]);
+  });
 }
 
 }  // namespace fathom::model

@@ -47,8 +47,9 @@ void moe_forward(const MoeWeights& w, const float* x, const int32_t* experts, co
                  int k, float* y);
 
 // The `fast` numerics for T tokens at once: the same rounding points and fake-quant, fp32
-// accumulation in the AVX2 kernels, each expert run once over the tokens routed to it,
-// threaded over `pool` (may be null). x, y [T, hidden]; experts, weights [T, k].
+// accumulation in the fast kernels, each expert run over the tokens routed to it in pieces of
+// up to 256 rows, the pieces side by side over `pool` (may be null), one thread each. x, y
+// [T, hidden]; experts, weights [T, k]. Buffers are per calling thread and reused.
 void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int32_t* experts,
                       const float* weights, int k, float* y, ThreadPool* pool);
 

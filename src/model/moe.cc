@@ -114,33 +114,29 @@ void moe_forward(const MoeWeights& w, const float* x, const int32_t* experts, co
 namespace {
 
 void project_fast(const ExpertWeights& e, const kernels::Fp4Matrix& m4,
-                  const kernels::Fp8Matrix& m8, const float* x, int64_t rows, float* y,
-                  ThreadPool* pool) {
+                  const kernels::Fp8Matrix& m8, const float* x, int64_t rows, float* y) {
   if (e.fp4)
-    kernels::cpu::matmul_fp4(m4, x, rows, y, pool);
+    kernels::cpu::matmul_fp4(m4, x, rows, y, nullptr);
   else
-    kernels::cpu::matmul_fp8(m8, x, rows, y, pool);
+    kernels::cpu::matmul_fp8(m8, x, rows, y, nullptr);
 }
 
-// One expert over `rows` quantised inputs xq [rows, hidden]; weights[r] scales row r's
-// hidden (null for the shared expert). y [rows, hidden] in fp32 (bf16 values); g and u hold
-// rows * inter floats each. The row loops use the pool too (a row's arithmetic never depends
-// on the split).
+// One expert over `rows` quantised inputs xq [rows, hidden], on the calling thread; weights[r]
+// scales row r's hidden (null for the shared expert). y [rows, hidden] in fp32 (bf16 values);
+// g and u hold rows * inter floats each.
 void run_expert_fast(const ExpertWeights& e, const float* xq, int64_t rows, const float* weights,
-                     float limit, float* y, float* g, float* u, ThreadPool* pool) {
+                     float limit, float* y, float* g, float* u) {
   const int64_t inter = e.inter;
-  project_fast(e, e.w1_fp4, e.w1_fp8, xq, rows, g, pool);
-  project_fast(e, e.w3_fp4, e.w3_fp8, xq, rows, u, pool);
-  for_each_row(pool, rows, [&](int64_t r) {
+  project_fast(e, e.w1_fp4, e.w1_fp8, xq, rows, g);
+  project_fast(e, e.w3_fp4, e.w3_fp8, xq, rows, u);
+  for (int64_t r = 0; r < rows; ++r) {
     float* gr = g + r * inter;
     kernels::cpu::swiglu_bf16(gr, u + r * inter, inter, limit,
                               weights != nullptr ? weights[r] : 1.0f, gr);
     kernels::cpu::fake_quant_e4m3(gr, inter, gr);
-  });
-  project_fast(e, e.w2_fp4, e.w2_fp8, g, rows, y, pool);
-  for_each_row(pool, rows, [&](int64_t r) {
-    for (int64_t i = r * e.hidden; i < (r + 1) * e.hidden; ++i) y[i] = kernels::round_to_bf16(y[i]);
-  });
+  }
+  project_fast(e, e.w2_fp4, e.w2_fp8, g, rows, y);
+  for (int64_t i = 0; i < rows * e.hidden; ++i) y[i] = kernels::round_to_bf16(y[i]);
 }
 
 // Floats that grow to the largest size asked of them and are never zero-filled (each user
@@ -167,16 +163,16 @@ class FloatScratch {
 void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int32_t* experts,
                       const float* weights, int k, float* y, ThreadPool* pool) {
   const int64_t hidden = w.shared.hidden;
-  thread_local FloatScratch xq_scratch, acc_scratch, out_scratch;
+  thread_local FloatScratch xq_scratch, out_scratch;
   float* xq = xq_scratch.get(T * hidden);
-  float* acc = acc_scratch.get(T * hidden);
   // Rows over the pool only at prefill sizes (a decode step's few rows are not worth a hand-off).
   ThreadPool* rows_pool = T > 4 ? pool : nullptr;
   for_each_row(rows_pool, T, [&](int64_t t) {
     kernels::cpu::fake_quant_e4m3(x + t * hidden, hidden, xq + t * hidden);
   });
   // One job per expert in use (routed in index order, then the shared one), each with the
-  // rows routed to it; job j's outputs [rows, hidden] at out + first[j] * hidden.
+  // rows routed to it; the jobs' outputs [rows, hidden] follow one another in `out`, job j's
+  // from row `first`.
   struct Job {
     const ExpertWeights* e;
     std::vector<int64_t> rows;
@@ -184,28 +180,24 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
     int64_t first = 0;
   };
   std::vector<Job> jobs;
-  // Where token t's q-th routed output is: its job, and its row in the job.
-  std::vector<int32_t> slot_job(size_t(T * k)), slot_row(size_t(T * k));
+  // The output row of token t's q-th routed expert: ascending in the experts' index.
+  std::vector<int64_t> out_row(size_t(T * k));
+  int64_t out_rows = 0;
   for (int32_t e = 0; e < int32_t(w.routed.size()); ++e) {
-    Job j{&w.routed[size_t(e)], {}, {}};
+    Job j{&w.routed[size_t(e)], {}, {}, out_rows};
     for (int64_t t = 0; t < T; ++t)
       for (int q = 0; q < k; ++q)
         if (experts[t * k + q] == e) {
-          slot_job[size_t(t * k + q)] = int32_t(jobs.size());
-          slot_row[size_t(t * k + q)] = int32_t(j.rows.size());
+          out_row[size_t(t * k + q)] = out_rows++;
           j.rows.push_back(t);
           j.rw.push_back(weights[t * k + q]);
         }
     if (!j.rows.empty()) jobs.push_back(std::move(j));
   }
-  Job shared{&w.shared, {}, {}};
+  Job shared{&w.shared, {}, {}, out_rows};
   for (int64_t t = 0; t < T; ++t) shared.rows.push_back(t);
+  out_rows += T;
   jobs.push_back(std::move(shared));
-  int64_t out_rows = 0;
-  for (Job& j : jobs) {
-    j.first = out_rows;
-    out_rows += int64_t(j.rows.size());
-  }
   float* out = out_scratch.get(out_rows * hidden);
   // The jobs in pieces of at most kPieceRows rows, the shared expert's first (the biggest job:
   // FP8, twice the bytes of an FP4 one): each piece runs on one thread, its products with no
@@ -222,8 +214,8 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
     for (int64_t r0 = 0; r0 < int64_t(j.rows.size()); r0 += kPieceRows)
       pieces.push_back({&j, r0, std::min(int64_t(j.rows.size()), r0 + kPieceRows)});
   }
-  auto run = [&](size_t i) {
-    const Piece& p = pieces[i];
+  for_each_row(pool, int64_t(pieces.size()), [&](int64_t i) {
+    const Piece& p = pieces[size_t(i)];
     const Job& j = *p.job;
     const int64_t n = p.r1 - p.r0, inter = j.e->inter;
     thread_local FloatScratch piece_scratch;
@@ -231,32 +223,24 @@ void moe_forward_fast(const MoeWeights& w, const float* x, int64_t T, const int3
     for (int64_t r = 0; r < n; ++r)
       std::copy_n(xq + j.rows[size_t(p.r0 + r)] * hidden, hidden, in + r * hidden);
     run_expert_fast(*j.e, in, n, j.rw.empty() ? nullptr : j.rw.data() + p.r0, w.swiglu_limit,
-                    out + (j.first + p.r0) * hidden, in + n * hidden, in + n * (hidden + inter),
-                    nullptr);
-  };
-  if (pool != nullptr)
-    pool->parallel_for(pieces.size(), run);
-  else
-    for (size_t i = 0; i < pieces.size(); ++i) run(i);
-  // Each token's routed outputs added in expert-index order (the jobs' order), then the
-  // shared expert's, with the one rounding.
+                    out + (j.first + p.r0) * hidden, in + n * hidden, in + n * (hidden + inter));
+  });
+  // Each token's routed outputs added in expert-index order, then the shared expert's, with
+  // the one rounding.
   const float* shared_out = out + jobs.back().first * hidden;
   for_each_row(rows_pool, T, [&](int64_t t) {
-    thread_local std::vector<int32_t> order;
-    order.resize(size_t(k));
-    for (int q = 0; q < k; ++q) order[size_t(q)] = q;
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      return slot_job[size_t(t * k + a)] < slot_job[size_t(t * k + b)];
-    });
-    float* a = acc + t * hidden;
-    std::fill(a, a + hidden, 0.0f);
-    for (int q = 0; q < k; ++q) {
-      const size_t s = size_t(t * k + order[size_t(q)]);
-      const float* o = out + (jobs[size_t(slot_job[s])].first + slot_row[s]) * hidden;
-      for (int64_t c = 0; c < hidden; ++c) a[c] += o[c];
+    thread_local std::vector<int64_t> rows;
+    thread_local std::vector<float> acc;
+    rows.assign(out_row.begin() + t * k, out_row.begin() + (t + 1) * k);
+    std::sort(rows.begin(), rows.end());
+    acc.assign(size_t(hidden), 0.0f);
+    for (int64_t r : rows) {
+      const float* o = out + r * hidden;
+      for (int64_t c = 0; c < hidden; ++c) acc[size_t(c)] += o[c];
     }
     const float* so = shared_out + t * hidden;
-    for (int64_t c = 0; c < hidden; ++c) y[t * hidden + c] = kernels::round_to_bf16(a[c] + so[c]);
+    for (int64_t c = 0; c < hidden; ++c)
+      y[t * hidden + c] = kernels::round_to_bf16(acc[size_t(c)] + so[c]);
   });
 }
 

@@ -93,7 +93,7 @@ void rmsnorm(const Exec& ex, const float* x, const std::vector<float>& w, int64_
       kernels::cpu::rmsnorm_bf16(x + r * dim, w.data(), 1, dim, eps, y + r * dim);
     });
   else
-    kernels::ref::rmsnorm_bf16(x, w.data(), rows, int64_t(w.size()), eps, y);
+    kernels::ref::rmsnorm_bf16(x, w.data(), rows, dim, eps, y);
 }
 
 }  // namespace detail
@@ -780,14 +780,11 @@ void mixes_of(const Exec& ex, const float* X, int64_t T, int64_t D, const HcMixP
     out[0] = hc_mix_fast(X, p, ex.pool);
   } else {
     const int64_t per = T >= 16 ? 8 : 4, blocks = (T + per - 1) / per;
-    auto block = [&](size_t i) {
-      const int64_t t0 = int64_t(i) * per;
+    auto block = [&](int64_t i) {
+      const int64_t t0 = i * per;
       hc_mix_fast_rows(X + t0 * 4 * D, std::min(per, T - t0), p, out + t0);
     };
-    if (ex.pool != nullptr)
-      ex.pool->parallel_for(size_t(blocks), block);
-    else
-      for (int64_t i = 0; i < blocks; ++i) block(size_t(i));
+    for_each_row(ex.pool, blocks, block);
   }
 }
 
@@ -821,16 +818,11 @@ Status mhc_block(const Exec& ex, const ModelWeights& W, const BlockWeights& b, i
   std::vector<float> all_weights(size_t(T * b.top_k));
   if (ex.fast) {
     // Eight rows a block over the pool (a row's route never depends on the split).
-    const int64_t blocks = (T + 7) / 8;
-    auto route = [&](size_t i) {
-      const int64_t t0 = int64_t(i) * 8;
+    for_each_row(ex.pool, (T + 7) / 8, [&](int64_t i) {
+      const int64_t t0 = i * 8;
       route_tokens_fast(&xn[size_t(t0 * D)], std::min<int64_t>(8, T - t0), gp,
                         &all_experts[size_t(t0 * b.top_k)], &all_weights[size_t(t0 * b.top_k)]);
-    };
-    if (ex.pool != nullptr && blocks > 1)
-      ex.pool->parallel_for(size_t(blocks), route);
-    else
-      for (int64_t i = 0; i < blocks; ++i) route(size_t(i));
+    });
     moe_forward_fast(b.moe, xn.data(), T, all_experts.data(), all_weights.data(), b.top_k, y.data(),
                      ex.pool);
   } else {

@@ -87,6 +87,8 @@ const char* cpu_path_name(CpuPath path) {
       return "avx2";
     case CpuPath::kAvx512:
       return "avx512";
+    case CpuPath::kAvx512Bf16:
+      return "avx512bf16";
     case CpuPath::kAmx:
       return "amx";
   }
@@ -103,13 +105,13 @@ std::string cpu_path_missing(CpuPath path) {
   need(f.fma, "fma");
   need(f.f16c, "f16c");
   need(f.bmi2, "bmi2");
-  if (path == CpuPath::kAvx512 || path == CpuPath::kAmx) {
+  if (path != CpuPath::kAvx2) {
     need(f.avx512f, "avx512f");
     need(f.avx512bw, "avx512bw");
     need(f.avx512vl, "avx512vl");
   }
+  if (path == CpuPath::kAvx512Bf16 || path == CpuPath::kAmx) need(f.avx512bf16, "avx512bf16");
   if (path == CpuPath::kAmx) {
-    need(f.avx512bf16, "avx512bf16");
     need(f.avx512vbmi, "avx512vbmi");
     need(f.amx_tile, "amx-tile");
     need(f.amx_bf16, "amx-bf16");
@@ -138,7 +140,7 @@ Result<CpuPath> select_cpu_path() {
     return p;
   }
   return invalid_argument(std::string("FATHOM_CPU=") + env +
-                          ": not a kernel path (use avx2, avx512 or amx)");
+                          ": not a kernel path (use avx2, avx512, avx512bf16 or amx)");
 }
 
 CpuPath cpu_path() {

@@ -69,7 +69,7 @@ TEST(CpuPath, UnknownNameIsRefused) {
     Result<CpuPath> p = select_cpu_path();
     ASSERT_FALSE(p.is_ok()) << bad;
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(p.status().message().find("avx2, avx512 or amx"), std::string::npos);
+    EXPECT_NE(p.status().message().find("avx2, avx512, avx512bf16 or amx"), std::string::npos);
   }
 }
 
@@ -97,6 +97,9 @@ TEST(CpuPath, AvailabilityFollowsTheFlagsLinuxReports) {
   };
   const bool avx512 = has("avx512f") && has("avx512bw") && has("avx512vl");
   EXPECT_EQ(cpu_path_available(CpuPath::kAvx512), avx512) << cpu_path_missing(CpuPath::kAvx512);
+  const bool avx512bf16 = avx512 && has("avx512_bf16");
+  EXPECT_EQ(cpu_path_available(CpuPath::kAvx512Bf16), avx512bf16)
+      << cpu_path_missing(CpuPath::kAvx512Bf16);
   // Linux lists amx_tile only when it supports the tile state (and grants the permission).
   const bool amx =
       avx512 && has("avx512_bf16") && has("avx512vbmi") && has("amx_tile") && has("amx_bf16");
@@ -104,8 +107,8 @@ TEST(CpuPath, AvailabilityFollowsTheFlagsLinuxReports) {
   if (!amx) {
     EXPECT_NE(cpu_path_missing(CpuPath::kAmx).find("the CPU lacks"), std::string::npos);
   }
-  std::printf("paths: avx512 %s, amx %s (%s)\n", avx512 ? "yes" : "no", amx ? "yes" : "no",
-              cpu_features_summary().c_str());
+  std::printf("paths: avx512 %s, avx512bf16 %s, amx %s (%s)\n", avx512 ? "yes" : "no",
+              avx512bf16 ? "yes" : "no", amx ? "yes" : "no", cpu_features_summary().c_str());
 }
 
 }  // namespace

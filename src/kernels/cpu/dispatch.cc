@@ -70,12 +70,35 @@ void amx_product(const float* x, int64_t batch, int64_t rows, int64_t cols, Thre
   }
 }
 
+// The AVX-512 BF16 kernels: x rounded to bf16 once (shared by every thread), then runs of
+// whole 4-row blocks over the pool, each thread with its own panel scratch.
+template <typename RowFn>
+void bf16_dot_product(const float* x, int64_t batch, int64_t rows, int64_t cols, ThreadPool* pool,
+                      RowFn fn) {
+  thread_local AlignedScratch rounded;
+  const int64_t kpad = avx512bf16::padded_cols(cols);
+  auto* xb = static_cast<uint16_t*>(rounded.get(batch * kpad * 2));
+  const size_t threads = pool ? pool->size() : 1;
+  if (batch > 16 && threads > 1)
+    for_each_row(pool, batch,
+                 [&](int64_t n) { avx512bf16::round_x(x + n * cols, 1, cols, xb + n * kpad); });
+  else
+    avx512bf16::round_x(x, batch, cols, xb);
+  const int64_t need = avx512bf16::scratch_bytes(cols);
+  over_rows(rows, pool, [&](int64_t r0, int64_t r1) {
+    thread_local AlignedScratch panel;
+    fn(xb, r0, r1, panel.get(need));
+  });
+}
+
 }  // namespace
 
 }  // namespace fathom::kernels::cpu
 
 namespace fathom::kernels {
-bool rounds_activations_to_bf16(CpuPath path) { return path == CpuPath::kAmx; }
+bool rounds_activations_to_bf16(CpuPath path) {
+  return path == CpuPath::kAmx || path == CpuPath::kAvx512Bf16;
+}
 }  // namespace fathom::kernels
 
 namespace fathom::kernels::cpu {
@@ -98,6 +121,11 @@ void matmul_fp8(CpuPath path, const Fp8Matrix& w, const float* x, int64_t batch,
                        [&](const uint16_t* xp, int64_t r0, int64_t r1, void* s) {
                          amx::fp8_rows(w, xp, batch, y, r0, r1, s);
                        });
+  if (path == CpuPath::kAvx512Bf16)
+    return bf16_dot_product(x, batch, w.rows, w.cols, pool,
+                            [&](const uint16_t* xb, int64_t r0, int64_t r1, void* s) {
+                              avx512bf16::fp8_rows(w, xb, batch, y, r0, r1, s);
+                            });
   const int64_t need = avx512::fp8_scratch_floats(w.cols);
   over_rows(w.rows, pool, [&](int64_t r0, int64_t r1) {
     avx512::fp8_rows(w, x, batch, y, r0, r1, scratch(need));
@@ -112,6 +140,11 @@ void matmul_fp4(CpuPath path, const Fp4Matrix& w, const float* x, int64_t batch,
                        [&](const uint16_t* xp, int64_t r0, int64_t r1, void* s) {
                          amx::fp4_rows(w, xp, batch, y, r0, r1, s);
                        });
+  if (path == CpuPath::kAvx512Bf16)
+    return bf16_dot_product(x, batch, w.rows, w.cols, pool,
+                            [&](const uint16_t* xb, int64_t r0, int64_t r1, void* s) {
+                              avx512bf16::fp4_rows(w, xb, batch, y, r0, r1, s);
+                            });
   // x in even/odd order once, shared by every thread.
   thread_local std::vector<float> xp;
   xp.resize(size_t(batch * w.cols));
@@ -129,6 +162,11 @@ void matmul_bf16(CpuPath path, const Bf16Matrix& w, const float* x, int64_t batc
                        [&](const uint16_t* xp, int64_t r0, int64_t r1, void* s) {
                          amx::bf16_rows(w, xp, batch, y, r0, r1, s);
                        });
+  if (path == CpuPath::kAvx512Bf16)
+    return bf16_dot_product(x, batch, w.rows, w.cols, pool,
+                            [&](const uint16_t* xb, int64_t r0, int64_t r1, void* s) {
+                              avx512bf16::bf16_rows(w, xb, batch, y, r0, r1, s);
+                            });
   over_rows(w.rows, pool,
             [&](int64_t r0, int64_t r1) { avx512::bf16_rows(w, x, batch, y, r0, r1); });
 }

@@ -1,7 +1,8 @@
 // The per-path kernels behind kernels::cpu's dispatch (dispatch.cc): one namespace per
 // instruction-set path, each file compiled with its own flags. Private to kernels/cpu.
 //
-// The AVX-512 kernels are declared in gemv_avx512.h, the AMX ones in gemm_amx.h.
+// The AVX-512 kernels are declared in gemv_avx512.h, the AVX-512 BF16 ones in
+// gemm_avx512bf16.h, the AMX ones in gemm_amx.h.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm_amx.h"
+#include "kernels/cpu/gemm_avx512bf16.h"
 #include "kernels/cpu/gemv_avx512.h"
 #include "kernels/gemv.h"
 

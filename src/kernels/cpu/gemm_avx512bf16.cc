@@ -1,0 +1,327 @@
+// AVX-512 BF16 products (VDPBF16PS) for FP8, FP4 and BF16 weights: the GEMV decodes four
+// weight rows in registers per 32-column chunk; a batch decodes four weight rows into an L1
+// panel once and multiplies it with up to six activation rows at a time (24 accumulators).
+// Both run the one per-output sequence gemm_avx512bf16.h defines, so they agree bit for bit.
+//
+// Decoding: FP8 E4M3 is re-biased to FP16 as in gemv_avx512.cc, converted to fp32, multiplied
+// by its block's power-of-two scale (and 256), which is exact, and rounded to bf16, which is
+// exact too (4 significant bits); FP4 E2M1 pairs index a 16-entry bf16 table already
+// multiplied by the block's scale (VPERMW; the byte's low nibble is the even column, which is
+// the pair's low half, as VDPBF16PS pairs columns 2i and 2i + 1).
+//
+// Compiled with -mavx512bf16: this file includes only gemm_avx512bf16.h and defines nothing
+// with linkage the baseline files could share (see gemv_avx512.h).
+#include "kernels/cpu/gemm_avx512bf16.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace fathom::kernels::cpu::avx512bf16 {
+namespace {
+
+int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The one horizontal sum every output ends with.
+float hsum16(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
+  return _mm_cvtss_f32(b);
+}
+
+__mmask16 lanes16(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+__mmask32 lanes32(int64_t n) {
+  return n >= 32 ? __mmask32(0xFFFFFFFFu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
+}
+
+// Scales [0, n) of 16 (n <= 16) as kernels::e8m0_to_float gives them (2^(b - 127), 0xFF
+// NaN), times `times` (a power of two).
+inline void e8m0x16(const uint8_t* p, int64_t n, float times, float out[16]) {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes16(n), p));
+  __m512i bits = _mm512_slli_epi32(b, 23);
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
+                               _mm512_set1_epi32(0x00400000));
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)),
+                               _mm512_set1_epi32(0x7FC00000));
+  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(times)));
+}
+
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
+// acc += the chunk's 16 pair products: the only arithmetic an output sees before hsum16.
+inline __m512 dot(__m512 acc, __m512i x, __m512i w) {
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(x), reinterpret_cast<__m512bh>(w));
+}
+
+// ---- Decoders: chunk c (columns [32c, 32c + 32)) of one weight row as 32 bf16 -------------
+
+// FP8: one 32-row band's scales as floats times 256, per chunk (the row block's band).
+struct Fp8Decoder {
+  const Fp8Matrix& w;
+  int64_t chunks, full;
+  static constexpr int kBytesPerChunk = 32;
+  const uint8_t* row(int64_t m) const { return w.weight + m * w.cols; }
+  // Row m's band's scales for chunks [c0, c0 + 16), times 256 (E4M3 bytes decode to the
+  // value times 2^-8).
+  void scales(int64_t m, int64_t c0, float out[16]) const {
+    e8m0x16(w.scale + (m / 32) * chunks + c0, min64(16, chunks - c0), 256.0f, out);
+  }
+  __m512i chunk(const uint8_t* p, int64_t c, __m512 sv) const {
+    const __m256i raw = c < full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c * 32))
+                                 : _mm256_maskz_loadu_epi8(lanes32(w.cols - c * 32), p + c * 32);
+    __m512i v = _mm512_cvtepi8_epi16(raw);
+    v = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(short(0xBF80)));
+    const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), sv);
+    const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), sv);
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  }
+};
+
+const float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                         -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// FP4: per row and block, the E2M1 table times the block's scale as bf16 (twice: VPERMW
+// reads an index's low five bits, and the low word's index is the whole byte).
+struct Fp4Decoder {
+  const Fp4Matrix& w;
+  __m512 table;
+  static constexpr int kBytesPerChunk = 16;
+  const uint8_t* row(int64_t m) const { return w.weight + m * (w.cols / 2); }
+  const uint8_t* scales(int64_t m) const { return w.scale + m * (w.cols / 32); }
+  // Row m's scales for blocks [c0, c0 + 16).
+  void block_scales(int64_t m, int64_t c0, float out[16]) const {
+    e8m0x16(w.scale + m * (w.cols / 32) + c0, min64(16, w.cols / 32 - c0), 1.0f, out);
+  }
+  __m512i chunk(const uint8_t* p, float scale, int64_t c) const {
+    const __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(scale));
+    const __m512i tb = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(t, t));
+    const __m512i d =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c * 16)));
+    // Word 2i: byte i (its low nibble picks, bit 4 lands in the table's copy); word 2i + 1:
+    // its high nibble.
+    return _mm512_permutexvar_epi16(_mm512_or_si512(d, _mm512_slli_epi32(d, 12)), tb);
+  }
+};
+
+// BF16: the row's own values, zero beyond K.
+inline __m512i bf16_chunk(const uint16_t* p, int64_t c, int64_t full, int64_t cols) {
+  return c < full ? _mm512_loadu_si512(p + c * 32)
+                  : _mm512_maskz_loadu_epi16(lanes32(cols - c * 32), p + c * 32);
+}
+
+// ---- The GEMV: four rows per pass, decoded in registers -----------------------------------
+
+// y[m + r] for r < nr from four rows' accumulators.
+inline void store4(const __m512 acc[4], int64_t nr, float* y) {
+  for (int64_t r = 0; r < nr; ++r) y[r] = hsum16(acc[r]);
+}
+
+void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
+  const int64_t chunks = (w.cols + 31) / 32;
+  const Fp8Decoder dec{w, chunks, w.cols / 32};
+  for (int64_t m = r0; m < r1; m += 4) {
+    // Four rows never straddle a 32-row band: r0 is a multiple of 4 (over_rows).
+    const int64_t nr = min64(4, r1 - m);
+    const uint8_t* wr[4];
+    for (int r = 0; r < 4; ++r) wr[r] = dec.row(m + (r < nr ? r : 0));
+    __m512 acc[4];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    float sc[16];
+    for (int64_t c = 0; c < chunks; ++c) {
+      if ((c & 15) == 0) dec.scales(m, c, sc);
+      if ((c & 1) == 0)
+        for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 32 + 4096);
+      const __m512 sv = _mm512_set1_ps(sc[c & 15]);
+      const __m512i xv = _mm512_loadu_si512(xb + c * 32);
+      for (int r = 0; r < 4; ++r) acc[r] = dot(acc[r], xv, dec.chunk(wr[r], c, sv));
+    }
+    store4(acc, nr, y + m);
+  }
+}
+
+void gemv_fp4(const Fp4Matrix& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
+  const int64_t chunks = w.cols / 32;
+  const Fp4Decoder dec{w, _mm512_loadu_ps(kE2m1)};
+  for (int64_t m = r0; m < r1; m += 4) {
+    const int64_t nr = min64(4, r1 - m);
+    const uint8_t* wr[4];
+    int64_t rows[4];
+    for (int r = 0; r < 4; ++r) {
+      rows[r] = m + (r < nr ? r : 0);
+      wr[r] = dec.row(rows[r]);
+    }
+    __m512 acc[4];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    float sc[4][16];
+    for (int64_t c = 0; c < chunks; ++c) {
+      if ((c & 15) == 0)
+        for (int r = 0; r < 4; ++r) dec.block_scales(rows[r], c, sc[r]);
+      if ((c & 3) == 0)
+        for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 16 + 4096);
+      const __m512i xv = _mm512_loadu_si512(xb + c * 32);
+      for (int r = 0; r < 4; ++r) acc[r] = dot(acc[r], xv, dec.chunk(wr[r], sc[r][c & 15], c));
+    }
+    store4(acc, nr, y + m);
+  }
+}
+
+void gemv_bf16(const Bf16Matrix& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
+  const int64_t chunks = (w.cols + 31) / 32, full = w.cols / 32;
+  for (int64_t m = r0; m < r1; m += 4) {
+    const int64_t nr = min64(4, r1 - m);
+    const uint16_t* wr[4];
+    for (int r = 0; r < 4; ++r) wr[r] = w.weight + (m + (r < nr ? r : 0)) * w.cols;
+    __m512 acc[4];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+      for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 32 + 2048);
+      const __m512i xv = _mm512_loadu_si512(xb + c * 32);
+      for (int r = 0; r < 4; ++r) acc[r] = dot(acc[r], xv, bf16_chunk(wr[r], c, full, w.cols));
+    }
+    store4(acc, nr, y + m);
+  }
+}
+
+// ---- Batches: a decoded panel of four weight rows times up to six activation rows ----------
+
+constexpr int kPanelRows = 4;
+constexpr int kGroupRows = 6;
+
+// y[n, m0 + r] for the panel's nr rows and activation rows [n0, n0 + NN).
+template <int NN>
+void panel_times_rows(const uint16_t* panel, int64_t kpad, int64_t nr, const uint16_t* xb,
+                      int64_t n0, float* y, int64_t ystride, int64_t m0) {
+  __m512 acc[kPanelRows][NN];
+  for (auto& row : acc)
+    for (auto& a : row) a = _mm512_setzero_ps();
+  const uint16_t* xn = xb + n0 * kpad;
+  for (int64_t k = 0; k < kpad; k += 32) {
+    __m512i wv[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) wv[r] = _mm512_load_si512(panel + r * kpad + k);
+#pragma GCC unroll 6
+    for (int n = 0; n < NN; ++n) {
+      const __m512i xv = _mm512_loadu_si512(xn + n * kpad + k);
+      for (int r = 0; r < kPanelRows; ++r) acc[r][n] = dot(acc[r][n], xv, wv[r]);
+    }
+  }
+  for (int n = 0; n < NN; ++n)
+    for (int64_t r = 0; r < nr; ++r) y[(n0 + n) * ystride + m0 + r] = hsum16(acc[r][n]);
+}
+
+// Activation rows per block: as many as keep the block within about 256 KiB (L2), a multiple
+// of the group, at least one group. The panel is decoded once per block.
+int64_t block_rows(int64_t kpad) {
+  const int64_t fit = (256 * 1024) / (kpad * 2);
+  return fit < kGroupRows ? kGroupRows : fit / kGroupRows * kGroupRows;
+}
+
+// For each block of activation rows and each panel of four weight rows [r0, r1): decode the
+// panel with decode(m, panel) (rows past r1 repeat row m), then multiply it with the block's
+// rows, six at a time.
+template <class DecodePanel>
+void batched(const uint16_t* xb, int64_t batch, int64_t kpad, float* y, int64_t ystride, int64_t r0,
+             int64_t r1, uint16_t* panel, const DecodePanel& decode) {
+  const int64_t per_block = block_rows(kpad);
+  for (int64_t b0 = 0; b0 < batch; b0 += per_block) {
+    const int64_t b1 = min64(batch, b0 + per_block);
+    for (int64_t m = r0; m < r1; m += kPanelRows) {
+      const int64_t nr = min64(kPanelRows, r1 - m);
+      decode(m, nr, panel);
+      for (int64_t n = b0; n < b1; n += kGroupRows) {
+        switch (min64(kGroupRows, b1 - n)) {
+          case 1:
+            panel_times_rows<1>(panel, kpad, nr, xb, n, y, ystride, m);
+            break;
+          case 2:
+            panel_times_rows<2>(panel, kpad, nr, xb, n, y, ystride, m);
+            break;
+          case 3:
+            panel_times_rows<3>(panel, kpad, nr, xb, n, y, ystride, m);
+            break;
+          case 4:
+            panel_times_rows<4>(panel, kpad, nr, xb, n, y, ystride, m);
+            break;
+          case 5:
+            panel_times_rows<5>(panel, kpad, nr, xb, n, y, ystride, m);
+            break;
+          default:
+            panel_times_rows<6>(panel, kpad, nr, xb, n, y, ystride, m);
+            break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void round_x(const float* x, int64_t batch, int64_t cols, uint16_t* xb) {
+  const int64_t kpad = padded_cols(cols);
+  for (int64_t n = 0; n < batch; ++n) {
+    const float* xr = x + n * cols;
+    uint16_t* out = xb + n * kpad;
+    for (int64_t k = 0; k < kpad; k += 32) {
+      const __m512 lo = _mm512_maskz_loadu_ps(lanes16(cols - k), xr + k);
+      const __m512 hi = _mm512_maskz_loadu_ps(lanes16(cols - k - 16), xr + k + 16);
+      _mm512_storeu_si512(out + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+  }
+}
+
+void fp8_rows(const Fp8Matrix& w, const uint16_t* xb, int64_t batch, float* y, int64_t r0,
+              int64_t r1, void* scratch) {
+  if (batch == 1) return gemv_fp8(w, xb, y, r0, r1);
+  const int64_t chunks = (w.cols + 31) / 32, kpad = chunks * 32;
+  const Fp8Decoder dec{w, chunks, w.cols / 32};
+  batched(xb, batch, kpad, y, w.rows, r0, r1, static_cast<uint16_t*>(scratch),
+          [&](int64_t m, int64_t nr, uint16_t* panel) {
+            float sc[16];
+            for (int64_t c = 0; c < chunks; ++c) {
+              if ((c & 15) == 0) dec.scales(m, c, sc);
+              const __m512 sv = _mm512_set1_ps(sc[c & 15]);
+              for (int r = 0; r < kPanelRows; ++r)
+                _mm512_store_si512(panel + r * kpad + c * 32,
+                                   dec.chunk(dec.row(m + (r < nr ? r : 0)), c, sv));
+            }
+          });
+}
+
+void fp4_rows(const Fp4Matrix& w, const uint16_t* xb, int64_t batch, float* y, int64_t r0,
+              int64_t r1, void* scratch) {
+  if (batch == 1) return gemv_fp4(w, xb, y, r0, r1);
+  const int64_t kpad = w.cols;
+  const Fp4Decoder dec{w, _mm512_loadu_ps(kE2m1)};
+  batched(xb, batch, kpad, y, w.rows, r0, r1, static_cast<uint16_t*>(scratch),
+          [&](int64_t m, int64_t nr, uint16_t* panel) {
+            for (int r = 0; r < kPanelRows; ++r) {
+              const int64_t row = m + (r < nr ? r : 0);
+              const uint8_t* p = dec.row(row);
+              float sc[16];
+              for (int64_t c = 0; c < kpad / 32; ++c) {
+                if ((c & 15) == 0) dec.block_scales(row, c, sc);
+                _mm512_store_si512(panel + r * kpad + c * 32, dec.chunk(p, sc[c & 15], c));
+              }
+            }
+          });
+}
+
+void bf16_rows(const Bf16Matrix& w, const uint16_t* xb, int64_t batch, float* y, int64_t r0,
+               int64_t r1, void* scratch) {
+  if (batch == 1) return gemv_bf16(w, xb, y, r0, r1);
+  const int64_t chunks = (w.cols + 31) / 32, kpad = chunks * 32, full = w.cols / 32;
+  batched(xb, batch, kpad, y, w.rows, r0, r1, static_cast<uint16_t*>(scratch),
+          [&](int64_t m, int64_t nr, uint16_t* panel) {
+            for (int r = 0; r < kPanelRows; ++r) {
+              const uint16_t* p = w.weight + (m + (r < nr ? r : 0)) * w.cols;
+              for (int64_t c = 0; c < chunks; ++c)
+                _mm512_store_si512(panel + r * kpad + c * 32, bf16_chunk(p, c, full, w.cols));
+            }
+          });
+}
+
+}  // namespace fathom::kernels::cpu::avx512bf16

@@ -27,6 +27,14 @@ bool sparse_attention_amx_supported(int64_t heads, int64_t dim);
 void sparse_attention_amx(const float* q, int64_t heads, int64_t dim, const float* const* entries,
                           int64_t n_entries, const float* sink, float scale, float* out);
 
+// The same row with AVX-512 BF16 dot products (VDPBF16PS; attention_avx512bf16.cc): the same
+// operands, rounding points, softmax and invariances, with the fp32 sums in its own order;
+// besides, a head's result does not depend on the other heads of the call. Takes the shapes
+// sparse_attention_amx_supported() accepts. REQUIRES: cpu_path_available(kAvx512Bf16).
+void sparse_attention_avx512bf16(const float* q, int64_t heads, int64_t dim,
+                                 const float* const* entries, int64_t n_entries, const float* sink,
+                                 float scale, float* out);
+
 // The indexer's scores of one query row (V4.1's lightning indexer, model-v41.md §6.4) against
 // n keys held as bf16 [n16, dim] (from keys_to_bf16): out[j] = bf16(sum_h bf16(relu(bf16(q_h ·
 // k_j)) * w_h)), the dots tile products, the head sum in fp32 in head order. As the

@@ -108,6 +108,10 @@ void attend(bool fast, const float* q, int64_t heads, int64_t dim, const float* 
   if (kernels::cpu_path() == kernels::CpuPath::kAmx &&
       kernels::cpu::sparse_attention_amx_supported(heads, dim))
     return kernels::cpu::sparse_attention_amx(q, heads, dim, entries, n_entries, sink, scale, out);
+  if (kernels::cpu_path() == kernels::CpuPath::kAvx512Bf16 &&
+      kernels::cpu::sparse_attention_amx_supported(heads, dim))
+    return kernels::cpu::sparse_attention_avx512bf16(q, heads, dim, entries, n_entries, sink, scale,
+                                                     out);
   sparse_attention_fast(q, heads, dim, entries, n_entries, sink, scale, out);
 }
 

@@ -608,8 +608,7 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
       const int64_t n = int64_t(entries.size());
       ex.pool->parallel_for(2, [&](size_t i) {
         const int64_t h0 = int64_t(i) * half, nh = i == 0 ? half : H - half;
-        sparse_attention_fast(&q[size_t(h0 * hd)], nh, hd, list, n, a.sink + h0, scale,
-                              &o[size_t(h0 * hd)]);
+        attend(true, &q[size_t(h0 * hd)], nh, hd, list, n, a.sink + h0, scale, &o[size_t(h0 * hd)]);
       });
       return;
     }

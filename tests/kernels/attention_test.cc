@@ -1,6 +1,7 @@
-// The AMX sparse attention row against the attention's definition in double precision, and
-// the invariances the engine relies on: a row's bits depend only on its query and its entry
-// list (empty slots, where the entries sit in memory and the thread do not matter).
+// The AMX and AVX-512 BF16 sparse attention rows against the attention's definition in double
+// precision, and the invariances the engine relies on: a row's bits depend only on its query
+// and its entry list (empty slots, where the entries sit in memory and the thread do not
+// matter).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,9 +58,16 @@ void reference(const std::vector<float>& q, int64_t heads, int64_t dim,
   }
 }
 
-TEST(SparseAttentionAmx, MatchesTheDefinitionAndDependsOnlyOnTheList) {
-  if (!cpu_path_available(CpuPath::kAmx)) {
-    std::printf("the AMX attention: untested (%s)\n", cpu_path_missing(CpuPath::kAmx).c_str());
+using AttentionRow = void (*)(const float*, int64_t, int64_t, const float* const*, int64_t,
+                              const float*, float, float*);
+
+// The row on `path` against the definition; a list with empty slots and entries elsewhere
+// gives the same bits, on another thread too; and, when `split_heads`, each half of the
+// heads run alone gives its heads' bits.
+void expect_attention_row(CpuPath path, AttentionRow attention_row, bool split_heads) {
+  if (!cpu_path_available(path)) {
+    std::printf("the %s attention: untested (%s)\n", cpu_path_name(path),
+                cpu_path_missing(path).c_str());
     GTEST_SKIP();
   }
   std::mt19937 rng(41);
@@ -83,8 +91,8 @@ TEST(SparseAttentionAmx, MatchesTheDefinitionAndDependsOnlyOnTheList) {
     for (auto& r : rows) list.push_back(r.data());
     const float scale = 1.0f / std::sqrt(float(sh.dim));
     std::vector<float> got(size_t(sh.heads * sh.dim));
-    cpu::sparse_attention_amx(q.data(), sh.heads, sh.dim, list.data(), int64_t(list.size()),
-                              sink.data(), scale, got.data());
+    attention_row(q.data(), sh.heads, sh.dim, list.data(), int64_t(list.size()), sink.data(), scale,
+                  got.data());
     std::vector<double> want, mag;
     reference(q, sh.heads, sh.dim, list, sink, scale, &want, &mag);
     for (size_t i = 0; i < got.size(); ++i) {
@@ -105,12 +113,30 @@ TEST(SparseAttentionAmx, MatchesTheDefinitionAndDependsOnlyOnTheList) {
     holes.push_back(nullptr);
     std::vector<float> again(got.size());
     std::thread([&] {
-      cpu::sparse_attention_amx(q.data(), sh.heads, sh.dim, holes.data(), int64_t(holes.size()),
-                                sink.data(), scale, again.data());
+      attention_row(q.data(), sh.heads, sh.dim, holes.data(), int64_t(holes.size()), sink.data(),
+                    scale, again.data());
     }).join();
     EXPECT_EQ(std::memcmp(again.data(), got.data(), got.size() * 4), 0)
         << "heads " << sh.heads << " dim " << sh.dim;
+    if (!split_heads || sh.heads < 2) continue;
+    // As the model's decode runs it: the heads in two halves.
+    const int64_t half = sh.heads / 2;
+    std::vector<float> halves(got.size());
+    attention_row(q.data(), half, sh.dim, list.data(), int64_t(list.size()), sink.data(), scale,
+                  halves.data());
+    attention_row(q.data() + half * sh.dim, sh.heads - half, sh.dim, list.data(),
+                  int64_t(list.size()), sink.data() + half, scale, halves.data() + half * sh.dim);
+    EXPECT_EQ(std::memcmp(halves.data(), got.data(), got.size() * 4), 0)
+        << "heads " << sh.heads << " dim " << sh.dim;
   }
+}
+
+TEST(SparseAttentionAmx, MatchesTheDefinitionAndDependsOnlyOnTheList) {
+  expect_attention_row(CpuPath::kAmx, cpu::sparse_attention_amx, false);
+}
+
+TEST(SparseAttentionAvx512Bf16, MatchesTheDefinitionAndDependsOnlyOnTheListAndItsHeads) {
+  expect_attention_row(CpuPath::kAvx512Bf16, cpu::sparse_attention_avx512bf16, true);
 }
 
 // The indexer's scores: each key's against the definition in double (the dots may land on

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The objects compiled for wider instruction sets (gemv_avx512.cc.o, dots_avx512.cc.o,
-# gemm_avx512bf16.cc.o, gemm_amx.cc.o, attention_amx.cc.o) must define no code the linker
-# could pick for a baseline caller: every global symbol of each is one of its own entry points
-# (namespace fathom::kernels::cpu::avx512, ::avx512bf16, ::amx). A weak symbol (an inline
+# gemm_avx512bf16.cc.o, attention_avx512bf16.cc.o, gemm_amx.cc.o, attention_amx.cc.o) must
+# define no code the linker could pick for a baseline caller: every global symbol of each is one
+# of its own entry points (namespace fathom::kernels::cpu::avx512, ::avx512bf16, ::amx). A weak symbol (an inline
 # function or template instantiated there) could replace the baseline copy and run AVX-512 or
 # AMX instructions on a machine without them.
 # usage: wide_path_symbols.sh libfathom_kernels.a
 set -euo pipefail
 lib="${1:?usage: wide_path_symbols.sh libfathom_kernels.a}"
 status=0
-for pair in gemv_avx512:avx512 dots_avx512:avx512 gemm_avx512bf16:avx512bf16 gemm_amx:amx \
-  attention_amx:amx; do
+for pair in gemv_avx512:avx512 dots_avx512:avx512 gemm_avx512bf16:avx512bf16 \
+  attention_avx512bf16:avx512bf16 gemm_amx:amx attention_amx:amx; do
   obj="${pair%%:*}" ns="${pair##*:}"
   syms="$(nm -A -C --defined-only "$lib" | grep "${obj}\.cc\.o:" || true)"
   [ -n "$syms" ] || { echo "FAIL: no ${obj}.cc.o in $lib" >&2; status=1; continue; }
@@ -24,5 +24,5 @@ for pair in gemv_avx512:avx512 dots_avx512:avx512 gemm_avx512bf16:avx512bf16 gem
   fi
   echo "${obj}.cc.o: $(echo "$syms" | awk '$2 ~ /^[A-Z]$/' | wc -l) global symbols, all ${ns} entry points"
 done
-[ "$status" -eq 0 ] && echo "5 passed, 0 failed"
+[ "$status" -eq 0 ] && echo "6 passed, 0 failed"
 exit "$status"

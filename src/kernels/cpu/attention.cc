@@ -1,5 +1,6 @@
-// kernels::cpu's sparse attention entry point: drops the empty slots from the entry list and
-// runs the AMX row (attention_amx.cc) with a thread-local scratch. Compiled for the baseline.
+// kernels::cpu's sparse attention entry points: drop the empty slots from the entry list and
+// run the AMX row (attention_amx.cc) or the AVX-512 BF16 row (attention_avx512bf16.cc) with a
+// thread-local scratch. Compiled for the baseline.
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -7,6 +8,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cpu/attention_amx.h"
+#include "kernels/cpu/attention_avx512bf16.h"
 
 namespace fathom::kernels::cpu {
 
@@ -14,8 +16,12 @@ bool sparse_attention_amx_supported(int64_t heads, int64_t dim) {
   return heads >= 1 && heads <= 64 && dim >= 32 && dim % 32 == 0 && dim <= 1024;
 }
 
-void sparse_attention_amx(const float* q, int64_t heads, int64_t dim, const float* const* entries,
-                          int64_t n_entries, const float* sink, float scale, float* out) {
+namespace {
+
+// Runs row(list, n, scratch) on the non-empty entries with this thread's scratch of
+// bytes(n) bytes.
+template <typename Bytes, typename Row>
+void on_listed_entries(const float* const* entries, int64_t n_entries, Bytes bytes, Row row) {
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
@@ -26,12 +32,34 @@ void sparse_attention_amx(const float* q, int64_t heads, int64_t dim, const floa
   for (int64_t i = 0; i < n_entries; ++i)
     if (entries[i] != nullptr) list.push_back(entries[i]);
   const int64_t n = int64_t(list.size());
-  const int64_t need = amx::attention_scratch_bytes(heads, dim, std::max<int64_t>(n, 1));
+  const int64_t need = bytes(std::max<int64_t>(n, 1));
   if (need > scratch_size) {
     scratch.reset(std::aligned_alloc(64, size_t((need + 63) / 64 * 64)));
     scratch_size = need;
   }
-  amx::attention_row(q, heads, dim, list.data(), n, sink, scale, out, scratch.get());
+  row(list.data(), n, scratch.get());
+}
+
+}  // namespace
+
+void sparse_attention_amx(const float* q, int64_t heads, int64_t dim, const float* const* entries,
+                          int64_t n_entries, const float* sink, float scale, float* out) {
+  on_listed_entries(
+      entries, n_entries, [&](int64_t n) { return amx::attention_scratch_bytes(heads, dim, n); },
+      [&](const float* const* list, int64_t n, void* scratch) {
+        amx::attention_row(q, heads, dim, list, n, sink, scale, out, scratch);
+      });
+}
+
+void sparse_attention_avx512bf16(const float* q, int64_t heads, int64_t dim,
+                                 const float* const* entries, int64_t n_entries, const float* sink,
+                                 float scale, float* out) {
+  on_listed_entries(
+      entries, n_entries,
+      [&](int64_t n) { return avx512bf16::attention_scratch_bytes(heads, dim, n); },
+      [&](const float* const* list, int64_t n, void* scratch) {
+        avx512bf16::attention_row(q, heads, dim, list, n, sink, scale, out, scratch);
+      });
 }
 
 void index_scores_amx(const float* q, const float* w, int64_t heads, int64_t dim,

@@ -1,0 +1,226 @@
+// One query row of sparse attention with AVX-512 BF16 dot products (kernels/attention.h for
+// the contract; the same operands, rounding points and softmax as the AMX row).
+//
+// Scores: per entry (converted to bf16 once) and head, one 16-lane accumulator updated by one
+// VDPBF16PS per 32 dims in order, then summed horizontally in one fixed order. Softmax:
+// sixteen heads a vector, entries in order. Values: entries in pairs (2i, 2i + 1) in the
+// list's order, interleaved dim by dim, so one VDPBF16PS adds both entries' terms for 16 dims
+// of one head (the pair of probabilities broadcast); eight heads and 32 dims a pass. A head's
+// numbers depend only on its own query, sink and the list: not on the other heads, where the
+// entries sit in memory, or the thread.
+//
+// Compiled with -mavx512f/bw/vl/bf16: includes only attention_avx512bf16.h and defines
+// nothing with linkage the baseline files could share.
+#include "kernels/cpu/attention_avx512bf16.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace fathom::kernels::cpu::avx512bf16 {
+namespace {
+
+int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+__mmask16 lanes16(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+float hsum16(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
+  return _mm_cvtss_f32(b);
+}
+
+// 32 floats -> 32 bf16 (ties to even), lo's first.
+inline __m512i to_bf16(__m512 lo, __m512 hi) {
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+inline __m512 dot(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+}
+
+// e^x for x <= 88 (Cephes' expf, as the AMX row computes it).
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, k);
+}
+
+struct Scratch {
+  uint16_t *qb, *eb, *pairs;
+  uint32_t* pp;
+  float *s, *denom;
+};
+
+// hp: heads rounded up to 16; n2: entry pairs.
+Scratch carve(void* base, int64_t heads, int64_t dim, int64_t n) {
+  const int64_t hp = (heads + 15) / 16 * 16, n2 = (n + 1) / 2;
+  char* p = static_cast<char*>(base);
+  auto take = [&](int64_t bytes) {
+    char* at = p;
+    p += (bytes + 63) / 64 * 64;
+    return at;
+  };
+  Scratch s;
+  s.qb = reinterpret_cast<uint16_t*>(take(hp * dim * 2));
+  s.eb = reinterpret_cast<uint16_t*>(take(dim * 2));
+  s.pairs = reinterpret_cast<uint16_t*>(take(n2 * dim * 4));
+  s.pp = reinterpret_cast<uint32_t*>(take(hp * n2 * 4));
+  s.s = reinterpret_cast<float*>(take(n * hp * 4));
+  s.denom = reinterpret_cast<float*>(take(hp * 4));
+  return s;
+}
+
+// out[h][d0 + 32 dims) for heads [h0, h0 + NH): sum over the pairs of pp[h][i] . pairs[i].
+template <int NH>
+void values(const Scratch& sc, int64_t dim, int64_t n2, int64_t h0, int64_t d0, float* out) {
+  __m512 acc[NH][2];
+  for (auto& a : acc) a[0] = a[1] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n2; ++i) {
+    const uint16_t* pr = sc.pairs + (i * dim + d0) * 2;
+    const __m512i e0 = _mm512_load_si512(pr), e1 = _mm512_load_si512(pr + 32);
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h) {
+      const __m512i p = _mm512_set1_epi32(int(sc.pp[(h0 + h) * n2 + i]));
+      acc[h][0] = dot(acc[h][0], p, e0);
+      acc[h][1] = dot(acc[h][1], p, e1);
+    }
+  }
+  for (int h = 0; h < NH; ++h) {
+    const __m512 dn = _mm512_set1_ps(sc.denom[h0 + h]);
+    float* o = out + (h0 + h) * dim + d0;
+    // The output rounded to bf16 (ties to even), as a float.
+    for (int j = 0; j < 2; ++j) {
+      const __m256i b = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_div_ps(acc[h][j], dn)));
+      _mm512_storeu_ps(o + 16 * j,
+                       _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+    }
+  }
+}
+
+}  // namespace
+
+int64_t attention_scratch_bytes(int64_t heads, int64_t dim, int64_t n) {
+  Scratch s = carve(nullptr, heads, dim, n);
+  return int64_t(reinterpret_cast<char*>(s.denom)) + ((heads + 15) / 16 * 16) * 4 + 64;
+}
+
+void attention_row(const float* q, int64_t heads, int64_t dim, const float* const* entries,
+                   int64_t n, const float* sink, float scale, float* out, void* scratch) {
+  const int64_t hp = (heads + 15) / 16 * 16, ks = dim / 32, n2 = (n + 1) / 2;
+  Scratch sc = carve(scratch, heads, dim, n);
+  for (int64_t i = 0; i < hp * dim; i += 32)
+    _mm512_store_si512(sc.qb + i, i < heads * dim
+                                      ? to_bf16(_mm512_loadu_ps(q + i), _mm512_loadu_ps(q + i + 16))
+                                      : _mm512_setzero_si512());
+
+  // Scores S[e][h] (heads past `heads` zero), and the entries as interleaved pairs.
+  alignas(64) static const uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                       21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                       11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t k = 0; k < ks; ++k)
+      _mm512_store_si512(sc.eb + k * 32, to_bf16(_mm512_loadu_ps(entries[e] + k * 32),
+                                                 _mm512_loadu_ps(entries[e] + k * 32 + 16)));
+    // Eight heads' chains side by side (the heads past `heads` have a zero query).
+    float* srow = sc.s + e * hp;
+    for (int64_t h0 = 0; h0 < hp; h0 += 8) {
+      __m512 acc[8];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t k = 0; k < ks; ++k) {
+        const __m512i ev = _mm512_load_si512(sc.eb + k * 32);
+        for (int j = 0; j < 8; ++j)
+          acc[j] = dot(acc[j], _mm512_load_si512(sc.qb + (h0 + j) * dim + k * 32), ev);
+      }
+      for (int j = 0; j < 8; ++j) srow[h0 + j] = hsum16(acc[j]);
+    }
+  }
+  for (int64_t i = 0; i < n2; ++i) {
+    const float* lo_row = entries[2 * i];
+    const float* hi_row = 2 * i + 1 < n ? entries[2 * i + 1] : nullptr;
+    for (int64_t d = 0; d < dim; d += 16) {
+      const __m512 lo = _mm512_loadu_ps(lo_row + d);
+      const __m512 hi = hi_row ? _mm512_loadu_ps(hi_row + d) : _mm512_setzero_ps();
+      _mm512_store_si512(sc.pairs + (i * dim + d) * 2,
+                         _mm512_permutexvar_epi16(interleave, to_bf16(lo, hi)));
+    }
+  }
+
+  // Softmax per head over the entries in order, sixteen heads a vector; the probabilities in
+  // bf16 as pairs pp[h][i] (entry 2i low, 2i + 1 high; zero past n).
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int64_t t = 0; t < hp / 16; ++t) {
+    __m512 mx = _mm512_set1_ps(-1e30f);
+    for (int64_t e = 0; e < n; ++e)
+      mx = _mm512_max_ps(mx, _mm512_mul_ps(_mm512_loadu_ps(sc.s + e * hp + t * 16), vscale));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t e = 0; e < n; ++e) {
+      const __m512 p =
+          exp_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sc.s + e * hp + t * 16), vscale), mx));
+      sum = _mm512_add_ps(sum, p);
+      // The bf16 probabilities replace the scores (16 bits each, in the row's first half).
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(sc.s + e * hp + t * 16),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p)));
+    }
+    const __m512 sk = _mm512_maskz_loadu_ps(lanes16(heads - t * 16), sink + t * 16);
+    _mm512_storeu_ps(sc.denom + t * 16, _mm512_add_ps(sum, exp_ps(_mm512_sub_ps(sk, mx))));
+    for (int64_t h = 0; h < 16; ++h)
+      for (int64_t i = 0; i < n2; ++i) {
+        const auto* lo = reinterpret_cast<const uint16_t*>(sc.s + 2 * i * hp + t * 16);
+        const uint32_t plo = lo[h];
+        const uint32_t phi =
+            2 * i + 1 < n ? reinterpret_cast<const uint16_t*>(sc.s + (2 * i + 1) * hp + t * 16)[h]
+                          : 0u;
+        sc.pp[(t * 16 + h) * n2 + i] = plo | (phi << 16);
+      }
+  }
+
+  // Values, eight heads and 32 dims a pass.
+  for (int64_t d0 = 0; d0 < dim; d0 += 32)
+    for (int64_t h0 = 0; h0 < heads; h0 += 8) {
+      switch (min64(8, heads - h0)) {
+        case 1:
+          values<1>(sc, dim, n2, h0, d0, out);
+          break;
+        case 2:
+          values<2>(sc, dim, n2, h0, d0, out);
+          break;
+        case 3:
+          values<3>(sc, dim, n2, h0, d0, out);
+          break;
+        case 4:
+          values<4>(sc, dim, n2, h0, d0, out);
+          break;
+        case 5:
+          values<5>(sc, dim, n2, h0, d0, out);
+          break;
+        case 6:
+          values<6>(sc, dim, n2, h0, d0, out);
+          break;
+        case 7:
+          values<7>(sc, dim, n2, h0, d0, out);
+          break;
+        default:
+          values<8>(sc, dim, n2, h0, d0, out);
+          break;
+      }
+    }
+}
+
+}  // namespace fathom::kernels::cpu::avx512bf16

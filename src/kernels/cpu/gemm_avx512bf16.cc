@@ -3,11 +3,10 @@
 // panel once and multiplies it with up to six activation rows at a time (24 accumulators).
 // Both run the one per-output sequence gemm_avx512bf16.h defines, so they agree bit for bit.
 //
-// Decoding: FP8 E4M3 is re-biased to FP16 as in gemv_avx512.cc, converted to fp32, multiplied
-// by its block's power-of-two scale (and 256), which is exact, and rounded to bf16, which is
-// exact too (4 significant bits); FP4 E2M1 pairs index a 16-entry bf16 table already
-// multiplied by the block's scale (VPERMW; the byte's low nibble is the even column, which is
-// the pair's low half, as VDPBF16PS pairs columns 2i and 2i + 1).
+// Decoding: FP8 E4M3 times its block's power-of-two scale is one bf16 value (4 significant
+// bits), built from the code's bits (Fp8Decoder says how); FP4 E2M1 pairs index a 16-entry bf16
+// table already multiplied by the block's scale (VPERMW; the byte's low nibble is the even column,
+// which is the pair's low half, as VDPBF16PS pairs columns 2i and 2i + 1).
 //
 // Compiled with -mavx512bf16: this file includes only gemm_avx512bf16.h and defines nothing
 // with linkage the baseline files could share (see gemv_avx512.h).
@@ -60,24 +59,61 @@ inline __m512 dot(__m512 acc, __m512i x, __m512i w) {
 
 // ---- Decoders: chunk c (columns [32c, 32c + 32)) of one weight row as 32 bf16 -------------
 
-// FP8: one 32-row band's scales as floats times 256, per chunk (the row block's band).
+// FP8, per chunk of a 32-row band: where the scale 2^(s - 127) keeps every E4M3 value times
+// it a normal number (10 <= s <= 246), the bf16 bits are built directly: a normal code's
+// exponent and mantissa shifted into place plus (s - 7) << 7 (re-biasing 7 -> 127 and
+// scaling), a subnormal code (m 2^-9) and zero from an 8-entry table already scaled, the
+// sign or-ed in. Other scales take the float route: the E4M3 byte re-biased to FP16,
+// converted, multiplied by the scale and rounded to bf16. Both are exact, so they agree
+// wherever both apply; 0x7F decodes as 480 on both (the fast paths have no NaN codes).
+struct Fp8Scale {
+  bool direct;
+  __m512i normal_offset, subnormals;  // direct
+  __m512 times;                       // float route: the scale times 256
+};
+
+// bf16 of m 2^-9 for m = 0..7 (E4M3 codes with a zero exponent).
+alignas(64) const uint16_t kE4m3Subnormals[32] = {0,      0x3B00, 0x3B80, 0x3BC0,
+                                                  0x3C00, 0x3C20, 0x3C40, 0x3C60};
+
 struct Fp8Decoder {
   const Fp8Matrix& w;
   int64_t chunks, full;
-  static constexpr int kBytesPerChunk = 32;
   const uint8_t* row(int64_t m) const { return w.weight + m * w.cols; }
-  // Row m's band's scales for chunks [c0, c0 + 16), times 256 (E4M3 bytes decode to the
-  // value times 2^-8).
-  void scales(int64_t m, int64_t c0, float out[16]) const {
-    e8m0x16(w.scale + (m / 32) * chunks + c0, min64(16, chunks - c0), 256.0f, out);
+  // Row m's band's scale for chunk c.
+  Fp8Scale scale(int64_t m, int64_t c) const {
+    const int s = w.scale[(m / 32) * chunks + c];
+    Fp8Scale r;
+    r.direct = s >= 10 && s <= 246;
+    if (r.direct) {
+      const __m512i base = _mm512_load_si512(kE4m3Subnormals);
+      r.normal_offset = _mm512_set1_epi16(short((s - 7) << 7));
+      r.subnormals = _mm512_mask_add_epi16(base, __mmask32(0xFE), base,
+                                           _mm512_set1_epi16(short((s - 127) << 7)));
+    } else {
+      float f;
+      e8m0x16(w.scale + (m / 32) * chunks + c, 1, 256.0f, &f);
+      r.times = _mm512_set1_ps(f);
+    }
+    return r;
   }
-  __m512i chunk(const uint8_t* p, int64_t c, __m512 sv) const {
+  __m512i chunk(const uint8_t* p, int64_t c, const Fp8Scale& s) const {
     const __m256i raw = c < full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c * 32))
                                  : _mm256_maskz_loadu_epi8(lanes32(w.cols - c * 32), p + c * 32);
+    if (s.direct) {
+      const __m512i v = _mm512_cvtepu8_epi16(raw);
+      __m512i t = _mm512_add_epi16(
+          _mm512_and_si512(_mm512_slli_epi16(v, 4), _mm512_set1_epi16(0x07F0)), s.normal_offset);
+      const __mmask32 zero_exponent = _mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x0078));
+      t = _mm512_mask_mov_epi16(t, zero_exponent, _mm512_permutexvar_epi16(v, s.subnormals));
+      // t | (v << 8 & 0x8000): the sign.
+      return _mm512_ternarylogic_epi32(t, _mm512_slli_epi16(v, 8), _mm512_set1_epi16(short(0x8000)),
+                                       0xF8);
+    }
     __m512i v = _mm512_cvtepi8_epi16(raw);
     v = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(short(0xBF80)));
-    const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), sv);
-    const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), sv);
+    const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), s.times);
+    const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), s.times);
     return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
   }
 };
@@ -131,12 +167,10 @@ void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
     for (int r = 0; r < 4; ++r) wr[r] = dec.row(m + (r < nr ? r : 0));
     __m512 acc[4];
     for (auto& a : acc) a = _mm512_setzero_ps();
-    float sc[16];
     for (int64_t c = 0; c < chunks; ++c) {
-      if ((c & 15) == 0) dec.scales(m, c, sc);
       if ((c & 1) == 0)
         for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 32 + 4096);
-      const __m512 sv = _mm512_set1_ps(sc[c & 15]);
+      const Fp8Scale sv = dec.scale(m, c);
       const __m512i xv = _mm512_loadu_si512(xb + c * 32);
       for (int r = 0; r < 4; ++r) acc[r] = dot(acc[r], xv, dec.chunk(wr[r], c, sv));
     }
@@ -282,10 +316,8 @@ void fp8_rows(const Fp8Matrix& w, const uint16_t* xb, int64_t batch, float* y, i
   const Fp8Decoder dec{w, chunks, w.cols / 32};
   batched(xb, batch, kpad, y, w.rows, r0, r1, static_cast<uint16_t*>(scratch),
           [&](int64_t m, int64_t nr, uint16_t* panel) {
-            float sc[16];
             for (int64_t c = 0; c < chunks; ++c) {
-              if ((c & 15) == 0) dec.scales(m, c, sc);
-              const __m512 sv = _mm512_set1_ps(sc[c & 15]);
+              const Fp8Scale sv = dec.scale(m, c);
               for (int r = 0; r < kPanelRows; ++r)
                 _mm512_store_si512(panel + r * kpad + c * 32,
                                    dec.chunk(dec.row(m + (r < nr ? r : 0)), c, sv));

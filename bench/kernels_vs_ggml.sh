@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side-by-side matmul benchmark: Fathom's fast kernels (`fathom bench matmul`, on every kernel
-# path this machine has: FATHOM_CPU=avx2, avx512, ...) and ggml's CPU backend
+# path this machine has: FATHOM_CPU=avx2, avx512, avx512bf16, amx) and ggml's CPU backend
 # (`test-backend-ops perf`, which picks the widest SIMD of this machine) on the same shape,
 # 4096 x 14336 weights times N activation rows, in one run: FP4 vs mxfp4, FP8 vs q8_0, BF16
 # vs bf16 and f16. Prints each figure with the load average when it was taken, then one
@@ -27,7 +27,7 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores"
 paths=()
-for p in avx2 avx512 amx; do
+for p in avx2 avx512 avx512bf16 amx; do
   if FATHOM_CPU=$p "$build/fathom" bench matmul --weights bf16 --m 32 --k 64 --n 1 --repeat 1 \
     >/dev/null 2>"$work/err"; then
     paths+=("$p")

@@ -91,9 +91,9 @@ struct Fp8Decoder {
       r.subnormals = _mm512_mask_add_epi16(base, __mmask32(0xFE), base,
                                            _mm512_set1_epi16(short((s - 127) << 7)));
     } else {
-      float f;
-      e8m0x16(w.scale + (m / 32) * chunks + c, 1, 256.0f, &f);
-      r.times = _mm512_set1_ps(f);
+      float f[16];
+      e8m0x16(w.scale + (m / 32) * chunks + c, 1, 256.0f, f);
+      r.times = _mm512_set1_ps(f[0]);
     }
     return r;
   }

@@ -9,8 +9,8 @@
 // Tiles: C in tmm0..3, A in tmm4/5, B in tmm6/7, all 16 rows x 64 bytes.
 //
 // Compiled with -mamx-tile -mamx-bf16 -mavx512f/bw/vl/bf16/vbmi: includes only the private
-// AMX headers (attention_amx.h, gemm_amx.h, amx_common.h) and defines nothing with linkage
-// the baseline files could share.
+// AMX headers (attention_amx.h, gemm_amx.h, amx_common.h) and avx512_common.h, and defines
+// nothing with linkage the baseline files could share.
 #include "kernels/cpu/attention_amx.h"
 
 #include <immintrin.h>
@@ -18,27 +18,13 @@
 #include <cstdint>
 
 #include "kernels/cpu/amx_common.h"
+#include "kernels/cpu/avx512_common.h"
 #include "kernels/cpu/gemm_amx.h"
 
 namespace fathom::kernels::cpu::amx {
 namespace {
 
-// e^x for x <= 88 (Cephes' expf: x = k ln2 + r, a degree-6 polynomial in r, times 2^k).
-FATHOM_INLINE __m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, k);
-}
+using avx512_common::exp_ps;
 
 // The C tile i (0..3) += A tile a · B tile b, with i known only at run time.
 #define FATHOM_TDP(i, a, b)      \

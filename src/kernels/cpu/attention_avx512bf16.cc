@@ -9,9 +9,11 @@
 // numbers depend only on its own query, sink and the list: not on the other heads, where the
 // entries sit in memory, or the thread.
 //
-// Compiled with -mavx512f/bw/vl/bf16: includes only attention_avx512bf16.h and defines
-// nothing with linkage the baseline files could share.
+// Compiled with -mavx512f/bw/vl/bf16: includes only attention_avx512bf16.h and
+// avx512_common.h and defines nothing with linkage the baseline files could share.
 #include "kernels/cpu/attention_avx512bf16.h"
+
+#include "kernels/cpu/avx512_common.h"
 
 #include <immintrin.h>
 
@@ -20,20 +22,11 @@
 namespace fathom::kernels::cpu::avx512bf16 {
 namespace {
 
+using avx512_common::exp_ps;
+using avx512_common::hsum16;
+using avx512_common::lanes16;
+
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-__mmask16 lanes16(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-
-float hsum16(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
-  return _mm_cvtss_f32(b);
-}
 
 // 32 floats -> 32 bf16 (ties to even), lo's first.
 inline __m512i to_bf16(__m512 lo, __m512 hi) {
@@ -42,23 +35,6 @@ inline __m512i to_bf16(__m512 lo, __m512 hi) {
 
 inline __m512 dot(__m512 acc, __m512i a, __m512i b) {
   return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
-}
-
-// e^x for x <= 88 (Cephes' expf, as the AMX row computes it).
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, k);
 }
 
 struct Scratch {

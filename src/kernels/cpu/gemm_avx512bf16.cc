@@ -8,9 +8,12 @@
 // table already multiplied by the block's scale (VPERMW; the byte's low nibble is the even column,
 // which is the pair's low half, as VDPBF16PS pairs columns 2i and 2i + 1).
 //
-// Compiled with -mavx512bf16: this file includes only gemm_avx512bf16.h and defines nothing
-// with linkage the baseline files could share (see gemv_avx512.h).
+// Compiled with -mavx512bf16: this file includes only gemm_avx512bf16.h and avx512_common.h
+// (static helpers) and defines nothing with linkage the baseline files could share (see
+// gemv_avx512.h).
 #include "kernels/cpu/gemm_avx512bf16.h"
+
+#include "kernels/cpu/avx512_common.h"
 
 #include <immintrin.h>
 
@@ -19,36 +22,12 @@
 namespace fathom::kernels::cpu::avx512bf16 {
 namespace {
 
+using avx512_common::e8m0x16;
+using avx512_common::hsum16;
+using avx512_common::lanes16;
+using avx512_common::lanes32;
+
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// The one horizontal sum every output ends with.
-float hsum16(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
-  return _mm_cvtss_f32(b);
-}
-
-__mmask16 lanes16(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-__mmask32 lanes32(int64_t n) {
-  return n >= 32 ? __mmask32(0xFFFFFFFFu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
-}
-
-// Scales [0, n) of 16 (n <= 16) as kernels::e8m0_to_float gives them (2^(b - 127), 0xFF
-// NaN), times `times` (a power of two).
-inline void e8m0x16(const uint8_t* p, int64_t n, float times, float out[16]) {
-  const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes16(n), p));
-  __m512i bits = _mm512_slli_epi32(b, 23);
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
-                               _mm512_set1_epi32(0x00400000));
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)),
-                               _mm512_set1_epi32(0x7FC00000));
-  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(times)));
-}
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
@@ -92,8 +71,8 @@ struct Fp8Decoder {
                                            _mm512_set1_epi16(short((s - 127) << 7)));
     } else {
       float f[16];
-      e8m0x16(w.scale + (m / 32) * chunks + c, 1, 256.0f, f);
-      r.times = _mm512_set1_ps(f[0]);
+      e8m0x16(w.scale + (m / 32) * chunks + c, 1, f);
+      r.times = _mm512_set1_ps(f[0] * 256.0f);
     }
     return r;
   }
@@ -131,7 +110,7 @@ struct Fp4Decoder {
   const uint8_t* scales(int64_t m) const { return w.scale + m * (w.cols / 32); }
   // Row m's scales for blocks [c0, c0 + 16).
   void block_scales(int64_t m, int64_t c0, float out[16]) const {
-    e8m0x16(w.scale + m * (w.cols / 32) + c0, min64(16, w.cols / 32 - c0), 1.0f, out);
+    e8m0x16(w.scale + m * (w.cols / 32) + c0, min64(16, w.cols / 32 - c0), out);
   }
   __m512i chunk(const uint8_t* p, float scale, int64_t c) const {
     const __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(scale));

@@ -5,9 +5,12 @@
 // nibble needs no masking), BF16 by a shift. Scaling by a power of two is exact, so folding
 // a scale into the table or into x changes no product.
 //
-// Compiled with -mavx512*: this file includes only gemv_avx512.h and defines nothing with
-// linkage the baseline files could share (see gemv_avx512.h).
+// Compiled with -mavx512*: this file includes only gemv_avx512.h and avx512_common.h (static
+// helpers) and defines nothing with linkage the baseline files could share (see
+// gemv_avx512.h).
 #include "kernels/cpu/gemv_avx512.h"
+
+#include "kernels/cpu/avx512_common.h"
 
 #include <immintrin.h>
 
@@ -15,6 +18,11 @@
 
 namespace fathom::kernels::cpu::avx512 {
 namespace {
+
+using avx512_common::e8m0x16;
+using avx512_common::hsum16;
+using avx512_common::lanes16;
+using avx512_common::lanes32;
 
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -24,24 +32,6 @@ float e8m0(uint8_t b) {
   float f;
   __builtin_memcpy(&f, &bits, 4);
   return f;
-}
-
-// The one horizontal sum every row ends with.
-float hsum16(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_shuffle_ps(b, b, 1));
-  return _mm_cvtss_f32(b);
-}
-
-// Lanes [0, n) of 16 (n may be <= 0 or >= 16).
-__mmask16 lanes16(int64_t n) {
-  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-__mmask32 lanes32(int64_t n) {
-  return n >= 32 ? __mmask32(0xFFFFFFFFu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
 
 // 32 E4M3 bytes -> 32 floats times 2^-8 (the caller folds 256 into x's scale): the byte is
@@ -143,17 +133,6 @@ void gemv_fp8(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int64_t 
 
 const float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                          -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-
-// Scales of blocks [kb0, kb0 + n) of one row as floats (n <= 16), as e8m0() gives them.
-inline void e8m0x16(const uint8_t* p, int64_t n, float out[16]) {
-  const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes16(n), p));
-  __m512i bits = _mm512_slli_epi32(b, 23);
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()),
-                               _mm512_set1_epi32(0x00400000));
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xFF)),
-                               _mm512_set1_epi32(0x7FC00000));
-  _mm512_storeu_ps(out, _mm512_castsi512_ps(bits));
-}
 
 // One block of one row: the 32 weights, scaled, in even/odd order.
 inline void fp4_block(const uint8_t* codes, float scale, __m512 table, __m512* ev, __m512* od) {

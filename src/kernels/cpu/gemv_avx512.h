@@ -3,8 +3,8 @@
 // gemv_avx512.cc is compiled with -mavx512*: it must not define or instantiate anything the
 // linker could share with baseline files (inline functions and templates of headers, std
 // containers), or an AVX2-only machine could end up running AVX-512 code. So it includes
-// only this header and holds row kernels over raw pointers; threading and scratch buffers
-// live in dispatch.cc.
+// only this header and avx512_common.h (static helpers, a copy in each object) and holds row
+// kernels over raw pointers; threading and scratch buffers live in dispatch.cc.
 #pragma once
 
 #include <cstdint>

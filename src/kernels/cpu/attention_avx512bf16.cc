@@ -25,8 +25,7 @@ namespace {
 using avx512_common::exp_ps;
 using avx512_common::hsum16;
 using avx512_common::lanes16;
-
-int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+using avx512_common::min64;
 
 // 32 floats -> 32 bf16 (ties to even), lo's first.
 inline __m512i to_bf16(__m512 lo, __m512 hi) {

@@ -11,6 +11,12 @@
 
 namespace fathom::kernels::cpu::avx512_common {
 
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static inline void prefetch(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+}
+
 // The one horizontal sum of 16 lanes the kernels end their outputs with: halves, then
 // quarters, then pairs, then the last two.
 static inline float hsum16(__m512 v) {

@@ -26,10 +26,8 @@ using avx512_common::e8m0x16;
 using avx512_common::hsum16;
 using avx512_common::lanes16;
 using avx512_common::lanes32;
-
-int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+using avx512_common::min64;
+using avx512_common::prefetch;
 
 // acc += the chunk's 16 pair products: the only arithmetic an output sees before hsum16.
 inline __m512 dot(__m512 acc, __m512i x, __m512i w) {

@@ -23,8 +23,8 @@ using avx512_common::e8m0x16;
 using avx512_common::hsum16;
 using avx512_common::lanes16;
 using avx512_common::lanes32;
-
-int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+using avx512_common::min64;
+using avx512_common::prefetch;
 
 // UE8M0 as kernels::e8m0_to_float: 2^(b - 127); 0xFF is NaN.
 float e8m0(uint8_t b) {
@@ -59,8 +59,6 @@ inline __m512 bf16x16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(
       _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 }
-
-inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // ---- FP8: E4M3 weights, UE8M0 scale per 32x32 block --------------------------------------
 //

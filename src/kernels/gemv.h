@@ -5,8 +5,8 @@
 // kernels/ref (double accumulation, rounded once) that defines what it computes; tests
 // compare the two on every path the machine has. Within a path the fast kernels are
 // batch-invariant: each row of y is computed as it would be alone (batch 1, the GEMV).
-// The AMX path multiplies the activations rounded to bf16 (ties to even): its twin is the
-// reference on bf16(x) (the model's activations are bf16 values already).
+// The AMX and AVX-512 BF16 paths multiply the activations rounded to bf16 (ties to even):
+// their twin is the reference on bf16(x) (the model's activations are bf16 values already).
 // Thread-safe: pure functions.
 #pragma once
 
@@ -52,7 +52,8 @@ void matmul_fp4(const Fp4Matrix& w, const float* x, int64_t batch, float* y,
 void matmul_bf16(const Bf16Matrix& w, const float* x, int64_t batch, float* y);
 }  // namespace ref
 
-// Whether a path multiplies bf16(x) rather than x (the AMX tiles take bf16 operands).
+// Whether a path multiplies bf16(x) rather than x (AMX tiles and VDPBF16PS take bf16
+// operands).
 bool rounds_activations_to_bf16(CpuPath path);
 
 // On the process's path (cpu_path()).

@@ -23,8 +23,8 @@ void sparse_attention_fast(const float* q, int64_t heads, int64_t dim, const flo
 
 // The row as the given numerics run it: strict, or fast — on AMX tiles where the kernel path
 // is AMX, with AVX-512 BF16 dot products where it is avx512bf16 (kernels/attention.h), else
-// sparse_attention_fast(). Outside AMX a head's result does not depend on the call's other
-// heads, so a caller may split the heads.
+// sparse_attention_fast(). The last two compute each head alone (a caller may split the
+// heads, running the kernel the whole call would run).
 void attend(bool fast, const float* q, int64_t heads, int64_t dim, const float* const* entries,
             int64_t n_entries, const float* sink, float scale, float* out);
 

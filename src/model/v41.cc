@@ -582,9 +582,14 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
   const int64_t width = start == 0 ? std::min(T, win) : win;
   const kv::PagedRows* comp = b.ratio > 0 ? &st.src[size_t(b.kv_source_layer)].entries : nullptr;
   const float scale = float(std::pow(double(hd), -0.5));
-  // On AMX a row runs on one thread, alone or beside others (kernels/attention.h).
+  // On AMX a row runs on one thread, alone or beside others (kernels/attention.h). The
+  // AVX-512 BF16 row, like sparse_attention_fast, computes each head alone, so a decode row
+  // may split its heads; which kernel runs is decided here, from all H heads, as attend()
+  // decides it for a prompt row.
   const bool amx_attention = ex.fast && kernels::cpu_path() == kernels::CpuPath::kAmx &&
                              kernels::cpu::sparse_attention_amx_supported(H, hd);
+  const bool bf16_attention = ex.fast && kernels::cpu_path() == kernels::CpuPath::kAvx512Bf16 &&
+                              kernels::cpu::sparse_attention_amx_supported(H, hd);
   // Rows are independent: in fast numerics a prefill spreads them over the pool.
   auto row = [&](size_t ti) {
     const int64_t t = int64_t(ti), p = start + t;
@@ -608,7 +613,8 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
       const int64_t n = int64_t(entries.size());
       ex.pool->parallel_for(2, [&](size_t i) {
         const int64_t h0 = int64_t(i) * half, nh = i == 0 ? half : H - half;
-        attend(true, &q[size_t(h0 * hd)], nh, hd, list, n, a.sink + h0, scale, &o[size_t(h0 * hd)]);
+        (bf16_attention ? kernels::cpu::sparse_attention_avx512bf16 : sparse_attention_fast)(
+            &q[size_t(h0 * hd)], nh, hd, list, n, a.sink + h0, scale, &o[size_t(h0 * hd)]);
       });
       return;
     }

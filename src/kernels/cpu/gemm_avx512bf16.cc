@@ -41,12 +41,14 @@ inline __m512 dot(__m512 acc, __m512i x, __m512i w) {
 // exponent and mantissa shifted into place plus (s - 7) << 7 (re-biasing 7 -> 127 and
 // scaling), a subnormal code (m 2^-9) and zero from an 8-entry table already scaled, the
 // sign or-ed in. Other scales take the float route: the E4M3 byte re-biased to FP16,
-// converted, multiplied by the scale and rounded to bf16. Both are exact, so they agree
-// wherever both apply; 0x7F decodes as 480 on both (the fast paths have no NaN codes).
+// converted, multiplied by 256 and by the scale, and rounded to bf16: exact wherever the
+// value is a normal fp32 number (above 2^128 it is inf, as the value is out of fp32's range;
+// below 2^-126 it becomes zero, as VDPBF16PS would read it). Where both routes apply they
+// give the same bits; 0x7F decodes as 480 on both (the fast paths have no NaN codes).
 struct Fp8Scale {
   bool direct;
   __m512i normal_offset, subnormals;  // direct
-  __m512 times;                       // float route: the scale times 256
+  __m512 times;                       // float route: the scale
 };
 
 // bf16 of m 2^-9 for m = 0..7 (E4M3 codes with a zero exponent).
@@ -60,7 +62,7 @@ struct Fp8Decoder {
   // Row m's band's scale for chunk c.
   Fp8Scale scale(int64_t m, int64_t c) const {
     const int s = w.scale[(m / 32) * chunks + c];
-    Fp8Scale r;
+    Fp8Scale r{};
     r.direct = s >= 10 && s <= 246;
     if (r.direct) {
       const __m512i base = _mm512_load_si512(kE4m3Subnormals);
@@ -70,7 +72,7 @@ struct Fp8Decoder {
     } else {
       float f[16];
       e8m0x16(w.scale + (m / 32) * chunks + c, 1, f);
-      r.times = _mm512_set1_ps(f[0] * 256.0f);
+      r.times = _mm512_set1_ps(f[0]);
     }
     return r;
   }
@@ -89,8 +91,12 @@ struct Fp8Decoder {
     }
     __m512i v = _mm512_cvtepi8_epi16(raw);
     v = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(short(0xBF80)));
-    const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), s.times);
-    const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), s.times);
+    // The E4M3 value (times 2^-8, times 256), then times the scale: each product exact.
+    const __m512 k256 = _mm512_set1_ps(256.0f);
+    const __m512 lo =
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v)), k256), s.times);
+    const __m512 hi = _mm512_mul_ps(
+        _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1)), k256), s.times);
     return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
   }
 };
@@ -105,7 +111,6 @@ struct Fp4Decoder {
   __m512 table;
   static constexpr int kBytesPerChunk = 16;
   const uint8_t* row(int64_t m) const { return w.weight + m * (w.cols / 2); }
-  const uint8_t* scales(int64_t m) const { return w.scale + m * (w.cols / 32); }
   // Row m's scales for blocks [c0, c0 + 16).
   void block_scales(int64_t m, int64_t c0, float out[16]) const {
     e8m0x16(w.scale + m * (w.cols / 32) + c0, min64(16, w.cols / 32 - c0), out);
@@ -229,7 +234,7 @@ void panel_times_rows(const uint16_t* panel, int64_t kpad, int64_t nr, const uin
 // GFLOP/s on 2 cores), a multiple of the group, at least one group. The panel is decoded
 // once per block.
 int64_t block_rows(int64_t kpad) {
-  const int64_t fit = (768 * 1024) / (kpad * 2);
+  const int64_t fit = (768 * 1024) / (kpad > 0 ? kpad * 2 : 64);
   return fit < kGroupRows ? kGroupRows : fit / kGroupRows * kGroupRows;
 }
 

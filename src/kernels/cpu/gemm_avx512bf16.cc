@@ -109,7 +109,6 @@ const float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
 struct Fp4Decoder {
   const Fp4Matrix& w;
   __m512 table;
-  static constexpr int kBytesPerChunk = 16;
   const uint8_t* row(int64_t m) const { return w.weight + m * (w.cols / 2); }
   // Row m's scales for blocks [c0, c0 + 16).
   void block_scales(int64_t m, int64_t c0, float out[16]) const {

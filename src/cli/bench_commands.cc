@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemv.h"
+#include "kernels/quant.h"
 #include "model/draft_vocab.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
@@ -234,10 +235,14 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
     wb.resize(size_t(a.m * a.k));
     weight_bytes = wb.size() * 2;
   }
-  for (auto& b : w) {
-    b = uint8_t(rng());
-    if (a.weights == "fp8" && (b & 0x7F) == 0x7F) b ^= 1;
-  }
+  // FP8 codes as a checkpoint's are: Gaussian values quantized with the block's largest near
+  // 448 (the kernels take a slower route for the rare codes with a zero exponent, which
+  // uniform bytes would make one in sixteen). FP4 codes are uniform (no kernel depends on
+  // them).
+  std::normal_distribution<float> gauss(0.0f, 448.0f / 4.5f);
+  for (auto& b : w)
+    b = a.weights == "fp8" ? kernels::e4m3_code(kernels::round_to_e4m3(gauss(rng)))
+                           : uint8_t(rng());
   for (auto& b : s) b = uint8_t(118 + rng() % 8);
   for (auto& h : wb) h = uint16_t(0x3C00 + rng() % 0x800);
   // --cold-bytes: copies of the matrix after the first, each run on the next, so that no run

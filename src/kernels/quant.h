@@ -51,6 +51,9 @@ const float* e4m3_table();
 // v rounded to the nearest E4M3 value (ties to even), saturating at +-448.
 float round_to_e4m3(float v);
 
+// The E4M3 code of v, an E4M3 value (as round_to_e4m3 gives); the sign from v's sign bit.
+uint8_t e4m3_code(float v);
+
 // v rounded to the nearest E2M1 value (ties to the even code), saturating at +-6.
 float round_to_e2m1(float v);
 

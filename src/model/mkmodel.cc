@@ -58,22 +58,6 @@ bool ends_with(const std::string& s, const std::string& suf) {
 }
 bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-uint8_t e4m3_bits(float v) {
-  const float* table = kernels::e4m3_table();
-  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
-  const float a = std::fabs(v);
-  // Codes 0..126 are the non-negative finite values in increasing order.
-  int lo = 0, hi = 126;
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if (table[mid] < a)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return uint8_t(sign | lo);
-}
-
 uint8_t e2m1_code(float v) {
   static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   const float a = std::fabs(v);
@@ -133,7 +117,7 @@ Generated gen_fp8(Gaussian& g, int64_t rows, int64_t cols, int64_t block_rows, f
       for (int64_t r = bi * block_rows; r < std::min(rows, (bi + 1) * block_rows); ++r)
         for (int64_t c = bj * 32; c < std::min(cols, (bj + 1) * 32); ++c)
           out.weight[size_t(r * cols + c)] =
-              e4m3_bits(kernels::round_to_e4m3(m[size_t(r * cols + c)] / s));
+              kernels::e4m3_code(kernels::round_to_e4m3(m[size_t(r * cols + c)] / s));
     }
   return out;
 }

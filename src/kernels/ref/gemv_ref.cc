@@ -14,6 +14,22 @@ const float* e4m3_table() {
   return t;
 }
 
+uint8_t e4m3_code(float v) {
+  const float* table = e4m3_table();
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const float a = std::fabs(v);
+  // Codes 0..126 are the non-negative finite values in increasing order.
+  int lo = 0, hi = 126;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (table[mid] < a)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return uint8_t(sign | lo);
+}
+
 namespace ref {
 namespace {
 float round_once(double v, OutRounding out) {

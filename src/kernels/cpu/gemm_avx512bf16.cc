@@ -37,18 +37,21 @@ inline __m512 dot(__m512 acc, __m512i x, __m512i w) {
 // ---- Decoders: chunk c (columns [32c, 32c + 32)) of one weight row as 32 bf16 -------------
 
 // FP8, per chunk of a 32-row band: where the scale 2^(s - 127) keeps every E4M3 value times
-// it a normal number (10 <= s <= 246), the bf16 bits are built directly: a normal code's
-// exponent and mantissa shifted into place plus (s - 7) << 7 (re-biasing 7 -> 127 and
-// scaling), a subnormal code (m 2^-9) and zero from an 8-entry table already scaled, the
-// sign or-ed in. Other scales take the float route: the E4M3 byte re-biased to FP16,
-// converted, multiplied by 256 and by the scale, and rounded to bf16: exact wherever the
-// value is a normal fp32 number (above 2^128 it is inf, as the value is out of fp32's range;
-// below 2^-126 it becomes zero, as VDPBF16PS would read it). Where both routes apply they
-// give the same bits; 0x7F decodes as 480 on both (the fast paths have no NaN codes).
+// it a normal number (10 <= s <= 246), the bf16 bits are built directly: the code
+// sign-extended to 16 bits and shifted left by 4 holds the sign at bit 15 and the exponent and
+// mantissa at bits 10..4; masked, plus (s - 7) << 7 (re-biasing 7 -> 127 and scaling), that is
+// a normal code's bf16 value. Codes with a zero exponent (subnormals and zero, rare in
+// quantized weights) are looked up in an 8-entry table already scaled, only in chunks that
+// have them. Other scales take the float route: the E4M3 byte re-biased to FP16, converted,
+// multiplied by 256 and by the scale, and rounded to bf16: exact wherever the value is a
+// normal fp32 number (above 2^128 it is inf, as the value is out of fp32's range; below
+// 2^-126 it becomes zero, as VDPBF16PS would read it). Where both routes apply they give the
+// same bits; 0x7F decodes as 480 on both (the fast paths have no NaN codes).
 struct Fp8Scale {
   bool direct;
-  __m512i normal_offset, subnormals;  // direct
-  __m512 times;                       // float route: the scale
+  int s;                  // the scale byte
+  __m512i normal_offset;  // direct: (s - 7) << 7 in each word
+  __m512 times;           // float route: the scale
 };
 
 // bf16 of m 2^-9 for m = 0..7 (E4M3 codes with a zero exponent).
@@ -63,12 +66,10 @@ struct Fp8Decoder {
   Fp8Scale scale(int64_t m, int64_t c) const {
     const int s = w.scale[(m / 32) * chunks + c];
     Fp8Scale r{};
+    r.s = s;
     r.direct = s >= 10 && s <= 246;
     if (r.direct) {
-      const __m512i base = _mm512_load_si512(kE4m3Subnormals);
       r.normal_offset = _mm512_set1_epi16(short((s - 7) << 7));
-      r.subnormals = _mm512_mask_add_epi16(base, __mmask32(0xFE), base,
-                                           _mm512_set1_epi16(short((s - 127) << 7)));
     } else {
       float f[16];
       e8m0x16(w.scale + (m / 32) * chunks + c, 1, f);
@@ -80,14 +81,20 @@ struct Fp8Decoder {
     const __m256i raw = c < full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + c * 32))
                                  : _mm256_maskz_loadu_epi8(lanes32(w.cols - c * 32), p + c * 32);
     if (s.direct) {
-      const __m512i v = _mm512_cvtepu8_epi16(raw);
-      __m512i t = _mm512_add_epi16(
-          _mm512_and_si512(_mm512_slli_epi16(v, 4), _mm512_set1_epi16(0x07F0)), s.normal_offset);
-      const __mmask32 zero_exponent = _mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x0078));
-      t = _mm512_mask_mov_epi16(t, zero_exponent, _mm512_permutexvar_epi16(v, s.subnormals));
-      // t | (v << 8 & 0x8000): the sign.
-      return _mm512_ternarylogic_epi32(t, _mm512_slli_epi16(v, 8), _mm512_set1_epi16(short(0x8000)),
-                                       0xF8);
+      const __m512i v = _mm512_cvtepi8_epi16(raw);
+      const __m512i t = _mm512_add_epi16(
+          _mm512_and_si512(_mm512_slli_epi16(v, 4), _mm512_set1_epi16(short(0x87F0))),
+          s.normal_offset);
+      const __mmask32 zero_exponent = _mm256_testn_epi8_mask(raw, _mm256_set1_epi8(0x78));
+      if (__builtin_expect(zero_exponent == 0, 1)) return t;
+      // m 2^-9 times the scale, from the table (index: the code's low five bits, the
+      // exponent's two low bits being zero), with the code's sign (bit 15 of v).
+      const __m512i base = _mm512_load_si512(kE4m3Subnormals);
+      const __m512i subnormals = _mm512_mask_add_epi16(base, __mmask32(0xFE), base,
+                                                       _mm512_set1_epi16(short((s.s - 127) << 7)));
+      const __m512i looked_up = _mm512_ternarylogic_epi32(
+          _mm512_permutexvar_epi16(v, subnormals), v, _mm512_set1_epi16(short(0x8000)), 0xF8);
+      return _mm512_mask_mov_epi16(t, zero_exponent, looked_up);
     }
     __m512i v = _mm512_cvtepi8_epi16(raw);
     v = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(short(0xBF80)));
@@ -101,27 +108,69 @@ struct Fp8Decoder {
   }
 };
 
+// E2M1 codes 0..15 as bf16 bits, twice (VPERMW reads an index's low five bits, and the low
+// word's index is the whole byte).
+alignas(64) const uint16_t kE2m1Bf16[32] = {
+    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80,
+    0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0, 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
+    0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+
 const float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                          -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// FP4: per row and block, the E2M1 table times the block's scale as bf16 (twice: VPERMW
-// reads an index's low five bits, and the low word's index is the whole byte).
+// VPSHUFB indexes (within each 16-byte lane, the 16 bytes broadcast to every lane) that make
+// word 2i and word 2i + 1 both byte i (i < 16).
+alignas(64) const uint8_t kByteTwice[64] = {
+    0,  0,  0,  0,  1,  1,  1,  1,  2,  2,  2,  2,  3,  3,  3,  3,  4,  4,  4,  4,  5,  5,
+    5,  5,  6,  6,  6,  6,  7,  7,  7,  7,  8,  8,  8,  8,  9,  9,  9,  9,  10, 10, 10, 10,
+    11, 11, 11, 11, 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15};
+
+// The scales of 16 blocks of one FP4 row. Where every scale keeps the table's nonzero values
+// times it normal bf16 numbers (2 <= s <= 252), each block's table is the E2M1 table's bits
+// plus (s - 127) << 7 in every nonzero entry; otherwise every block's table is the fp32 table
+// times the scale, rounded to bf16 (the same bits where both apply; out of fp32's range as
+// the FP8 float route).
+struct Fp4Scales {
+  bool direct;
+  alignas(32) int16_t offset[16];
+  alignas(64) float value[16];
+};
+
 struct Fp4Decoder {
   const Fp4Matrix& w;
-  __m512 table;
   const uint8_t* row(int64_t m) const { return w.weight + m * (w.cols / 2); }
   // Row m's scales for blocks [c0, c0 + 16).
-  void block_scales(int64_t m, int64_t c0, float out[16]) const {
-    e8m0x16(w.scale + m * (w.cols / 32) + c0, min64(16, w.cols / 32 - c0), out);
+  void block_scales(int64_t m, int64_t c0, Fp4Scales& out) const {
+    const int64_t n = min64(16, w.cols / 32 - c0);
+    const uint8_t* p = w.scale + m * (w.cols / 32) + c0;
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(lanes16(n), p));
+    const __mmask16 out_of_range =
+        _mm256_mask_cmpgt_epi16_mask(lanes16(n), b, _mm256_set1_epi16(252)) |
+        _mm256_mask_cmplt_epi16_mask(lanes16(n), b, _mm256_set1_epi16(2));
+    out.direct = out_of_range == 0;
+    if (out.direct)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out.offset),
+                         _mm256_slli_epi16(_mm256_sub_epi16(b, _mm256_set1_epi16(127)), 7));
+    else
+      e8m0x16(p, n, out.value);
   }
-  __m512i chunk(const uint8_t* p, float scale, int64_t c) const {
-    const __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(scale));
-    const __m512i tb = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(t, t));
-    const __m512i d =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c * 16)));
-    // Word 2i: byte i (its low nibble picks, bit 4 lands in the table's copy); word 2i + 1:
-    // its high nibble.
-    return _mm512_permutexvar_epi16(_mm512_or_si512(d, _mm512_slli_epi32(d, 12)), tb);
+  // Chunk c (block i of its group of 16) as bf16.
+  __m512i chunk(const uint8_t* p, const Fp4Scales& s, int64_t i, int64_t c) const {
+    const __m512i base = _mm512_load_si512(kE2m1Bf16);
+    __m512i tb;
+    if (s.direct) {
+      tb =
+          _mm512_mask_add_epi16(base, __mmask32(0xFEFEFEFEu), base, _mm512_set1_epi16(s.offset[i]));
+    } else {
+      const __m512 t = _mm512_mul_ps(_mm512_loadu_ps(kE2m1), _mm512_set1_ps(s.value[i]));
+      tb = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(t, t));
+    }
+    // Words 2i and 2i + 1 both byte i, then the odd words shifted right by 4: word 2i's low
+    // nibble picks (bit 4 lands in the table's copy), word 2i + 1's is the high nibble.
+    const __m512i d = _mm512_shuffle_epi8(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c * 16))),
+        _mm512_load_si512(kByteTwice));
+    return _mm512_permutexvar_epi16(_mm512_mask_srli_epi16(d, __mmask32(0xAAAAAAAAu), d, 4), tb);
   }
 };
 
@@ -161,7 +210,7 @@ void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
 
 void gemv_fp4(const Fp4Matrix& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
   const int64_t chunks = w.cols / 32;
-  const Fp4Decoder dec{w, _mm512_loadu_ps(kE2m1)};
+  const Fp4Decoder dec{w};
   for (int64_t m = r0; m < r1; m += 4) {
     const int64_t nr = min64(4, r1 - m);
     const uint8_t* wr[4];
@@ -172,14 +221,14 @@ void gemv_fp4(const Fp4Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
     }
     __m512 acc[4];
     for (auto& a : acc) a = _mm512_setzero_ps();
-    float sc[4][16];
+    Fp4Scales sc[4];
     for (int64_t c = 0; c < chunks; ++c) {
       if ((c & 15) == 0)
         for (int r = 0; r < 4; ++r) dec.block_scales(rows[r], c, sc[r]);
       if ((c & 3) == 0)
         for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 16 + 4096);
       const __m512i xv = _mm512_loadu_si512(xb + c * 32);
-      for (int r = 0; r < 4; ++r) acc[r] = dot(acc[r], xv, dec.chunk(wr[r], sc[r][c & 15], c));
+      for (int r = 0; r < 4; ++r) acc[r] = dot(acc[r], xv, dec.chunk(wr[r], sc[r], c & 15, c));
     }
     store4(acc, nr, y + m);
   }
@@ -310,16 +359,16 @@ void fp4_rows(const Fp4Matrix& w, const uint16_t* xb, int64_t batch, float* y, i
               int64_t r1, void* scratch) {
   if (batch == 1) return gemv_fp4(w, xb, y, r0, r1);
   const int64_t kpad = w.cols;
-  const Fp4Decoder dec{w, _mm512_loadu_ps(kE2m1)};
+  const Fp4Decoder dec{w};
   batched(xb, batch, kpad, y, w.rows, r0, r1, static_cast<uint16_t*>(scratch),
           [&](int64_t m, int64_t nr, uint16_t* panel) {
             for (int r = 0; r < kPanelRows; ++r) {
               const int64_t row = m + (r < nr ? r : 0);
               const uint8_t* p = dec.row(row);
-              float sc[16];
+              Fp4Scales sc;
               for (int64_t c = 0; c < kpad / 32; ++c) {
                 if ((c & 15) == 0) dec.block_scales(row, c, sc);
-                _mm512_store_si512(panel + r * kpad + c * 32, dec.chunk(p, sc[c & 15], c));
+                _mm512_store_si512(panel + r * kpad + c * 32, dec.chunk(p, sc, c & 15, c));
               }
             }
           });

@@ -25,7 +25,7 @@ namespace {
 using avx512_common::exp_ps;
 using avx512_common::hsum16;
 using avx512_common::lanes16;
-using avx512_common::min64;
+using avx512_common::with_count;
 
 // 32 floats -> 32 bf16 (ties to even), lo's first.
 inline __m512i to_bf16(__m512 lo, __m512 hi) {
@@ -168,34 +168,8 @@ void attention_row(const float* q, int64_t heads, int64_t dim, const float* cons
 
   // Values, eight heads and 32 dims a pass.
   for (int64_t d0 = 0; d0 < dim; d0 += 32)
-    for (int64_t h0 = 0; h0 < heads; h0 += 8) {
-      switch (min64(8, heads - h0)) {
-        case 1:
-          values<1>(sc, dim, n2, h0, d0, out);
-          break;
-        case 2:
-          values<2>(sc, dim, n2, h0, d0, out);
-          break;
-        case 3:
-          values<3>(sc, dim, n2, h0, d0, out);
-          break;
-        case 4:
-          values<4>(sc, dim, n2, h0, d0, out);
-          break;
-        case 5:
-          values<5>(sc, dim, n2, h0, d0, out);
-          break;
-        case 6:
-          values<6>(sc, dim, n2, h0, d0, out);
-          break;
-        case 7:
-          values<7>(sc, dim, n2, h0, d0, out);
-          break;
-        default:
-          values<8>(sc, dim, n2, h0, d0, out);
-          break;
-      }
-    }
+    for (int64_t h0 = 0; h0 < heads; h0 += 8)
+      with_count<8>(heads - h0, [&]<int NH>() { values<NH>(sc, dim, n2, h0, d0, out); });
 }
 
 }  // namespace fathom::kernels::cpu::avx512bf16

@@ -13,6 +13,19 @@ namespace fathom::kernels::cpu::avx512_common {
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// Calls fn.template operator()<N>() with N = n for n < Max and N = Max otherwise: the
+// compile-time row or head counts the wide kernels unroll by. REQUIRES: n >= 1.
+template <int Max, class Fn>
+static inline void with_count(int64_t n, const Fn& fn) {
+  if constexpr (Max > 1) {
+    if (n < Max) {
+      with_count<Max - 1>(n, fn);
+      return;
+    }
+  }
+  fn.template operator()<Max>();
+}
+
 static inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
 }

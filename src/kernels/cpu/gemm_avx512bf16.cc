@@ -28,6 +28,7 @@ using avx512_common::lanes16;
 using avx512_common::lanes32;
 using avx512_common::min64;
 using avx512_common::prefetch;
+using avx512_common::with_count;
 
 // acc += the chunk's 16 pair products: the only arithmetic an output sees before hsum16.
 inline __m512 dot(__m512 acc, __m512i x, __m512i w) {
@@ -299,26 +300,8 @@ void batched(const uint16_t* xb, int64_t batch, int64_t kpad, float* y, int64_t 
       const int64_t nr = min64(kPanelRows, r1 - m);
       decode(m, nr, panel);
       for (int64_t n = b0; n < b1; n += kGroupRows) {
-        switch (min64(kGroupRows, b1 - n)) {
-          case 1:
-            panel_times_rows<1>(panel, kpad, nr, xb, n, y, ystride, m);
-            break;
-          case 2:
-            panel_times_rows<2>(panel, kpad, nr, xb, n, y, ystride, m);
-            break;
-          case 3:
-            panel_times_rows<3>(panel, kpad, nr, xb, n, y, ystride, m);
-            break;
-          case 4:
-            panel_times_rows<4>(panel, kpad, nr, xb, n, y, ystride, m);
-            break;
-          case 5:
-            panel_times_rows<5>(panel, kpad, nr, xb, n, y, ystride, m);
-            break;
-          default:
-            panel_times_rows<6>(panel, kpad, nr, xb, n, y, ystride, m);
-            break;
-        }
+        with_count<kGroupRows>(
+            b1 - n, [&]<int NN>() { panel_times_rows<NN>(panel, kpad, nr, xb, n, y, ystride, m); });
       }
     }
   }

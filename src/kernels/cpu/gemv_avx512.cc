@@ -25,6 +25,7 @@ using avx512_common::lanes16;
 using avx512_common::lanes32;
 using avx512_common::min64;
 using avx512_common::prefetch;
+using avx512_common::with_count;
 
 // UE8M0 as kernels::e8m0_to_float: 2^(b - 127); 0xFF is NaN.
 float e8m0(uint8_t b) {
@@ -307,34 +308,8 @@ void bf16_multi(const Bf16Matrix& w, const float* x, int64_t n0, float* y, int64
 // Calls fn(integral NN) for activation rows [0, batch) in groups of up to eight.
 template <class Fn>
 void in_groups_of_eight(int64_t batch, const Fn& fn) {
-  for (int64_t n0 = 0; n0 < batch; n0 += kMultiRows) {
-    switch (min64(kMultiRows, batch - n0)) {
-      case 1:
-        fn.template operator()<1>(n0);
-        break;
-      case 2:
-        fn.template operator()<2>(n0);
-        break;
-      case 3:
-        fn.template operator()<3>(n0);
-        break;
-      case 4:
-        fn.template operator()<4>(n0);
-        break;
-      case 5:
-        fn.template operator()<5>(n0);
-        break;
-      case 6:
-        fn.template operator()<6>(n0);
-        break;
-      case 7:
-        fn.template operator()<7>(n0);
-        break;
-      default:
-        fn.template operator()<8>(n0);
-        break;
-    }
-  }
+  for (int64_t n0 = 0; n0 < batch; n0 += kMultiRows)
+    with_count<kMultiRows>(batch - n0, [&]<int NN>() { fn.template operator()<NN>(n0); });
 }
 
 }  // namespace

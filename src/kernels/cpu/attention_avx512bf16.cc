@@ -23,7 +23,7 @@ namespace fathom::kernels::cpu::avx512bf16 {
 namespace {
 
 using avx512_common::exp_ps;
-using avx512_common::hsum16;
+using avx512_common::hsum16x4;
 using avx512_common::lanes16;
 using avx512_common::with_count;
 
@@ -123,7 +123,8 @@ void attention_row(const float* q, int64_t heads, int64_t dim, const float* cons
         for (int j = 0; j < 8; ++j)
           acc[j] = dot(acc[j], _mm512_load_si512(sc.qb + (h0 + j) * dim + k * 32), ev);
       }
-      for (int j = 0; j < 8; ++j) srow[h0 + j] = hsum16(acc[j]);
+      for (int j = 0; j < 8; j += 4)
+        _mm_storeu_ps(srow + h0 + j, hsum16x4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]));
     }
   }
   for (int64_t i = 0; i < n2; ++i) {

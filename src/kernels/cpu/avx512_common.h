@@ -41,6 +41,25 @@ static inline float hsum16(__m512 v) {
   return _mm_cvtss_f32(b);
 }
 
+// hsum16 of four vectors at once, bit for bit: the same additions of the same operands (halves,
+// then quarters, then pairs, then the last two), four vectors to a register. Lane k holds
+// hsum16(vk).
+static inline __m128 hsum16x4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+  // Halves: lanes 0-7 of a01 are v0's lo + hi, lanes 8-15 v1's (a23 the same for v2, v3).
+  const __m512 a01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+  const __m512 a23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
+  // Quarters: 128-bit lane k is vk's four quarter sums.
+  const __m512 b =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+  // Pairs (b0 + b2, b1 + b3), then the last two, in lane 0 of each 128-bit lane.
+  const __m512 c = _mm512_add_ps(b, _mm512_shuffle_ps(b, b, 0xEE));
+  const __m512 d = _mm512_add_ps(c, _mm512_shuffle_ps(c, c, 0x55));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d));
+}
+
 // Lanes [0, n) of 16 or 32 (n may be <= 0 or beyond the width).
 static inline __mmask16 lanes16(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);

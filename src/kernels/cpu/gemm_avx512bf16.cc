@@ -23,7 +23,7 @@ namespace fathom::kernels::cpu::avx512bf16 {
 namespace {
 
 using avx512_common::e8m0x16;
-using avx512_common::hsum16;
+using avx512_common::hsum16x4;
 using avx512_common::lanes16;
 using avx512_common::lanes32;
 using avx512_common::min64;
@@ -185,7 +185,7 @@ inline __m512i bf16_chunk(const uint16_t* p, int64_t c, int64_t full, int64_t co
 
 // y[m + r] for r < nr from four rows' accumulators.
 inline void store4(const __m512 acc[4], int64_t nr, float* y) {
-  for (int64_t r = 0; r < nr; ++r) y[r] = hsum16(acc[r]);
+  _mm_mask_storeu_ps(y, __mmask8((1u << nr) - 1), hsum16x4(acc[0], acc[1], acc[2], acc[3]));
 }
 
 void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
@@ -279,7 +279,8 @@ void panel_times_rows(const uint16_t* panel, int64_t kpad, int64_t nr, const uin
     }
   }
   for (int n = 0; n < NN; ++n)
-    for (int64_t r = 0; r < nr; ++r) y[(n0 + n) * ystride + m0 + r] = hsum16(acc[r][n]);
+    _mm_mask_storeu_ps(y + (n0 + n) * ystride + m0, __mmask8((1u << nr) - 1),
+                       hsum16x4(acc[0][n], acc[1][n], acc[2][n], acc[3][n]));
 }
 
 // Activation rows per block: as many as keep the block within 768 KiB (most of a Zen 4

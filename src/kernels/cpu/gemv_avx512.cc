@@ -27,6 +27,14 @@ using avx512_common::min64;
 using avx512_common::prefetch;
 using avx512_common::with_count;
 
+// y[r] for r < nr: the sum of row r's two accumulators (acc[2r] + acc[2r + 1]), then hsum16.
+inline void store4_pairs(const __m512 acc[8], int64_t nr, float* y) {
+  _mm_mask_storeu_ps(
+      y, __mmask8((1u << nr) - 1),
+      avx512_common::hsum16x4(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]),
+                              _mm512_add_ps(acc[4], acc[5]), _mm512_add_ps(acc[6], acc[7])));
+}
+
 // UE8M0 as kernels::e8m0_to_float: 2^(b - 127); 0xFF is NaN.
 float e8m0(uint8_t b) {
   const uint32_t bits = b == 0 ? 0x00400000u : b == 0xFF ? 0x7FC00000u : uint32_t(b) << 23;
@@ -120,7 +128,7 @@ void gemv_fp8(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int64_t 
     for (int r = 0; r < 4; ++r) wr[r] = w.weight + (m + (r < nr ? r : 0)) * K;
     __m512 acc[8];
     fp8_four_rows(wr, xs, K, acc);
-    for (int64_t r = 0; r < nr; ++r) y[m + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+    store4_pairs(acc, nr, y + m);
     m += nr;
   }
 }
@@ -173,7 +181,7 @@ void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t
         }
       }
     }
-    for (int64_t r = 0; r < nr; ++r) y[m + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+    store4_pairs(acc, nr, y + m);
   }
 }
 
@@ -207,7 +215,7 @@ void gemv_bf16(const Bf16Matrix& w, const float* x, float* y, int64_t r0, int64_
         acc[2 * r + 1] = _mm512_fmadd_ps(bf16x16(wr[r] + k + 16, m1), x1, acc[2 * r + 1]);
       }
     }
-    for (int64_t r = 0; r < nr; ++r) y[m + r] = hsum16(_mm512_add_ps(acc[2 * r], acc[2 * r + 1]));
+    store4_pairs(acc, nr, y + m);
   }
 }
 

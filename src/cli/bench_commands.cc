@@ -235,10 +235,10 @@ int run_bench_matmul(const BenchMatmulArgs& a) {
     wb.resize(size_t(a.m * a.k));
     weight_bytes = wb.size() * 2;
   }
-  // FP8 codes as a checkpoint's are: Gaussian values quantized with the block's largest near
-  // 448 (the kernels take a slower route for the rare codes with a zero exponent, which
-  // uniform bytes would make one in sixteen). FP4 codes are uniform (no kernel depends on
-  // them).
+  // FP8 codes as a checkpoint's are: Gaussian values scaled so that the largest land near 448,
+  // rounded to E4M3 (codes with a zero exponent, which take a slower decoding route, are rare
+  // there; uniform bytes would make one in sixteen). FP4 codes are uniform (no kernel's cost
+  // depends on them).
   std::normal_distribution<float> gauss(0.0f, 448.0f / 4.5f);
   for (auto& b : w)
     b = a.weights == "fp8" ? kernels::e4m3_code(kernels::round_to_e4m3(gauss(rng)))

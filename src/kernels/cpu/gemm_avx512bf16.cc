@@ -185,7 +185,7 @@ inline __m512i bf16_chunk(const uint16_t* p, int64_t c, int64_t full, int64_t co
 
 // y[m + r] for r < nr from four rows' accumulators.
 inline void store4(const __m512 acc[4], int64_t nr, float* y) {
-  _mm_mask_storeu_ps(y, __mmask8((1u << nr) - 1), hsum16x4(acc[0], acc[1], acc[2], acc[3]));
+  _mm_mask_storeu_ps(y, __mmask8(lanes16(nr)), hsum16x4(acc[0], acc[1], acc[2], acc[3]));
 }
 
 void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
@@ -279,7 +279,7 @@ void panel_times_rows(const uint16_t* panel, int64_t kpad, int64_t nr, const uin
     }
   }
   for (int n = 0; n < NN; ++n)
-    _mm_mask_storeu_ps(y + (n0 + n) * ystride + m0, __mmask8((1u << nr) - 1),
+    _mm_mask_storeu_ps(y + (n0 + n) * ystride + m0, __mmask8(lanes16(nr)),
                        hsum16x4(acc[0][n], acc[1][n], acc[2][n], acc[3][n]));
 }
 

@@ -21,6 +21,7 @@ namespace {
 
 using avx512_common::e8m0x16;
 using avx512_common::hsum16;
+using avx512_common::hsum16x4;
 using avx512_common::lanes16;
 using avx512_common::lanes32;
 using avx512_common::min64;
@@ -29,9 +30,8 @@ using avx512_common::with_count;
 
 // y[r] for r < nr: the sum of row r's two accumulators (acc[2r] + acc[2r + 1]), then hsum16.
 inline void store4_pairs(const __m512 acc[8], int64_t nr, float* y) {
-  _mm_mask_storeu_ps(
-      y, __mmask8((1u << nr) - 1),
-      avx512_common::hsum16x4(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]),
+  _mm_mask_storeu_ps(y, __mmask8(lanes16(nr)),
+                     hsum16x4(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]),
                               _mm512_add_ps(acc[4], acc[5]), _mm512_add_ps(acc[6], acc[7])));
 }
 

@@ -91,11 +91,27 @@ Value msg(const char* role, Value content) {
   return m;
 }
 
+// Every top-level field of a Messages request this adapter reads, including those it rejects
+// with their own message. Any other is a 400, as Anthropic's API answers.
+// clang-format off
+constexpr std::string_view kMessagesFields[] = {
+    // Anthropic
+    "model", "messages", "system", "max_tokens", "stream", "temperature", "top_p", "top_k",
+    "stop_sequences", "thinking", "tools", "tool_choice", "metadata", "service_tier",
+    "output_config", "cache_control", "container", "mcp_servers", "context_management",
+    "diagnostics", "inference_geo", "speed",
+    // Fathom
+    "retention"
+};
+// clang-format on
+
 }  // namespace
 
 Result<ConversationRequest> parse_messages_request(std::string_view body,
                                                    const MessagesOptions& opt) {
   FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
+  FATHOM_RETURN_IF_ERROR(
+      reject_unknown_fields(r, kMessagesFields, opt.caller_fields, /*anthropic=*/true));
   ConversationRequest req;
   req.include_usage = true;
   if (const Value* m = field(r, "model")) {
@@ -105,10 +121,13 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,
                           apply_served_model(opt.models, opt.default_thinking, req.model));
   // Fields this build does not implement; metadata and service_tier do not change the output
-  // and are accepted. cache_control (a caching hint: the prefix cache is automatic) is
-  // checked and chooses the KV store's retention class unless `retention` names one.
-  FATHOM_RETURN_IF_ERROR(
-      reject_fields(r, {"container", "mcp_servers", "context_management"}, true));
+  // and are accepted, and so does speed "standard" (the only speed there is). cache_control (a
+  // caching hint: the prefix cache is automatic) is checked and chooses the KV store's retention
+  // class unless `retention` names one.
+  FATHOM_RETURN_IF_ERROR(reject_fields(
+      r, {"container", "mcp_servers", "context_management", "diagnostics", "inference_geo"}, true));
+  if (const Value* v = field(r, "speed"); v && (!v->is_string() || v->text != "standard"))
+    return bad("speed: only \"standard\" is supported by this server");
   if (const Value* m = field(r, "metadata"); m && !m->is_object())
     return bad("metadata: must be an object");
   if (const Value* t = field(r, "service_tier")) {

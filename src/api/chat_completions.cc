@@ -77,6 +77,29 @@ Result<Value> user_content(const Value* c, size_t index, const ChatOptions& opt)
   return joined_or_blocks(std::move(blocks), has_image);
 }
 
+// Every top-level field of a Chat Completions request this adapter reads: OpenAI's and the vLLM
+// extensions, including those it rejects with their own message. Any other is a 400.
+// clang-format off
+constexpr std::string_view kChatFields[] = {
+    // OpenAI
+    "model", "messages", "stream", "stream_options", "n", "logprobs", "top_logprobs", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty",
+    "seed", "stop", "reasoning_effort", "tools", "tool_choice", "parallel_tool_calls",
+    "response_format", "user", "safety_identifier", "prompt_cache_key", "metadata", "modalities",
+    "service_tier", "verbosity", "store", "audio", "prediction", "web_search_options", "functions",
+    "function_call", "logit_bias", "moderation", "prompt_cache_options", "prompt_cache_retention",
+    // vLLM
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "chat_template_kwargs", "echo",
+    "continue_final_message", "add_generation_prompt", "cache_salt", "best_of", "chat_template",
+    "documents", "mm_processor_kwargs", "stop_token_ids", "min_tokens", "bad_words",
+    "allowed_token_ids", "prompt_logprobs", "use_beam_search", "truncate_prompt_tokens",
+    "include_stop_str_in_output", "skip_special_tokens", "structured_outputs", "guided_json",
+    "guided_regex", "guided_choice", "guided_grammar", "guided_json_object",
+    // DeepSeek (thinking), Fathom (retention)
+    "thinking", "retention"
+};
+// clang-format on
+
 // OpenAI and vLLM request fields this build does not implement (a 400 naming the field), and
 // those accepted only at the value that means "nothing to do". Fields with no effect on the
 // output by definition (metadata, user, safety_identifier, prompt_cache_key) are accepted.
@@ -84,7 +107,8 @@ Status reject_unimplemented(const Value& r) {
   FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r));
   FATHOM_RETURN_IF_ERROR(
       reject_fields(r, {"audio", "prediction", "web_search_options", "functions", "function_call",
-                        "best_of", "chat_template", "documents", "mm_processor_kwargs"}));
+                        "best_of", "chat_template", "documents", "mm_processor_kwargs",
+                        "moderation", "prompt_cache_options", "prompt_cache_retention"}));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "parallel_tool_calls", true));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "store", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "echo", false));
@@ -115,6 +139,7 @@ Status reject_unimplemented(const Value& r) {
 
 Result<ConversationRequest> parse_chat_request(std::string_view body, const ChatOptions& opt) {
   FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
+  FATHOM_RETURN_IF_ERROR(reject_unknown_fields(r, kChatFields, opt.caller_fields));
   ConversationRequest req;
   FATHOM_RETURN_IF_ERROR(read_model_and_stream(r, req));
   FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,

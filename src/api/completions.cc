@@ -99,11 +99,35 @@ Status read_id_level_fields(const Value& r, CompletionsRequest& req) {
   return Status::ok();
 }
 
+// Every top-level field of a Completions request this adapter reads: OpenAI's, vLLM's and
+// llama-server's extensions and Fathom's own (the router's), including those it rejects with
+// their own message. Any other is a 400.
+// clang-format off
+constexpr std::string_view kCompletionsFields[] = {
+    // OpenAI
+    "model", "prompt", "stream", "stream_options", "max_tokens", "n", "best_of", "logprobs",
+    "echo", "suffix", "user", "temperature", "top_p", "presence_penalty", "frequency_penalty",
+    "seed", "stop", "logit_bias",
+    // vLLM
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "return_token_ids", "cache_salt",
+    "stop_token_ids", "min_tokens", "bad_words", "allowed_token_ids", "prompt_logprobs",
+    "use_beam_search", "truncate_prompt_tokens", "include_stop_str_in_output",
+    "skip_special_tokens", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "guided_json_object",
+    // llama-server
+    "grammar", "json_schema",
+    // Fathom (the router's among them)
+    "retention", "grammar_spec", "resume_output_ids", "sample_index", "logprob_ids",
+    "think_end_id", "reasoning_budget", "grammar_after_think"
+};
+// clang-format on
+
 }  // namespace
 
 Result<CompletionsRequest> parse_completions_request(std::string_view body,
                                                      const CompletionsOptions& opt) {
   FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
+  FATHOM_RETURN_IF_ERROR(reject_unknown_fields(r, kCompletionsFields, opt.caller_fields));
   CompletionsRequest req;
   if (const Value* m = field(r, "model")) {
     if (!m->is_string()) return bad("'model' must be a string");

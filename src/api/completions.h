@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,9 @@ struct CompletionsOptions {
   // The names the server answers to; null accepts any `model`.
   const std::vector<ServedModel>* models = nullptr;
   size_t max_body_bytes = 32 << 20;
+  // Top-level fields the caller reads from the body itself (the server's test hooks), so they
+  // are not reported as unknown.
+  std::span<const std::string_view> caller_fields;
 };
 
 struct CompletionsRequest {
@@ -85,7 +89,7 @@ struct IdLogprob {
 // Rejected with a 400 naming the field: batched prompts (more than one prompt in a list),
 // echo=true, suffix, best_of other than n, logit_bias and the vLLM extensions this build does
 // not implement. Structured outputs: vLLM's fields and llama-server's grammar / json_schema.
-// Unknown fields are ignored, as in the Chat adapter.
+// A field no protocol here defines is a 400 naming it, as in the Chat adapter.
 Result<CompletionsRequest> parse_completions_request(std::string_view body,
                                                      const CompletionsOptions& options);
 

@@ -75,8 +75,23 @@ constexpr std::string_view kApplyPatchDescription =
 // "reasoning.encrypted_content" (reasoning items carry their text in `content`, which this
 // adapter reads back, so the round trip the field exists for works without encryption).
 Status reject_unimplemented(const Value& r) {
-  FATHOM_RETURN_IF_ERROR(
-      reject_fields(r, {"max_tool_calls", "top_logprobs", "prompt", "conversation", "logit_bias"}));
+  FATHOM_RETURN_IF_ERROR(reject_fields(
+      r, {"max_tool_calls", "top_logprobs", "prompt", "conversation", "logit_bias",
+          "context_management", "moderation", "prompt_cache_options", "prompt_cache_retention"}));
+  // stream_options holds only include_obfuscation (random padding on stream events), which
+  // this server does not add: accepted at false.
+  if (const Value* so = field(r, "stream_options")) {
+    if (!so->is_object()) return bad("'stream_options' must be an object");
+    for (const std::string& k : so->keys) {
+      if (k != "include_obfuscation")
+        return bad("'stream_options." + k + "' is not supported by this server");
+    }
+    const Value* ob = field(*so, "include_obfuscation");
+    if (ob != nullptr && ob->kind != Value::Kind::kBool)
+      return bad("'stream_options.include_obfuscation' must be a boolean");
+    if (ob != nullptr && ob->boolean)
+      return bad("'stream_options.include_obfuscation' true is not supported by this server");
+  }
   FATHOM_RETURN_IF_ERROR(require_bool(r, "background", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "store", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "parallel_tool_calls", true));
@@ -109,11 +124,28 @@ Status reject_unimplemented(const Value& r) {
   return Status::ok();
 }
 
+// Every top-level field of a Responses request this adapter reads, including those it rejects
+// with their own message. Any other is a 400.
+// clang-format off
+constexpr std::string_view kResponsesFields[] = {
+    // OpenAI
+    "model", "stream", "input", "instructions", "max_output_tokens", "temperature", "top_p",
+    "reasoning", "text", "tools", "tool_choice", "parallel_tool_calls", "include", "truncation",
+    "service_tier", "metadata", "user", "safety_identifier", "prompt_cache_key", "background",
+    "store", "stream_options", "previous_response_id", "max_tool_calls", "top_logprobs", "prompt",
+    "conversation", "logit_bias", "context_management", "moderation", "prompt_cache_options",
+    "prompt_cache_retention",
+    // vLLM (cache_salt), Fathom (retention)
+    "cache_salt", "retention"
+};
+// clang-format on
+
 }  // namespace
 
 Result<ConversationRequest> parse_responses_request(std::string_view body,
                                                     const ResponsesOptions& opt) {
   FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
+  FATHOM_RETURN_IF_ERROR(reject_unknown_fields(r, kResponsesFields, opt.caller_fields));
   if (field(r, "previous_response_id"))
     return bad("'previous_response_id' is not supported; send the whole conversation");
   ConversationRequest req;

@@ -5,6 +5,7 @@
 // ResponsesResponder serves one response; not thread-safe.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,9 @@ struct ResponsesOptions {
   bool ignore_web_search_tools = false;
   PromptFormat format = PromptFormat::kV41;
   size_t max_body_bytes = 32 << 20;
+  // Top-level fields the caller reads from the body itself (the server's test hooks), so they
+  // are not reported as unknown.
+  std::span<const std::string_view> caller_fields;
 };
 
 Result<ConversationRequest> parse_responses_request(std::string_view body,

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/conversation.h"
@@ -32,6 +34,29 @@ inline Result<Value> parse_body_object(std::string_view body, size_t max_body_by
   if (!parsed.is_ok()) return bad("request body is not valid JSON: " + parsed.status().message());
   if (!parsed->is_object()) return bad("request body must be a JSON object");
   return std::move(*parsed);
+}
+
+// A member of the request object that the protocol does not define (not one of `known` or
+// `also_known`, and
+// not null: null means "not set"): a 400 naming it, so a misspelt or unimplemented parameter is
+// never silently dropped. OpenAI's wording (Unrecognized request argument supplied) or
+// Anthropic's (Extra inputs are not permitted); the field is the error's `param`.
+inline Status reject_unknown_fields(const Value& r, std::span<const std::string_view> known,
+                                    std::span<const std::string_view> also_known,
+                                    bool anthropic = false) {
+  auto in = [](std::span<const std::string_view> names, const std::string& k) {
+    return std::find(names.begin(), names.end(), k) != names.end();
+  };
+  for (size_t i = 0; i < r.keys.size(); ++i) {
+    const std::string& k = r.keys[i];
+    if (r.items[i].is_null() || in(known, k) || in(also_known, k)) continue;
+    return bad(anthropic ? k + ": Extra inputs are not permitted"
+                         : "'" + k +
+                               "' is not a parameter of this API (Unrecognized request "
+                               "argument supplied: " +
+                               k + ")");
+  }
+  return Status::ok();
 }
 
 // The fields an OpenAI response or chunk opens with: {"id", "object", "created", "model"}.

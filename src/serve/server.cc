@@ -7,7 +7,9 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
+#include <string_view>
 #include <type_traits>
 
 #include "api/anthropic_messages.h"
@@ -87,6 +89,14 @@ struct Metrics {
 // The testing hooks a server may accept in a request body (each only when its flag allows):
 // "forced_output_ids" (teacher-forced output ids) and "fathom_inject_error_after" (the
 // engine fails the request after that many tokens).
+// The fields read_test_hooks reads: the adapters accept them when a hook is on.
+constexpr std::string_view kTestHookFields[] = {"forced_output_ids", "fathom_inject_error_after"};
+
+std::span<const std::string_view> test_hook_fields(const ServerOptions& opt) {
+  if (!opt.allow_forced_output && !opt.allow_error_injection) return {};
+  return kTestHookFields;
+}
+
 Status read_test_hooks(std::string_view body, const ServerOptions& opt,
                        engine::GenerationRequest* g) {
   if (!opt.allow_forced_output && !opt.allow_error_injection) return Status::ok();
@@ -888,16 +898,19 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   Result<api::ConversationRequest> conv = invalid_argument("unreachable");
   if (p == Protocol::kChat) {
     api::ChatOptions o;
+    o.caller_fields = test_hook_fields(opt);
     o.max_body_bytes = opt.max_body_bytes;
     o.models = &served;
     conv = api::parse_chat_request(req.body, o);
   } else if (p == Protocol::kMessages) {
     api::MessagesOptions o;
+    o.caller_fields = test_hook_fields(opt);
     o.max_body_bytes = opt.max_body_bytes;
     o.models = &served;
     conv = api::parse_messages_request(req.body, o);
   } else {
     api::ResponsesOptions o;
+    o.caller_fields = test_hook_fields(opt);
     o.max_body_bytes = opt.max_body_bytes;
     o.models = &served;
     conv = api::parse_responses_request(req.body, o);
@@ -982,6 +995,7 @@ Reply Server::Impl::completions(const Request& req) {
   const auto t0 = Clock::now();
   if (auto r = admit(p, req)) return std::move(*r);
   api::CompletionsOptions o;
+  o.caller_fields = test_hook_fields(opt);
   o.max_body_bytes = opt.max_body_bytes;
   o.models = &served;
   auto cr = api::parse_completions_request(req.body, o);

@@ -94,10 +94,16 @@ TEST(MessagesAudit, UnimplementedInputIsRejectedNamingIt) {
       "tool_choice.disable_parallel_tool_use"));
   EXPECT_TRUE(
       starts_with(messages_rejected(messages(R"("service_tier":"priority")")), "service_tier:"));
+  EXPECT_TRUE(
+      starts_with(messages_rejected(messages(R"("diagnostics":{"previous_message_id":"m"})")),
+                  "diagnostics: not supported"));
+  EXPECT_TRUE(starts_with(messages_rejected(messages(R"("inference_geo":"us")")),
+                          "inference_geo: not supported"));
+  EXPECT_TRUE(starts_with(messages_rejected(messages(R"("speed":"fast")")), "speed: only"));
   // No effect on the output: accepted.
   auto ok = parse_messages_request(
       messages(
-          R"("metadata":{"user_id":"u"},"service_tier":"auto","top_k":5,)"
+          R"("metadata":{"user_id":"u"},"service_tier":"auto","top_k":5,"speed":"standard",)"
           R"("stop_sequences":["END"],"tools":[{"name":"f","input_schema":{"type":"object"}}],)"
           R"("tool_choice":{"type":"auto","disable_parallel_tool_use":false})"),
       {});
@@ -124,6 +130,14 @@ TEST(ResponsesAudit, UnimplementedFieldsAreA400NamingThem) {
       {R"({"input":"hi","top_logprobs":2})", "top_logprobs"},
       {R"({"input":"hi","prompt":{"id":"pmpt_1"}})", "prompt"},
       {R"({"input":"hi","conversation":"conv_1"})", "conversation"},
+      {R"({"input":"hi","moderation":{}})", "moderation"},
+      {R"({"input":"hi","prompt_cache_retention":"24h"})", "prompt_cache_retention"},
+      {R"({"input":"hi","prompt_cache_options":{"ttl":"30m"}})", "prompt_cache_options"},
+      {R"({"input":"hi","context_management":[]})", "context_management"},
+      {R"({"input":"hi","stream":true,"stream_options":{"include_obfuscation":true}})",
+       "stream_options.include_obfuscation"},
+      {R"({"input":"hi","stream":true,"stream_options":{"include_usage":true}})",
+       "stream_options.include_usage"},
       {R"({"input":"hi","service_tier":"flex"})", "service_tier"},
       {R"({"input":"hi","text":{"verbosity":"high"}})", "text.verbosity"},
       {R"({"input":"hi","tools":[{"type":"function","name":"f","strict":"yes"}]})",
@@ -145,7 +159,8 @@ TEST(ResponsesAudit, UnimplementedFieldsAreA400NamingThem) {
   auto ok = parse_responses_request(
       R"({"input":"hi","metadata":{"k":"v"},"user":"u","store":false,"parallel_tool_calls":true,)"
       R"("include":["reasoning.encrypted_content"],"truncation":"disabled","service_tier":"auto",)"
-      R"("reasoning":{"effort":"low","summary":"auto"},"text":{"verbosity":"medium"}})",
+      R"("reasoning":{"effort":"low","summary":"auto"},"text":{"verbosity":"medium"},)"
+      R"("stream":true,"stream_options":{"include_obfuscation":false}})",
       {});
   EXPECT_TRUE(ok.is_ok()) << ok.status().message();
 }

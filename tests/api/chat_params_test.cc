@@ -105,6 +105,9 @@ TEST(ChatParams, UnimplementedFieldsAreA400NamingThem) {
       R"("modalities":["text","audio"])",
       R"("service_tier":"priority")",
       R"("verbosity":"low")",
+      R"("moderation":{})",
+      R"("prompt_cache_options":{"ttl":"30m"})",
+      R"("prompt_cache_retention":"24h")",
   };
   for (const char* f : fields) {
     std::string body = req(f);

@@ -1,0 +1,127 @@
+// A request field that the protocol does not define is a 400 naming it (OpenAI's "Unrecognized
+// request argument supplied", Anthropic's "Extra inputs are not permitted"), never silently
+// dropped; every field the official clients can send (tests/data/api/sdk_request_fields.json,
+// read from the openai and @anthropic-ai/sdk type declarations) is known to the adapter: it is
+// honoured, or rejected with a message of its own.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
+
+#include "api/anthropic_messages.h"
+#include "api/chat_completions.h"
+#include "api/completions.h"
+#include "api/errors.h"
+#include "api/openai_responses.h"
+
+namespace fathom::api {
+namespace {
+
+using nlohmann::json;
+
+struct Protocol {
+  const char* name;  // the key in sdk_request_fields.json
+  std::string base;  // a valid request body without its closing brace
+  bool anthropic;    // Anthropic's error shape and wording
+  std::function<Status(const std::string&, std::span<const std::string_view>)> parse;
+};
+
+std::vector<Protocol> protocols() {
+  return {
+      {"chat", R"({"model":"m","messages":[{"role":"user","content":"hi"}])", false,
+       [](const std::string& b, std::span<const std::string_view> extra) {
+         ChatOptions o;
+         o.caller_fields = extra;
+         return parse_chat_request(b, o).status();
+       }},
+      {"completions", R"({"model":"m","prompt":"hi")", false,
+       [](const std::string& b, std::span<const std::string_view> extra) {
+         CompletionsOptions o;
+         o.caller_fields = extra;
+         return parse_completions_request(b, o).status();
+       }},
+      {"responses", R"({"model":"m","input":"hi")", false,
+       [](const std::string& b, std::span<const std::string_view> extra) {
+         ResponsesOptions o;
+         o.caller_fields = extra;
+         return parse_responses_request(b, o).status();
+       }},
+      {"messages", R"({"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}])",
+       true,
+       [](const std::string& b, std::span<const std::string_view> extra) {
+         MessagesOptions o;
+         o.caller_fields = extra;
+         return parse_messages_request(b, o).status();
+       }},
+  };
+}
+
+bool says_unknown(const Status& s) {
+  const std::string& m = s.message();
+  return m.find("Unrecognized request argument") != std::string::npos ||
+         m.find("Extra inputs are not permitted") != std::string::npos;
+}
+
+// The error body the client gets, in the protocol's shape.
+json error_of(const Protocol& p, const Status& s) {
+  json e = json::parse(p.anthropic ? anthropic_error_json(s) : openai_error_json(s))["error"];
+  EXPECT_EQ(p.anthropic ? anthropic_http_status_of(s) : http_status_of(s), 400) << s.message();
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  return e;
+}
+
+TEST(UnknownFields, AreA400NamingTheField) {
+  for (const Protocol& p : protocols()) {
+    SCOPED_TRACE(p.name);
+    ASSERT_TRUE(p.parse(p.base + "}", {}).is_ok()) << p.parse(p.base + "}", {}).message();
+    for (const char* f : {"max_tokenz", "temprature", "x-custom", "extra_body"}) {
+      Status s = p.parse(p.base + ",\"" + f + "\":1}", {});
+      ASSERT_FALSE(s.is_ok()) << f;
+      EXPECT_TRUE(says_unknown(s)) << s.message();
+      json e = error_of(p, s);
+      // OpenAI's error names the field in `param`; Anthropic's has no param and starts with it.
+      if (p.anthropic) {
+        EXPECT_EQ(std::string(e["message"]).rfind(std::string(f) + ": ", 0), 0u) << s.message();
+      } else if (std::string_view(f) != "x-custom") {
+        EXPECT_EQ(e["param"], f) << s.message();
+      }
+      EXPECT_NE(std::string(e["message"]).find(f), std::string::npos) << s.message();
+    }
+    // An unknown field set to null asks for nothing: accepted, as a known one is.
+    EXPECT_TRUE(p.parse(p.base + R"(,"no_such_field":null})", {}).is_ok());
+    // The first unknown field is named, whatever follows.
+    Status s = p.parse(p.base + R"(,"first_unknown":[],"second_unknown":{}})", {});
+    EXPECT_NE(s.message().find("first_unknown"), std::string::npos) << s.message();
+    // Fields the caller reads itself (the server's test hooks) are not reported.
+    constexpr std::string_view kHook[] = {"forced_output_ids"};
+    EXPECT_TRUE(p.parse(p.base + R"(,"forced_output_ids":[1,2]})", kHook).is_ok());
+    EXPECT_TRUE(says_unknown(p.parse(p.base + R"(,"forced_output_ids":[1,2]})", {})));
+  }
+}
+
+TEST(UnknownFields, EveryFieldOfTheOfficialClientsIsKnown) {
+  std::ifstream in(std::string(FATHOM_TEST_DATA) + "/api/sdk_request_fields.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const json sdk = json::parse(ss.str());
+  for (const Protocol& p : protocols()) {
+    const json& fields = sdk.at(p.name);
+    ASSERT_GT(fields.size(), 10u) << p.name;
+    for (const json& f : fields) {
+      const std::string name = f;
+      // Each value shape a client might send: the adapter may honour it or reject it with its
+      // own message, but never call the field unknown.
+      for (const char* value : {"1", "\"x\"", "true", "{}", "[]"}) {
+        Status s = p.parse(p.base + ",\"" + name + "\":" + value + "}", {});
+        EXPECT_FALSE(says_unknown(s)) << p.name << " " << name << ": " << s.message();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fathom::api

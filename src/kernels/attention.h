@@ -35,6 +35,17 @@ void sparse_attention_avx512bf16(const float* q, int64_t heads, int64_t dim,
                                  const float* const* entries, int64_t n_entries, const float* sink,
                                  float scale, float* out);
 
+// The same row over entries held as bf16 rows (entries[i] a [dim] bf16 row from
+// entries_to_bf16, or null): the same bits as on the float rows they were rounded from. A
+// prompt chunk's rows share most of their entries, so converting each entry once for the
+// chunk saves converting it again for every row. REQUIRES: as sparse_attention_avx512bf16.
+void sparse_attention_avx512bf16_on_bf16(const float* q, int64_t heads, int64_t dim,
+                                         const uint16_t* const* entries, int64_t n_entries,
+                                         const float* sink, float scale, float* out);
+// n contiguous rows of dim floats -> bf16 (ties to even), as the AVX-512 BF16 row rounds its
+// entries. REQUIRES: cpu_path_available(kAvx512Bf16), dim % 32 == 0.
+void entries_to_bf16(const float* rows, int64_t n, int64_t dim, uint16_t* out);
+
 // The indexer's scores of one query row (V4.1's lightning indexer, model-v41.md §6.4) against
 // n keys held as bf16 [n16, dim] (from keys_to_bf16): out[j] = bf16(sum_h bf16(relu(bf16(q_h ·
 // k_j)) * w_h)), the dots tile products, the head sum in fp32 in head order. As the

@@ -549,6 +549,46 @@ Status indexer(const ModelWeights& W, const BlockWeights& b, SequenceState& st, 
   return Status::ok();
 }
 
+// The bf16 copies of the entries one prompt chunk's attention rows read on the AVX-512 BF16
+// row (kernels::cpu::sparse_attention_avx512bf16_on_bf16): the chunk's own KV rows, the ring's
+// rows before the chunk and the selected compressed entries, each converted once for the
+// chunk instead of once per row that reads it (the row rounds a float entry the same way, so
+// the bits do not change). Filled by the thread running the layer, then read by the rows.
+struct ChunkEntriesBf16 {
+  // The most bytes of compressed entries' copies a chunk makes: past it (long contexts whose
+  // rows select mostly different entries) the rows convert their own.
+  static constexpr int64_t kMaxCompBytes = int64_t(32) << 20;
+
+  std::vector<uint16_t> own, ring, comp;
+  std::vector<int32_t> comp_slot;  // compressed entry -> its row in comp, or -1
+
+  // False (nothing to read) when the selected entries' copies would pass kMaxCompBytes.
+  bool fill(const float* kv, int64_t T, int64_t hd, const kv::PagedRows& ring_rows,
+            int64_t ring_from, int64_t start, int64_t win, const kv::PagedRows* entries,
+            const int32_t* topk, int64_t n_topk) {
+    int32_t n = 0;
+    if (entries != nullptr) {
+      comp_slot.assign(size_t(entries->size()), -1);
+      for (int64_t i = 0; i < n_topk; ++i)
+        if (topk[i] >= 0 && topk[i] < entries->size() && comp_slot[size_t(topk[i])] < 0)
+          comp_slot[size_t(topk[i])] = n++;
+      if (int64_t(n) * hd * 2 > kMaxCompBytes) return false;
+    }
+    own.resize(size_t(T * hd));
+    kernels::cpu::entries_to_bf16(kv, T, hd, own.data());
+    ring.resize(size_t(win * hd));
+    for (int64_t pos = ring_from; pos < start; ++pos)
+      kernels::cpu::entries_to_bf16(ring_rows.row(pos % win), 1, hd, &ring[size_t(pos % win * hd)]);
+    if (entries == nullptr) return true;
+    comp.resize(size_t(n) * size_t(hd));
+    for (int64_t j = 0; j < entries->size(); ++j)
+      if (comp_slot[size_t(j)] >= 0)
+        kernels::cpu::entries_to_bf16(entries->row(j), 1, hd,
+                                      &comp[size_t(comp_slot[size_t(j)]) * size_t(hd)]);
+    return true;
+  }
+};
+
 // The part of an attention sublayer that reads and writes one sequence's state, over its
 // rows (f.T rows at positions f.start..): the compressor and indexer, the compressed entries
 // stored, the attention rows themselves over the window and the selected entries (o
@@ -590,9 +630,35 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
                              kernels::cpu::sparse_attention_amx_supported(H, hd);
   const bool bf16_attention = ex.fast && kernels::cpu_path() == kernels::CpuPath::kAvx512Bf16 &&
                               kernels::cpu::sparse_attention_amx_supported(H, hd);
+  // A prompt chunk on the AVX-512 BF16 row reads each entry's bf16 copy, made once.
+  thread_local ChunkEntriesBf16 chunk_entries;
+  ChunkEntriesBf16& bf = chunk_entries;  // this thread's, which the rows below read
+  const bool chunk_bf16 =
+      bf16_attention && T > 1 &&
+      bf.fill(kv, T, hd, ring, std::max({int64_t(0), start - win + 1, floor}), start, win, comp,
+              f.topk.data(), b.ratio > 0 ? T * f.topk_width : 0);
   // Rows are independent: in fast numerics a prefill spreads them over the pool.
   auto row = [&](size_t ti) {
     const int64_t t = int64_t(ti), p = start + t;
+    if (chunk_bf16) {
+      // The same list as below, in the same order, of the entries' bf16 copies.
+      thread_local std::vector<const uint16_t*> list;
+      list.assign(static_cast<size_t>(width), nullptr);
+      int64_t slot = 0;
+      for (int64_t pos = std::max({int64_t(0), p - win + 1, floor}); pos <= p; ++pos, ++slot)
+        list[size_t(slot)] =
+            pos >= start ? &bf.own[size_t((pos - start) * hd)] : &bf.ring[size_t(pos % win * hd)];
+      if (b.ratio > 0) {
+        for (int64_t i = 0; i < f.topk_width; ++i) {
+          const int32_t j = f.topk[size_t(t * f.topk_width + i)];
+          list.push_back(j < 0 ? nullptr : &bf.comp[size_t(bf.comp_slot[size_t(j)]) * size_t(hd)]);
+        }
+      }
+      kernels::cpu::sparse_attention_avx512bf16_on_bf16(&q[size_t(t * H * hd)], H, hd, list.data(),
+                                                        int64_t(list.size()), a.sink, scale,
+                                                        &o[size_t(t * H * hd)]);
+      return;
+    }
     thread_local std::vector<const float*> entries;
     entries.assign(static_cast<size_t>(width), nullptr);
     entries.reserve(size_t(width + f.topk_width));

@@ -139,6 +139,59 @@ TEST(SparseAttentionAvx512Bf16, MatchesTheDefinitionAndDependsOnlyOnTheListAndIt
   expect_attention_row(CpuPath::kAvx512Bf16, cpu::sparse_attention_avx512bf16, true);
 }
 
+// The row over bf16 copies of the entries (as a prompt chunk runs it) gives the bits of the
+// row over the float entries, also for entries that are not bf16 values (rounded ties to
+// even, as round_to_bf16, the scalar twin, rounds them), with empty slots anywhere.
+TEST(SparseAttentionAvx512Bf16, OnBf16EntriesGivesTheBitsOfTheFloatEntries) {
+  if (!cpu_path_available(CpuPath::kAvx512Bf16)) {
+    std::printf("the AVX-512 BF16 attention on bf16 entries: untested (%s)\n",
+                cpu_path_missing(CpuPath::kAvx512Bf16).c_str());
+    GTEST_SKIP();
+  }
+  std::mt19937 rng(47);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (auto [heads, dim, n] : {std::tuple<int64_t, int64_t, int64_t>{16, 512, 640},
+                               {8, 128, 37},
+                               {20, 256, 301},
+                               {3, 64, 1},
+                               {16, 96, 0}}) {
+    std::vector<float> q(size_t(heads * dim)), sink(static_cast<size_t>(heads));
+    for (auto& v : q) v = bf16(g(rng) * 0.3f);
+    for (auto& v : sink) v = g(rng);
+    // Half the rows E4M3 values (exact in bf16, as the model's), half arbitrary floats.
+    std::vector<float> rows(size_t(n * dim));
+    for (auto& v : rows) v = g(rng) * 2.0f;
+    for (int64_t e = 0; e < n; e += 2)
+      cpu::fake_quant_e4m3(&rows[size_t(e * dim)], dim, &rows[size_t(e * dim)]);
+    std::vector<uint16_t> b(rows.size());
+    cpu::entries_to_bf16(rows.data(), n, dim, b.data());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      uint32_t bits = 0;
+      const float r = round_to_bf16(rows[i]);
+      std::memcpy(&bits, &r, 4);
+      ASSERT_EQ(b[i], bits >> 16) << "value " << rows[i];
+    }
+    std::vector<const float*> fl;
+    std::vector<const uint16_t*> bl;
+    for (int64_t e = 0; e < n; ++e) {
+      if (rng() % 4 == 0) {
+        fl.push_back(nullptr);
+        bl.push_back(nullptr);
+      }
+      fl.push_back(&rows[size_t(e * dim)]);
+      bl.push_back(&b[size_t(e * dim)]);
+    }
+    const float scale = 1.0f / std::sqrt(float(dim));
+    std::vector<float> want(size_t(heads * dim)), got(want.size());
+    cpu::sparse_attention_avx512bf16(q.data(), heads, dim, fl.data(), int64_t(fl.size()),
+                                     sink.data(), scale, want.data());
+    cpu::sparse_attention_avx512bf16_on_bf16(q.data(), heads, dim, bl.data(), int64_t(bl.size()),
+                                             sink.data(), scale, got.data());
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * 4), 0)
+        << "heads " << heads << " dim " << dim << " entries " << n;
+  }
+}
+
 // The indexer's scores: each key's against the definition in double (the dots may land on
 // the neighbouring bf16 value, so a head's term may move by a bf16 step of it), and a key's
 // score the same bits whether it is scored among 300 keys or among the first 17.

@@ -20,12 +20,12 @@ namespace {
 
 // Runs row(list, n, scratch) on the non-empty entries with this thread's scratch of
 // bytes(n) bytes.
-template <typename Bytes, typename Row>
-void on_listed_entries(const float* const* entries, int64_t n_entries, Bytes bytes, Row row) {
+template <typename E, typename Bytes, typename Row>
+void on_listed_entries(const E* const* entries, int64_t n_entries, Bytes bytes, Row row) {
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
-  thread_local std::vector<const float*> list;
+  thread_local std::vector<const E*> list;
   thread_local std::unique_ptr<void, Free> scratch;
   thread_local int64_t scratch_size = 0;
   list.clear();
@@ -60,6 +60,21 @@ void sparse_attention_avx512bf16(const float* q, int64_t heads, int64_t dim,
       [&](const float* const* list, int64_t n, void* scratch) {
         avx512bf16::attention_row(q, heads, dim, list, n, sink, scale, out, scratch);
       });
+}
+
+void sparse_attention_avx512bf16_on_bf16(const float* q, int64_t heads, int64_t dim,
+                                         const uint16_t* const* entries, int64_t n_entries,
+                                         const float* sink, float scale, float* out) {
+  on_listed_entries(
+      entries, n_entries,
+      [&](int64_t n) { return avx512bf16::attention_scratch_bytes(heads, dim, n); },
+      [&](const uint16_t* const* list, int64_t n, void* scratch) {
+        avx512bf16::attention_row(q, heads, dim, list, n, sink, scale, out, scratch);
+      });
+}
+
+void entries_to_bf16(const float* rows, int64_t n, int64_t dim, uint16_t* out) {
+  avx512bf16::rows_to_bf16(rows, n, dim, out);
 }
 
 void index_scores_amx(const float* q, const float* w, int64_t heads, int64_t dim,

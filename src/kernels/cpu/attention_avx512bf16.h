@@ -19,5 +19,13 @@ int64_t attention_scratch_bytes(int64_t heads, int64_t dim, int64_t n);
 // thread.
 void attention_row(const float* q, int64_t heads, int64_t dim, const float* const* entries,
                    int64_t n, const float* sink, float scale, float* out, void* scratch);
+// The same row over entries held as bf16 rows: the bits of the row above on the float rows
+// they were rounded from (ties to even).
+void attention_row(const float* q, int64_t heads, int64_t dim, const uint16_t* const* entries,
+                   int64_t n, const float* sink, float scale, float* out, void* scratch);
+
+// n * dim floats -> bf16 (ties to even), as attention_row rounds float entries. REQUIRES:
+// dim % 32 == 0.
+void rows_to_bf16(const float* rows, int64_t n, int64_t dim, uint16_t* out);
 
 }  // namespace fathom::kernels::cpu::avx512bf16

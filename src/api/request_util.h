@@ -37,24 +37,32 @@ inline Result<Value> parse_body_object(std::string_view body, size_t max_body_by
 }
 
 // A member of the request object that the protocol does not define (not one of `known` or
-// `also_known`, and
-// not null: null means "not set"): a 400 naming it, so a misspelt or unimplemented parameter is
-// never silently dropped. OpenAI's wording (Unrecognized request argument supplied) or
-// Anthropic's (Extra inputs are not permitted); the field is the error's `param`.
+// `also_known`), whatever its value: a 400 naming it, as OpenAI's and Anthropic's APIs answer,
+// so a misspelt or unimplemented parameter is never silently dropped (and the members an
+// adapter looks through stay few). OpenAI's wording (Unrecognized request argument supplied)
+// with the field as the error's `param`, or Anthropic's (Extra inputs are not permitted). A
+// name longer than 64 bytes is shown cut at a character boundary.
 inline Status reject_unknown_fields(const Value& r, std::span<const std::string_view> known,
                                     std::span<const std::string_view> also_known,
                                     bool anthropic = false) {
   auto in = [](std::span<const std::string_view> names, const std::string& k) {
     return std::find(names.begin(), names.end(), k) != names.end();
   };
-  for (size_t i = 0; i < r.keys.size(); ++i) {
-    const std::string& k = r.keys[i];
-    if (r.items[i].is_null() || in(known, k) || in(also_known, k)) continue;
-    return bad(anthropic ? k + ": Extra inputs are not permitted"
-                         : "'" + k +
-                               "' is not a parameter of this API (Unrecognized request "
-                               "argument supplied: " +
-                               k + ")");
+  for (const std::string& k : r.keys) {
+    if (in(known, k) || in(also_known, k)) continue;
+    std::string name = k;
+    if (name.size() > 64) {
+      size_t cut = 64;
+      while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+      name = name.substr(0, cut) + "...";
+    }
+    if (anthropic) return bad(name + ": Extra inputs are not permitted");
+    // The message starts with the quoted name only when the quotes delimit it (errors.h reads
+    // `param` from them).
+    const std::string what = "Unrecognized request argument supplied: " + name;
+    if (name.find('\'') != std::string::npos || name != k)
+      return bad("a field is not a parameter of this API (" + what + ")");
+    return bad("'" + name + "' is not a parameter of this API (" + what + ")");
   }
   return Status::ok();
 }

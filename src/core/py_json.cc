@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 
 #include "core/utf8.h"
 
@@ -308,6 +309,10 @@ class Parser {
       ++i_;
       return Status::ok();
     }
+    // Where each key sits, once the object has kLinearKeys members: past that, set()'s
+    // linear search for a duplicate would make parsing quadratic in the object's size.
+    constexpr size_t kLinearKeys = 32;
+    std::unordered_map<std::string, size_t> index;
     for (;;) {
       skip_ws();
       if (i_ >= s_.size() || s_[i_] != '"')
@@ -320,7 +325,19 @@ class Parser {
       skip_ws();
       Value v;
       FATHOM_RETURN_IF_ERROR(value(v, depth + 1));
-      out.set(std::move(key), std::move(v));
+      if (out.keys.size() < kLinearKeys) {
+        out.set(std::move(key), std::move(v));
+      } else {
+        if (index.empty())
+          for (size_t k = 0; k < out.keys.size(); ++k) index.emplace(out.keys[k], k);
+        auto [at, fresh] = index.try_emplace(key, out.keys.size());
+        if (fresh) {
+          out.keys.push_back(std::move(key));
+          out.items.push_back(std::move(v));
+        } else {
+          out.items[at->second] = std::move(v);  // the last duplicate wins, in the first's place
+        }
+      }
       skip_ws();
       if (i_ < s_.size() && s_[i_] == ',') {
         ++i_;

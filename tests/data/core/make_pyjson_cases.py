@@ -19,6 +19,14 @@ texts = [
     '', ' ', '{', '[1,]', '{"a":}', "{'a': 1}", '01', '1.', '.5', '+1', '"\\x41"', '"a\nb"',
     '[1] 2', 'nul', 'True', '{"a" 1}', '"\\ud800"', '"\\udc00x"', '"unterminated', 'nan', 'inf',
 ]
+# Objects past 32 members (where the parser indexes its keys), with duplicates of keys first
+# seen before and after the 32nd member.
+big = ['"k%d": %d' % (i, i) for i in range(70)]
+big.insert(40, '"k3": "dup-early"')
+big.insert(60, '"k50": "dup-late"')
+big.append('"k0": "dup-last"')
+texts.append('{' + ', '.join(big) + '}')
+texts.append('{' + ', '.join('"%s": %d' % (chr(0x4e00 + i % 50), i) for i in range(120)) + '}')
 cases = []
 for t in texts:
     try:

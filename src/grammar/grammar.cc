@@ -130,7 +130,27 @@ void print_byte(std::string& out, int b) {
 
 }  // namespace
 
-void Grammar::print(ExprId e, std::string& out, int prec) const {
+// The subexpressions to_string() names instead of printing inline: those reached from more
+// than one parent whose text, expanded as a tree, would hold at least kMinNodes nodes (an
+// object schema's optional-member tails, which every "first member" alternative repeats,
+// would otherwise make the text quadratic in the number of members).
+struct Grammar::Shared {
+  static constexpr int64_t kMinNodes = 32;
+  std::vector<bool> hoist;      // by ExprId
+  std::vector<int32_t> number;  // by ExprId: its N once printed, else -1
+  std::vector<ExprId> order;    // hoisted expressions in the order first printed
+};
+
+void Grammar::print(ExprId e, std::string& out, int prec, Shared* shared) const {
+  if (shared != nullptr && shared->hoist[size_t(e)]) {
+    int32_t& number = shared->number[size_t(e)];
+    if (number < 0) {
+      number = int32_t(shared->order.size());
+      shared->order.push_back(e);
+    }
+    out += "<shared " + std::to_string(number) + ">";
+    return;
+  }
   thread_local int depth = 0;
   if (depth > 2000) {
     out += "...";
@@ -168,7 +188,7 @@ void Grammar::print(ExprId e, std::string& out, int prec) const {
       if (prec > 1) out += '(';
       for (size_t i = 0; i < n.kids.size(); ++i) {
         if (i) out += ' ';
-        print(n.kids[i], out, 2);
+        print(n.kids[i], out, 2, shared);
       }
       if (prec > 1) out += ')';
       return;
@@ -180,12 +200,12 @@ void Grammar::print(ExprId e, std::string& out, int prec) const {
       if (prec > 0) out += '(';
       for (size_t i = 0; i < n.kids.size(); ++i) {
         if (i) out += " | ";
-        print(n.kids[i], out, 1);
+        print(n.kids[i], out, 1, shared);
       }
       if (prec > 0) out += ')';
       return;
     case ExprKind::kRepeat:
-      print(n.kids[0], out, 3);
+      print(n.kids[0], out, 3, shared);
       out += '{' + std::to_string(n.min) + ',' + (n.max < 0 ? "" : std::to_string(n.max)) + '}';
       return;
     case ExprKind::kRef:
@@ -195,6 +215,35 @@ void Grammar::print(ExprId e, std::string& out, int prec) const {
 }
 
 std::string Grammar::to_string() const {
+  // Parents and expanded tree size of every expression reachable from a rule.
+  const size_t n = nodes_.size();
+  std::vector<int32_t> parents(n, 0);
+  std::vector<int64_t> tree(n, 0);
+  std::vector<bool> seen(n, false);
+  std::vector<std::pair<ExprId, bool>> stack;  // (expression, its kids done)
+  for (const Rule& r : rules_)
+    if (r.body >= 0) stack.push_back({r.body, false});
+  while (!stack.empty()) {
+    auto [e, kids_done] = stack.back();
+    stack.pop_back();
+    if (kids_done) {
+      int64_t t = 1;
+      for (ExprId k : nodes_[size_t(e)].kids) t = std::min<int64_t>(t + tree[size_t(k)], 1 << 30);
+      tree[size_t(e)] = t;
+      continue;
+    }
+    if (seen[size_t(e)]) continue;
+    seen[size_t(e)] = true;
+    stack.push_back({e, true});
+    for (ExprId k : nodes_[size_t(e)].kids) {
+      ++parents[size_t(k)];
+      if (!seen[size_t(k)]) stack.push_back({k, false});
+    }
+  }
+  Shared shared;
+  shared.hoist.resize(n);
+  shared.number.assign(n, -1);
+  for (size_t e = 0; e < n; ++e) shared.hoist[e] = parents[e] > 1 && tree[e] >= Shared::kMinNodes;
   std::string out;
   // Root first, then the rest in id order.
   std::vector<int32_t> order{root_};
@@ -204,7 +253,15 @@ std::string Grammar::to_string() const {
   for (int32_t r : order) {
     out += rules_[r].name;
     out += " ::= ";
-    if (rules_[r].body >= 0) print(rules_[r].body, out, 0);
+    if (rules_[r].body >= 0) print(rules_[r].body, out, 0, &shared);
+    out += '\n';
+  }
+  for (size_t i = 0; i < shared.order.size(); ++i) {
+    const ExprId e = shared.order[i];
+    out += "<shared " + std::to_string(i) + "> ::= ";
+    shared.hoist[size_t(e)] = false;  // its own body is printed, its shared parts named
+    print(e, out, 0, &shared);
+    shared.hoist[size_t(e)] = true;
     out += '\n';
   }
   return out;

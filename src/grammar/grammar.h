@@ -90,7 +90,9 @@ class Grammar {
 
   // Checks that every rule is defined and the root exists.
   Status validate() const;
-  // A canonical, human-readable text (GBNF-like) of the grammar.
+  // A canonical, human-readable text (GBNF-like) of the grammar, in time and size linear in
+  // the grammar's: a large subexpression that several expressions share is printed once, as
+  // a rule named "<shared N>" (a name no GBNF rule can have), numbered as first printed.
   std::string to_string() const;
 
  private:
@@ -98,8 +100,10 @@ class Grammar {
     std::string name;
     ExprId body = -1;
   };
+  // How to_string() prints subexpressions that several expressions share (see grammar.cc).
+  struct Shared;
   ExprId push(ExprNode n);
-  void print(ExprId e, std::string& out, int prec) const;
+  void print(ExprId e, std::string& out, int prec, Shared* shared) const;
 
   std::vector<ExprNode> nodes_;
   std::vector<Rule> rules_;

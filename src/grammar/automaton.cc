@@ -264,6 +264,7 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
   std::vector<PendingCall> pending;
   std::vector<std::vector<std::pair<int32_t, int32_t>>> state_calls;  // (grammar rule, ret)
 
+  size_t subset_states = 0;
   for (size_t oi = 0; oi < order.size(); ++oi) {
     const int32_t rule = order[oi];
     NfaBuilder nb(g, recursive, limits.max_nfa_states);
@@ -354,6 +355,11 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
                            " automaton states");
       }
       const std::vector<int32_t> set = std::move(work[wi]);
+      subset_states += set.size();
+      if (subset_states > limits.max_subset_states) {
+        return unsupported("grammar too large: its automaton's states hold more than " +
+                           std::to_string(limits.max_subset_states) + " states of the NFA");
+      }
       Pda::State st;
       st.rule = int32_t(oi);
       st.accepting = std::binary_search(set.begin(), set.end(), nfinal);

@@ -20,6 +20,9 @@ namespace fathom::grammar {
 struct PdaLimits {
   size_t max_nfa_states = 4'000'000;
   size_t max_dfa_states = 200'000;
+  // The subset construction's work: the NFA states of all DFA states together. Bounds the
+  // time a grammar can take to fail (an object with 1,000 optional members: about 23 million).
+  size_t max_subset_states = 32'000'000;
   // Merge equivalent states (fewer states to precompute masks for, but Moore refinement costs
   // more than building: 3.6 -> 28 ms on a 1,775-state schema).
   bool minimize = false;

@@ -100,5 +100,26 @@ TEST(Garbage, DeepNesting) {
   EXPECT_FALSE(CompiledGrammar::compile(c.value(), test::byte_tokens()).is_ok());
 }
 
+// Nested bounded repetitions blow the subset construction up (the language is a{1,10^6}, each
+// automaton state a set of up to 10^6 NFA states): the compile stops at the limit on that
+// work with a "too large" error instead of running for minutes; an object with many optional
+// members (large state sets, but bounded) still compiles under the default limits.
+TEST(Garbage, SubsetConstructionWorkIsBounded) {
+  auto g = regex_grammar("((a{1,100}){1,100}){1,100}");
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  CompileOptions small;
+  small.limits.max_subset_states = 2'000'000;
+  auto cg = CompiledGrammar::compile(g.value(), test::byte_tokens(), small);
+  ASSERT_FALSE(cg.is_ok());
+  EXPECT_EQ(cg.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(cg.status().message().find("states of the NFA"), std::string::npos)
+      << cg.status().message();
+  std::string schema = R"({"type": "object", "properties": {)";
+  for (int i = 0; i < 100; ++i) schema += (i ? ", " : "") + ("\"p" + std::to_string(i) + "\": {}");
+  auto object = json_schema_grammar(std::string_view(schema + "}}"));
+  ASSERT_TRUE(object.is_ok()) << object.status().to_string();
+  EXPECT_TRUE(CompiledGrammar::compile(object.value(), test::byte_tokens()).is_ok());
+}
+
 }  // namespace
 }  // namespace fathom::grammar

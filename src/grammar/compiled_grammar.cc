@@ -51,7 +51,6 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
   std::shared_ptr<CompiledGrammar> cg(new CompiledGrammar());
   cg->pda_ = std::move(pda);
   cg->tokens_ = std::move(tokens);
-  cg->text_ = g.to_string();
   cg->cache_ = std::make_unique<std::atomic<const PositionMask*>[]>(cg->pda_.states.size());
   for (size_t i = 0; i < cg->pda_.states.size(); ++i) cg->cache_[i].store(nullptr);
   if (options.precompute) cg->precompute();
@@ -86,6 +85,15 @@ void CompiledGrammar::precompute(ThreadPool* pool) const {
 size_t CompiledGrammar::cached_states() const {
   std::lock_guard<std::mutex> lock(mu_);
   return owned_.size();
+}
+
+size_t CompiledGrammar::automaton_bytes() const {
+  size_t n = sizeof(*this) + pda_.states.size() * (sizeof(Pda::State) + sizeof(void*)) +
+             pda_.next.size() * sizeof(int32_t) + pda_.calls.size() * sizeof(Pda::Call) +
+             pda_.rule_start.size() * sizeof(int32_t) + pda_.follow.size() * sizeof(ByteSet) +
+             pda_.follow_end.size() / 8;
+  for (const std::string& r : pda_.rule_names) n += sizeof(r) + r.size();
+  return n;
 }
 
 size_t CompiledGrammar::cached_bytes() const {

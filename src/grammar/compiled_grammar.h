@@ -67,8 +67,8 @@ class CompiledGrammar {
   const Pda& pda() const { return pda_; }
   const TokenTable& tokens() const { return *tokens_; }
   const std::shared_ptr<const TokenTable>& token_table() const { return tokens_; }
-  // The canonical text of the grammar this was compiled from.
-  const std::string& text() const { return text_; }
+  // The bytes of its automaton (masks computed since are counted by cached_bytes()).
+  size_t automaton_bytes() const;
 
   // The mask of a state with byte transitions, computed on first use.
   const PositionMask& mask_at(int32_t state) const;
@@ -84,7 +84,6 @@ class CompiledGrammar {
 
   Pda pda_;
   std::shared_ptr<const TokenTable> tokens_;
-  std::string text_;
   mutable std::unique_ptr<std::atomic<const PositionMask*>[]> cache_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<PositionMask>> owned_;  // guarded by mu_

@@ -34,8 +34,11 @@ Result<Grammar> build_grammar(const GrammarSpec& spec) {
 }
 
 GrammarCache::GrammarCache(std::shared_ptr<const TokenTable> tokens, size_t capacity,
-                           CompileOptions options)
-    : tokens_(std::move(tokens)), capacity_(capacity == 0 ? 1 : capacity), options_(options) {}
+                           CompileOptions options, size_t max_bytes)
+    : tokens_(std::move(tokens)),
+      capacity_(capacity == 0 ? 1 : capacity),
+      options_(options),
+      max_bytes_(max_bytes) {}
 
 Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSpec& spec) {
   FATHOM_ASSIGN_OR_RETURN(Grammar g, build_grammar(spec));
@@ -57,7 +60,9 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSp
   if (it != index_.end()) return it->second->second;
   lru_.emplace_front(key, cg);
   index_[key] = lru_.begin();
-  while (lru_.size() > capacity_) {
+  bytes_ += key.size() + cg->automaton_bytes();
+  while (lru_.size() > capacity_ || (lru_.size() > 1 && bytes_ > max_bytes_)) {
+    bytes_ -= lru_.back().first.size() + lru_.back().second->automaton_bytes();
     index_.erase(lru_.back().first);
     lru_.pop_back();
   }
@@ -67,6 +72,10 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSp
 size_t GrammarCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lru_.size();
+}
+size_t GrammarCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
 }
 size_t GrammarCache::hits() const {
   std::lock_guard<std::mutex> lock(mu_);

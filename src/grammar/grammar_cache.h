@@ -33,12 +33,15 @@ Result<Grammar> build_grammar(const GrammarSpec& spec);
 
 class GrammarCache {
  public:
+  // At most `capacity` grammars whose automata (and keys) take at most max_bytes together (the
+  // least recently used go first; one grammar larger than max_bytes is still kept, alone).
   GrammarCache(std::shared_ptr<const TokenTable> tokens, size_t capacity,
-               CompileOptions options = {});
+               CompileOptions options = {}, size_t max_bytes = size_t(1) << 30);
 
   // The compiled grammar for spec, from the cache or compiled now.
   Result<std::shared_ptr<const CompiledGrammar>> get(const GrammarSpec& spec);
   size_t size() const;
+  size_t bytes() const;  // the cached grammars' automaton_bytes() and their keys
   size_t hits() const;
   size_t misses() const;
 
@@ -46,8 +49,10 @@ class GrammarCache {
   std::shared_ptr<const TokenTable> tokens_;
   size_t capacity_;
   CompileOptions options_;
+  size_t max_bytes_;
   mutable std::mutex mu_;
   using Entry = std::pair<std::string, std::shared_ptr<const CompiledGrammar>>;
+  size_t bytes_ = 0;      // guarded by mu_
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   size_t hits_ = 0, misses_ = 0;

@@ -229,6 +229,38 @@ TEST(GrammarCache, LruByCanonicalText) {
   EXPECT_EQ(cache.get(bad).status().code(), StatusCode::kUnsupported);
 }
 
+// The cache also holds at most max_bytes of automata: a large grammar pushes the least
+// recently used out (one larger than the bound is kept alone).
+TEST(GrammarCache, BoundedByBytes) {
+  GrammarSpec small{.kind = GrammarSpec::Kind::kRegex, .text = "[ab]+"};
+  GrammarSpec other{.kind = GrammarSpec::Kind::kRegex, .text = "[cd]+"};
+  std::string members;
+  for (int i = 0; i < 60; ++i) members += (i ? ", " : "") + ("\"p" + std::to_string(i) + "\": {}");
+  GrammarSpec large{.kind = GrammarSpec::Kind::kJsonSchema,
+                    .text = R"({"type": "object", "properties": {)" + members + "}}"};
+  GrammarCache probe(test::byte_tokens(), 8);
+  ASSERT_TRUE(probe.get(small).is_ok());
+  const size_t small_bytes = probe.bytes();
+  ASSERT_TRUE(probe.get(large).is_ok());
+  const size_t large_bytes = probe.bytes() - small_bytes;
+  ASSERT_GT(large_bytes, 10 * small_bytes);
+  EXPECT_EQ(probe.size(), 2u);
+
+  GrammarCache cache(test::byte_tokens(), 8, {}, large_bytes + small_bytes / 2);
+  ASSERT_TRUE(cache.get(small).is_ok());
+  ASSERT_TRUE(cache.get(other).is_ok());
+  EXPECT_EQ(cache.size(), 2u);
+  ASSERT_TRUE(cache.get(large).is_ok());  // pushes out both small ones
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.bytes(), large_bytes);
+  GrammarCache tiny(test::byte_tokens(), 8, {}, 1);
+  ASSERT_TRUE(tiny.get(large).is_ok());
+  EXPECT_EQ(tiny.size(), 1u);
+  ASSERT_TRUE(tiny.get(small).is_ok());
+  EXPECT_EQ(tiny.size(), 1u);
+  EXPECT_EQ(tiny.bytes(), small_bytes);
+}
+
 // The canonical text (the cache's key) of an object with many optional members grows linearly
 // with them (each member's tail, shared by every "first member" alternative, is printed once:
 // it was quadratic, 40 s for 1,000 members), and still tells apart objects that differ only

@@ -86,17 +86,18 @@ struct Metrics {
   int64_t ttft_count = 0, latency_count = 0;
 };
 
-// The testing hooks a server may accept in a request body (each only when its flag allows):
-// "forced_output_ids" (teacher-forced output ids) and "fathom_inject_error_after" (the
-// engine fails the request after that many tokens).
-// The fields read_test_hooks reads: the adapters accept them when a hook is on.
+// The fields read_test_hooks reads when its flags allow them: the adapters accept those.
 constexpr std::string_view kTestHookFields[] = {"forced_output_ids", "fathom_inject_error_after"};
 
 std::span<const std::string_view> test_hook_fields(const ServerOptions& opt) {
-  if (!opt.allow_forced_output && !opt.allow_error_injection) return {};
-  return kTestHookFields;
+  const std::span<const std::string_view> all = kTestHookFields;
+  if (opt.allow_forced_output) return opt.allow_error_injection ? all : all.first(1);
+  return opt.allow_error_injection ? all.subspan(1) : all.first(0);
 }
 
+// The testing hooks a server may accept in a request body (each only when its flag allows):
+// "forced_output_ids" (teacher-forced output ids) and "fathom_inject_error_after" (the
+// engine fails the request after that many tokens).
 Status read_test_hooks(std::string_view body, const ServerOptions& opt,
                        engine::GenerationRequest* g) {
   if (!opt.allow_forced_output && !opt.allow_error_injection) return Status::ok();

@@ -637,40 +637,47 @@ Status attention_core(const ModelWeights& W, const BlockWeights& b, SequenceStat
       bf16_attention && T > 1 &&
       bf.fill(kv, T, hd, ring, std::max({int64_t(0), start - win + 1, floor}), start, win, comp,
               f.topk.data(), b.ratio > 0 ? T * f.topk_width : 0);
+  // Row t's entries in the kernel's order: the window (oldest first, empty slots last), then
+  // the selected compressed entries; window_row(pos) and comp_row(j) give each entry's row.
+  auto list_entries = [&]<typename E>(int64_t t, std::vector<const E*>& list, auto window_row,
+                                      auto comp_row) {
+    const int64_t p = start + t;
+    list.assign(static_cast<size_t>(width), nullptr);
+    list.reserve(size_t(width + f.topk_width));
+    int64_t slot = 0;
+    for (int64_t pos = std::max({int64_t(0), p - win + 1, floor}); pos <= p; ++pos, ++slot)
+      list[size_t(slot)] = window_row(pos);
+    if (b.ratio > 0) {
+      for (int64_t i = 0; i < f.topk_width; ++i) {
+        const int32_t j = f.topk[size_t(t * f.topk_width + i)];
+        list.push_back(j < 0 ? nullptr : comp_row(j));
+      }
+    }
+  };
   // Rows are independent: in fast numerics a prefill spreads them over the pool.
   auto row = [&](size_t ti) {
-    const int64_t t = int64_t(ti), p = start + t;
+    const int64_t t = int64_t(ti);
     if (chunk_bf16) {
-      // The same list as below, in the same order, of the entries' bf16 copies.
       thread_local std::vector<const uint16_t*> list;
-      list.assign(static_cast<size_t>(width), nullptr);
-      int64_t slot = 0;
-      for (int64_t pos = std::max({int64_t(0), p - win + 1, floor}); pos <= p; ++pos, ++slot)
-        list[size_t(slot)] =
-            pos >= start ? &bf.own[size_t((pos - start) * hd)] : &bf.ring[size_t(pos % win * hd)];
-      if (b.ratio > 0) {
-        for (int64_t i = 0; i < f.topk_width; ++i) {
-          const int32_t j = f.topk[size_t(t * f.topk_width + i)];
-          list.push_back(j < 0 ? nullptr : &bf.comp[size_t(bf.comp_slot[size_t(j)]) * size_t(hd)]);
-        }
-      }
+      list_entries(
+          t, list,
+          [&](int64_t pos) {
+            return pos >= start ? &bf.own[size_t((pos - start) * hd)]
+                                : &bf.ring[size_t(pos % win * hd)];
+          },
+          [&](int32_t j) { return &bf.comp[size_t(bf.comp_slot[size_t(j)]) * size_t(hd)]; });
       kernels::cpu::sparse_attention_avx512bf16_on_bf16(&q[size_t(t * H * hd)], H, hd, list.data(),
                                                         int64_t(list.size()), a.sink, scale,
                                                         &o[size_t(t * H * hd)]);
       return;
     }
     thread_local std::vector<const float*> entries;
-    entries.assign(static_cast<size_t>(width), nullptr);
-    entries.reserve(size_t(width + f.topk_width));
-    int64_t slot = 0;
-    for (int64_t pos = std::max({int64_t(0), p - win + 1, floor}); pos <= p; ++pos, ++slot)
-      entries[size_t(slot)] = pos >= start ? &kv[size_t((pos - start) * hd)] : ring.row(pos % win);
-    if (b.ratio > 0) {
-      for (int64_t i = 0; i < f.topk_width; ++i) {
-        const int32_t j = f.topk[size_t(t * f.topk_width + i)];
-        entries.push_back(j < 0 ? nullptr : comp->row(j));
-      }
-    }
+    list_entries(
+        t, entries,
+        [&](int64_t pos) {
+          return pos >= start ? &kv[size_t((pos - start) * hd)] : ring.row(pos % win);
+        },
+        [&](int32_t j) { return comp->row(j); });
     if (ex.fast && ex.pool != nullptr && T == 1 && H >= 2 && !amx_attention) {
       // Decode: the heads in two halves, one per thread (which read this thread's list: a
       // thread_local is not captured).

@@ -33,7 +33,8 @@ int http_status_of(const Status& s) {
   if (s.code() == StatusCode::kOk) return 200;
   if (client_fault(s.code())) return 400;
   if (s.code() == StatusCode::kNotFound) return 404;
-  if (s.code() == StatusCode::kResourceExhausted) return 503;
+  // Given up (the server is draining; a client that left never sees it): try again elsewhere.
+  if (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kCancelled) return 503;
   return 500;
 }
 

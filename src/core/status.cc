@@ -22,6 +22,8 @@ std::string_view status_code_name(StatusCode code) {
       return "io_error";
     case StatusCode::kInternal:
       return "internal";
+    case StatusCode::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }

@@ -24,6 +24,7 @@ enum class StatusCode {
   kResourceExhausted,
   kIoError,
   kInternal,
+  kCancelled,  // the work was given up: its client left, or the server is shutting down
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -56,6 +57,7 @@ inline Status unsupported(std::string m) { return Status(StatusCode::kUnsupporte
 inline Status out_of_range(std::string m) { return Status(StatusCode::kOutOfRange, std::move(m)); }
 inline Status io_error(std::string m) { return Status(StatusCode::kIoError, std::move(m)); }
 inline Status internal_error(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
+inline Status cancelled(std::string m) { return Status(StatusCode::kCancelled, std::move(m)); }
 
 // A value of type T or an error Status. REQUIRES: a Result built from a Status is not OK.
 template <typename T>

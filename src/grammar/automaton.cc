@@ -123,11 +123,18 @@ class NfaBuilder {
 };
 
 // Iterative: expression trees from untrusted text can be deep.
-void collect_refs(const Grammar& g, ExprId root, std::vector<int32_t>& out) {
+// The rules the expression under `root` refers to. The expressions form a DAG (an object's
+// optional-member tails are shared by every "first member" alternative): each node is
+// visited once, marked in `visited` with `stamp` (a new stamp per call, so no clearing).
+void collect_refs(const Grammar& g, ExprId root, std::vector<int32_t>& out,
+                  std::vector<uint32_t>& visited, uint32_t stamp) {
   std::vector<ExprId> stack{root};
   while (!stack.empty()) {
-    const ExprNode& n = g.node(stack.back());
+    const ExprId e = stack.back();
     stack.pop_back();
+    if (visited[size_t(e)] == stamp) continue;
+    visited[size_t(e)] = stamp;
+    const ExprNode& n = g.node(e);
     if (n.kind == ExprKind::kRef) out.push_back(n.rule);
     stack.insert(stack.end(), n.kids.begin(), n.kids.end());
   }
@@ -218,12 +225,13 @@ void minimize(Pda& pda) {
 
 }  // namespace
 
-Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
+Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits, const CancelToken* cancel) {
   FATHOM_RETURN_IF_ERROR(g.validate());
   const size_t nr = g.rule_count();
   std::vector<std::vector<int32_t>> refs(nr);
+  std::vector<uint32_t> visited(g.node_count(), 0);
   for (size_t r = 0; r < nr; ++r) {
-    collect_refs(g, g.rule_body(int32_t(r)), refs[r]);
+    collect_refs(g, g.rule_body(int32_t(r)), refs[r], visited, uint32_t(r + 1));
     std::sort(refs[r].begin(), refs[r].end());
     refs[r].erase(std::unique(refs[r].begin(), refs[r].end()), refs[r].end());
   }
@@ -267,6 +275,7 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
   size_t subset_states = 0;
   for (size_t oi = 0; oi < order.size(); ++oi) {
     const int32_t rule = order[oi];
+    if (is_cancelled(cancel)) return cancelled("grammar compilation cancelled");
     NfaBuilder nb(g, recursive, limits.max_nfa_states);
     const int32_t nfinal = nb.nfa.add();
     const int32_t nstart = nb.build(g.rule_body(rule), nfinal);
@@ -354,6 +363,7 @@ Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits) {
         return unsupported("grammar too large: more than " + std::to_string(limits.max_dfa_states) +
                            " automaton states");
       }
+      if (is_cancelled(cancel)) return cancelled("grammar compilation cancelled");
       const std::vector<int32_t> set = std::move(work[wi]);
       subset_states += set.size();
       if (subset_states > limits.max_subset_states) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cancel.h"
 #include "core/status.h"
 #include "grammar/grammar.h"
 
@@ -58,7 +59,9 @@ struct Pda {
 };
 
 // Builds the automaton. Errors: kUnsupported for left recursion or a grammar over the
-// limits; kInvalidArgument for a grammar that accepts no string.
-Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits = {});
+// limits; kInvalidArgument for a grammar that accepts no string; kCancelled once `cancel`
+// (polled at every automaton state) is raised.
+Result<Pda> build_pda(const Grammar& g, const PdaLimits& limits = {},
+                      const CancelToken* cancel = nullptr);
 
 }  // namespace fathom::grammar

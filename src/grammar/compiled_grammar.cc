@@ -45,9 +45,10 @@ void PositionMask::apply(uint32_t* words, size_t n_words, const std::vector<uint
 CompiledGrammar::~CompiledGrammar() = default;
 
 Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
-    const Grammar& g, std::shared_ptr<const TokenTable> tokens, const CompileOptions& options) {
+    const Grammar& g, std::shared_ptr<const TokenTable> tokens, const CompileOptions& options,
+    const CancelToken* cancel) {
   if (!tokens) return invalid_argument("no token table");
-  FATHOM_ASSIGN_OR_RETURN(Pda pda, build_pda(g, options.limits));
+  FATHOM_ASSIGN_OR_RETURN(Pda pda, build_pda(g, options.limits, cancel));
   std::shared_ptr<CompiledGrammar> cg(new CompiledGrammar());
   cg->pda_ = std::move(pda);
   cg->tokens_ = std::move(tokens);
@@ -65,6 +66,9 @@ const PositionMask& CompiledGrammar::mask_at(int32_t state) const {
   m = cache_[state].load(std::memory_order_acquire);
   if (m) return *m;
   m = made.get();
+  mask_bytes_.fetch_add(sizeof(PositionMask) + 4 * (made->ids.capacity() + made->bits.capacity() +
+                                                    made->uncertain.capacity()),
+                        std::memory_order_relaxed);
   owned_.push_back(std::move(made));
   cache_[state].store(m, std::memory_order_release);
   return *m;
@@ -96,15 +100,7 @@ size_t CompiledGrammar::automaton_bytes() const {
   return n;
 }
 
-size_t CompiledGrammar::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& m : owned_) {
-    n += sizeof(PositionMask) +
-         4 * (m->ids.capacity() + m->bits.capacity() + m->uncertain.capacity());
-  }
-  return n;
-}
+size_t CompiledGrammar::cached_bytes() const { return mask_bytes_.load(std::memory_order_relaxed); }
 
 // Walks the token trie from `state` with an unknown caller (kSentinel) below it.
 std::unique_ptr<PositionMask> CompiledGrammar::compute_mask(int32_t state) const {

@@ -55,10 +55,10 @@ struct CompileOptions {
 
 class CompiledGrammar {
  public:
-  // Builds the automaton of g for the vocabulary.
+  // Builds the automaton of g for the vocabulary (kCancelled once `cancel` is raised).
   static Result<std::shared_ptr<const CompiledGrammar>> compile(
       const Grammar& g, std::shared_ptr<const TokenTable> tokens,
-      const CompileOptions& options = {});
+      const CompileOptions& options = {}, const CancelToken* cancel = nullptr);
 
   ~CompiledGrammar();
   CompiledGrammar(const CompiledGrammar&) = delete;
@@ -74,7 +74,8 @@ class CompiledGrammar {
   const PositionMask& mask_at(int32_t state) const;
   // Computes every state's mask (in parallel over the pool, if given).
   void precompute(ThreadPool* pool = nullptr) const;
-  // How many states have their mask computed, and the bytes those masks take.
+  // How many states have their mask computed, and the bytes those masks take (a running
+  // count: cheap, and safe to read while masks are being added).
   size_t cached_states() const;
   size_t cached_bytes() const;
 
@@ -87,6 +88,7 @@ class CompiledGrammar {
   mutable std::unique_ptr<std::atomic<const PositionMask*>[]> cache_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<PositionMask>> owned_;  // guarded by mu_
+  mutable std::atomic<size_t> mask_bytes_{0};                 // of owned_, written under mu_
 };
 
 }  // namespace fathom::grammar

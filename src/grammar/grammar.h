@@ -82,6 +82,7 @@ class Grammar {
   int32_t import(const Grammar& other, std::string_view prefix);
 
   const ExprNode& node(ExprId id) const { return nodes_[id]; }
+  size_t node_count() const { return nodes_.size(); }
   size_t rule_count() const { return rules_.size(); }
   const std::string& rule_name(int32_t r) const { return rules_[r].name; }
   ExprId rule_body(int32_t r) const { return rules_[r].body; }

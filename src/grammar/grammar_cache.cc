@@ -40,33 +40,65 @@ GrammarCache::GrammarCache(std::shared_ptr<const TokenTable> tokens, size_t capa
       options_(options),
       max_bytes_(max_bytes) {}
 
-Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSpec& spec) {
+Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSpec& spec,
+                                                                 const CancelToken* cancel) {
   FATHOM_ASSIGN_OR_RETURN(Grammar g, build_grammar(spec));
   std::string key = g.to_string();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = index_.find(key);
-    if (it != index_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      ++hits_;
-      return it->second->second;
-    }
+    if (auto cached = lookup_locked(key)) return cached;
     ++misses_;
   }
-  FATHOM_ASSIGN_OR_RETURN(std::shared_ptr<const CompiledGrammar> cg,
-                          CompiledGrammar::compile(g, tokens_, options_));
+  auto compiled = CompiledGrammar::compile(g, tokens_, options_, cancel);
   std::lock_guard<std::mutex> lock(mu_);
+  if (!compiled.is_ok()) {
+    if (compiled.status().code() == StatusCode::kCancelled) ++cancelled_;
+    return compiled.status();
+  }
+  std::shared_ptr<const CompiledGrammar> cg = std::move(*compiled);
   auto it = index_.find(key);
   if (it != index_.end()) return it->second->second;
   lru_.emplace_front(key, cg);
   index_[key] = lru_.begin();
   bytes_ += key.size() + cg->automaton_bytes();
-  while (lru_.size() > capacity_ || (lru_.size() > 1 && bytes_ > max_bytes_)) {
-    bytes_ -= lru_.back().first.size() + lru_.back().second->automaton_bytes();
-    index_.erase(lru_.back().first);
+  trim_locked();
+  return cg;
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::find(const GrammarSpec& spec) {
+  FATHOM_ASSIGN_OR_RETURN(Grammar g, build_grammar(spec));
+  const std::string key = g.to_string();
+  std::lock_guard<std::mutex> lock(mu_);
+  return lookup_locked(key);
+}
+
+std::shared_ptr<const CompiledGrammar> GrammarCache::lookup_locked(const std::string& key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  ++hits_;
+  std::shared_ptr<const CompiledGrammar> cg = it->second->second;
+  trim_locked();  // its masks (or others') may have grown since the last check
+  return cg;
+}
+
+size_t GrammarCache::bytes_locked() const {
+  size_t n = bytes_;
+  for (const Entry& e : lru_) n += e.second->cached_bytes();
+  return n;
+}
+
+void GrammarCache::trim_locked() {
+  size_t total = bytes_locked();
+  while (lru_.size() > capacity_ || (lru_.size() > 1 && total > max_bytes_)) {
+    const Entry& last = lru_.back();
+    const size_t own = last.first.size() + last.second->automaton_bytes();
+    const size_t gone = own + last.second->cached_bytes();  // its masks may have grown meanwhile
+    bytes_ -= own;
+    total = total > gone ? total - gone : 0;
+    index_.erase(last.first);
     lru_.pop_back();
   }
-  return cg;
 }
 
 size_t GrammarCache::size() const {
@@ -75,7 +107,7 @@ size_t GrammarCache::size() const {
 }
 size_t GrammarCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return bytes_;
+  return bytes_locked();
 }
 size_t GrammarCache::hits() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -84,6 +116,10 @@ size_t GrammarCache::hits() const {
 size_t GrammarCache::misses() const {
   std::lock_guard<std::mutex> lock(mu_);
   return misses_;
+}
+size_t GrammarCache::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
 }
 
 }  // namespace fathom::grammar

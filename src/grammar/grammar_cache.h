@@ -2,7 +2,8 @@
 // choices), turned into a Grammar by build_grammar(). GrammarCache: compiled grammars for one
 // vocabulary, least recently used first out, keyed by the canonical text of the built grammar
 // (so two spellings of the same schema share one entry). Thread-safe; compilation happens
-// outside the lock (two threads may compile the same grammar once each; one result is kept).
+// outside the lock, on the caller's thread (two threads may compile the same grammar once
+// each; one result is kept), and stops early when the caller's CancelToken is raised.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cancel.h"
 #include "core/status.h"
 #include "grammar/compiled_grammar.h"
 #include "grammar/json_schema.h"
@@ -33,29 +35,43 @@ Result<Grammar> build_grammar(const GrammarSpec& spec);
 
 class GrammarCache {
  public:
-  // At most `capacity` grammars whose automata (and keys) take at most max_bytes together (the
-  // least recently used go first; one grammar larger than max_bytes is still kept, alone).
+  // At most `capacity` grammars whose automata, the token masks computed for them since, and
+  // their keys take at most max_bytes together (the least recently used go first, checked at
+  // every get() and find(); one grammar larger than max_bytes is still kept, alone).
   GrammarCache(std::shared_ptr<const TokenTable> tokens, size_t capacity,
                CompileOptions options = {}, size_t max_bytes = size_t(1) << 30);
 
-  // The compiled grammar for spec, from the cache or compiled now.
-  Result<std::shared_ptr<const CompiledGrammar>> get(const GrammarSpec& spec);
+  // The compiled grammar for spec, from the cache or compiled now; kCancelled when `cancel`
+  // is raised before a compile ends (nothing is cached then).
+  Result<std::shared_ptr<const CompiledGrammar>> get(const GrammarSpec& spec,
+                                                     const CancelToken* cancel = nullptr);
+  // The cached grammar for spec without compiling: null when it is not cached; a spec that
+  // does not build (a malformed schema, regex or grammar) is its error. A find counts a hit.
+  Result<std::shared_ptr<const CompiledGrammar>> find(const GrammarSpec& spec);
   size_t size() const;
-  size_t bytes() const;  // the cached grammars' automaton_bytes() and their keys
+  // The cached grammars' automaton_bytes(), cached_bytes() (their masks) and keys.
+  size_t bytes() const;
   size_t hits() const;
-  size_t misses() const;
+  size_t misses() const;     // compiles started
+  size_t cancelled() const;  // compiles given up on a raised CancelToken
 
  private:
+  // The entry under key, made most recent (null when absent). REQUIRES: mu_ held.
+  std::shared_ptr<const CompiledGrammar> lookup_locked(const std::string& key);
+  // Drops the least recently used entries over the bounds. REQUIRES: mu_ held.
+  void trim_locked();
+  size_t bytes_locked() const;
+
   std::shared_ptr<const TokenTable> tokens_;
   size_t capacity_;
   CompileOptions options_;
   size_t max_bytes_;
   mutable std::mutex mu_;
   using Entry = std::pair<std::string, std::shared_ptr<const CompiledGrammar>>;
-  size_t bytes_ = 0;      // guarded by mu_
+  size_t bytes_ = 0;      // keys and automata; guarded by mu_
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
-  size_t hits_ = 0, misses_ = 0;
+  size_t hits_ = 0, misses_ = 0, cancelled_ = 0;
 };
 
 }  // namespace fathom::grammar

@@ -66,6 +66,7 @@ TEST(Errors, StatusCodesAndTypesPerProtocol) {
       {Status(StatusCode::kResourceExhausted, "the KV cache is full"), 503, "server_error", 529,
        "overloaded_error"},
       {internal_error("boom"), 500, "server_error", 500, "api_error"},
+      {cancelled("the server is shutting down"), 503, "server_error", 503, "api_error"},
       {io_error("disk"), 500, "server_error", 500, "api_error"},
   };
   for (const Case& c : cases) {

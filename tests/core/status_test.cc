@@ -23,6 +23,7 @@ TEST(Status, OkAndErrors) {
   EXPECT_EQ(s.code(), StatusCode::kCorrupt);
   EXPECT_EQ(s.to_string(), "corrupt: bad header");
   EXPECT_EQ(status_code_name(StatusCode::kUnsupported), "unsupported");
+  EXPECT_EQ(status_code_name(StatusCode::kCancelled), "cancelled");
 }
 
 TEST(Status, ResultAndMacrosPropagate) {

@@ -3,8 +3,13 @@
 // choice grammars, and the compiled-grammar cache (including sharing across threads).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
+#include "grammar/compile_queue.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/json_schema.h"
 #include "grammar/test_helpers.h"
@@ -229,6 +234,106 @@ TEST(GrammarCache, LruByCanonicalText) {
   EXPECT_EQ(cache.get(bad).status().code(), StatusCode::kUnsupported);
 }
 
+// A compile whose CancelToken is raised (its client left) stops with kCancelled and caches
+// nothing: raised before it starts, or from another thread while the subset construction of
+// a regex that would otherwise run for seconds (until its "too large" error) is under way.
+// The same spec compiles later for a caller that stays, and a cached grammar needs no work.
+TEST(GrammarCache, CancelledCompilesStopAndAreNotCached) {
+  GrammarCache cache(test::byte_tokens(), 8);
+  GrammarSpec small{.kind = GrammarSpec::Kind::kRegex, .text = "[ab]+"};
+  CancelToken raised;
+  raised.cancel();
+  EXPECT_EQ(cache.get(small, &raised).status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(cache.cancelled(), 1u);
+  EXPECT_EQ(cache.size(), 0u);
+  auto absent = cache.find(small);  // find never compiles
+  ASSERT_TRUE(absent.is_ok());
+  EXPECT_EQ(absent.value(), nullptr);
+  ASSERT_TRUE(cache.get(small).is_ok());
+  EXPECT_TRUE(cache.get(small, &raised).is_ok());  // a hit: nothing to give up
+  auto found = cache.find(small);
+  ASSERT_TRUE(found.is_ok());
+  EXPECT_NE(found.value(), nullptr);
+  EXPECT_EQ(cache.hits(), 2u);
+  GrammarSpec malformed{.kind = GrammarSpec::Kind::kRegex, .text = "(ab"};
+  EXPECT_FALSE(cache.find(malformed).is_ok());
+
+  GrammarSpec huge{.kind = GrammarSpec::Kind::kRegex, .text = "((a{1,100}){1,100}){1,100}"};
+  CancelToken later;
+  std::thread raiser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    later.cancel();
+  });
+  auto r = cache.get(huge, &later);
+  raiser.join();
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().to_string();
+  EXPECT_EQ(cache.cancelled(), 2u);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+// The compile queue runs jobs in order on its own thread and answers each once: a job whose
+// token is raised while it runs stops (kCancelled), one raised before its turn is answered
+// kCancelled without compiling, and the rest compile into the cache.
+TEST(CompileQueue, AnswersInOrderAndSkipsCancelledJobs) {
+  GrammarCache cache(test::byte_tokens(), 8);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<char, StatusCode>> answers;
+  auto done = [&](char job) {
+    return [&, job](Result<std::shared_ptr<const CompiledGrammar>> r) {
+      std::lock_guard<std::mutex> lock(mu);
+      answers.emplace_back(job, r.is_ok() ? StatusCode::kOk : r.status().code());
+      cv.notify_all();
+    };
+  };
+  auto spec = [](const char* regex) {
+    return std::make_shared<const GrammarSpec>(
+        GrammarSpec{.kind = GrammarSpec::Kind::kRegex, .text = regex});
+  };
+  auto huge = std::make_shared<CancelToken>(), skipped = std::make_shared<CancelToken>();
+  {
+    CompileQueue queue(cache, 1);
+    queue.submit(spec("((a{1,100}){1,100}){1,100}"), huge, done('a'));
+    queue.submit(spec("[ab]+"), skipped, done('b'));
+    queue.submit(spec("[cd]+"), nullptr, done('c'));
+    skipped->cancel();
+    while (queue.waiting() > 2) std::this_thread::yield();  // 'a' is compiling
+    huge->cancel();
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return answers.size() == 3; });
+  }
+  const std::vector<std::pair<char, StatusCode>> want = {
+      {'a', StatusCode::kCancelled}, {'b', StatusCode::kCancelled}, {'c', StatusCode::kOk}};
+  EXPECT_EQ(answers, want);
+  EXPECT_EQ(cache.misses(), 2u);  // 'b' never compiled
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+// Destroying the queue stops the compile under way (raising its token) and answers the jobs
+// still waiting kCancelled; nothing is left unanswered.
+TEST(CompileQueue, DestructionCancelsRunningAndWaitingJobs) {
+  GrammarCache cache(test::byte_tokens(), 8);
+  std::atomic<int> cancelled_answers{0};
+  auto done = [&](Result<std::shared_ptr<const CompiledGrammar>> r) {
+    if (!r.is_ok() && r.status().code() == StatusCode::kCancelled) ++cancelled_answers;
+  };
+  auto running = std::make_shared<CancelToken>();
+  {
+    CompileQueue queue(cache, 1);
+    queue.submit(std::make_shared<const GrammarSpec>(GrammarSpec{
+                     .kind = GrammarSpec::Kind::kRegex, .text = "((a{1,100}){1,100}){1,100}"}),
+                 running, done);
+    queue.submit(std::make_shared<const GrammarSpec>(
+                     GrammarSpec{.kind = GrammarSpec::Kind::kRegex, .text = "[ab]+"}),
+                 nullptr, done);
+    while (queue.waiting() > 1) std::this_thread::yield();
+  }
+  EXPECT_TRUE(running->cancelled());
+  EXPECT_EQ(cancelled_answers.load(), 2);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
 // The cache also holds at most max_bytes of automata: a large grammar pushes the least
 // recently used out (one larger than the bound is kept alone).
 TEST(GrammarCache, BoundedByBytes) {
@@ -253,6 +358,19 @@ TEST(GrammarCache, BoundedByBytes) {
   ASSERT_TRUE(cache.get(large).is_ok());  // pushes out both small ones
   EXPECT_EQ(cache.size(), 1u);
   EXPECT_EQ(cache.bytes(), large_bytes);
+  // Token masks computed after a grammar was cached count too: once the large grammar's masks
+  // pass the bound, the next lookup pushes it out.
+  GrammarCache masks(test::byte_tokens(), 8, {}, large_bytes + small_bytes + 64);
+  auto l = masks.get(large);
+  ASSERT_TRUE(l.is_ok());
+  ASSERT_TRUE(masks.get(small).is_ok());
+  EXPECT_EQ(masks.size(), 2u);
+  l.value()->precompute();
+  ASSERT_GT(l.value()->cached_bytes(), 64u);
+  EXPECT_EQ(masks.bytes(), large_bytes + small_bytes + l.value()->cached_bytes());
+  ASSERT_TRUE(masks.find(small).is_ok());
+  EXPECT_EQ(masks.size(), 1u);
+  EXPECT_EQ(masks.bytes(), small_bytes);
   GrammarCache tiny(test::byte_tokens(), 8, {}, 1);
   ASSERT_TRUE(tiny.get(large).is_ok());
   EXPECT_EQ(tiny.size(), 1u);

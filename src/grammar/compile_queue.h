@@ -1,0 +1,57 @@
+// CompileQueue: compiles grammars through a GrammarCache on threads of its own, so that a
+// request thread never waits for one (a large schema takes seconds): submit() returns at once
+// and `done` later runs, on a compile thread, with the result. Jobs start in the order they
+// were submitted. A job whose CancelToken is raised before its turn is answered kCancelled
+// without compiling; one raised during its compile stops it. Destruction raises the tokens of
+// the running jobs, answers the waiting ones kCancelled and joins the threads.
+// Thread-safe: submit() and waiting() from any thread. `done` must not call back into the
+// queue's destructor (it may submit).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/cancel.h"
+#include "core/status.h"
+#include "grammar/grammar_cache.h"
+
+namespace fathom::grammar {
+
+class CompileQueue {
+ public:
+  using Done = std::function<void(Result<std::shared_ptr<const CompiledGrammar>>)>;
+
+  // REQUIRES: cache outlives the queue; threads >= 1.
+  CompileQueue(GrammarCache& cache, size_t threads);
+  ~CompileQueue();
+  CompileQueue(const CompileQueue&) = delete;
+  CompileQueue& operator=(const CompileQueue&) = delete;
+
+  void submit(std::shared_ptr<const GrammarSpec> spec, std::shared_ptr<CancelToken> cancel,
+              Done done);
+  size_t waiting() const;  // jobs submitted and not yet started
+
+ private:
+  struct Job {
+    std::shared_ptr<const GrammarSpec> spec;
+    std::shared_ptr<CancelToken> cancel;
+    Done done;
+  };
+  void run();
+
+  GrammarCache& cache_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;                         // a job or stop
+  std::deque<Job> jobs_;                               // guarded by mu_
+  std::vector<std::shared_ptr<CancelToken>> running_;  // guarded by mu_
+  bool stop_ = false;                                  // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace fathom::grammar

@@ -24,12 +24,14 @@
 #include "core/py_json.h"
 #include "core/utf8.h"
 #include "engine/generator.h"
+#include "grammar/compile_queue.h"
 #include "grammar/dsml.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/token_table.h"
 #include "kv/prefix_cache.h"
 #include "prompt/encoder.h"
 #include "prompt/output_parser.h"
+#include "serve/grammar_wait.h"
 #include "serve/http_server.h"
 #include "serve/kv_event_routes.h"
 #include "serve/pd_routes.h"
@@ -166,6 +168,19 @@ std::string transport_error_json(std::string_view path, int status, const std::s
   return out;
 }
 
+// A reply that streams SSE (status 200, text/event-stream) or waits for the whole body.
+Reply producer_reply(std::unique_ptr<http::Producer> p, bool streaming) {
+  Reply r;
+  r.producer = std::move(p);
+  r.stream = streaming;
+  if (streaming) {
+    r.response.content_type = "text/event-stream";
+    r.response.headers.emplace_back("Cache-Control", "no-cache");
+    r.heartbeat = ": keep-alive\n\n";  // an SSE comment: every client's parser skips it
+  }
+  return r;
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -179,6 +194,9 @@ struct Server::Impl {
   // compiled grammars of recent requests. Null with `grammar_error` saying why.
   std::unique_ptr<grammar::GrammarCache> grammars;
   Status grammar_error;
+  // Compiles the grammars the cache does not have, off the request workers (with grammars;
+  // declared after it, so it stops first).
+  std::unique_ptr<grammar::CompileQueue> compiles;
   std::vector<api::ServedModel> served;  // the names `model` may take; the first is the default
   // Each API key's default retention class (--api-key-retention).
   std::vector<std::pair<std::string, kv::RetentionClass>> key_retention;
@@ -211,9 +229,13 @@ struct Server::Impl {
         tok, size_t(engine.vocab_size()),
         eos >= 0 ? std::vector<int32_t>{eos} : std::vector<int32_t>{},
         dsml >= 0 ? std::vector<int32_t>{dsml} : std::vector<int32_t>{});
-    if (table.is_ok())
+    if (table.is_ok()) {
       grammars = std::make_unique<grammar::GrammarCache>(std::move(*table), 256);
-    else
+      // As many compile threads as request workers: as many compiles at once as before they
+      // moved off the workers.
+      compiles = std::make_unique<grammar::CompileQueue>(*grammars,
+                                                         size_t(std::max(1, opt.worker_threads)));
+    } else
       grammar_error = table.status();
     // Every configured name thinks by default (as the V4.1 template does); DeepSeek's own
     // names for the same weights follow: deepseek-chat (thinking off), deepseek-reasoner (on).
@@ -300,18 +322,33 @@ struct Server::Impl {
     return Status::ok();
   }
 
-  // The compiled grammar of a request's constraint (null for none); a spec that does not
-  // compile is a 400 naming the field it came from.
-  // *source (when given) is set to the spec it compiled: what a router ships to its replicas.
-  Result<std::shared_ptr<const grammar::CompiledGrammar>> compile(
-      const api::StructuredOutput& so,
-      std::shared_ptr<const grammar::GrammarSpec>* source = nullptr) {
+  // A request's constraint: what it compiles from (null for none) and the field its errors
+  // name.
+  struct Constraint {
+    std::shared_ptr<const grammar::GrammarSpec> spec;  // also what a router ships to replicas
+    std::string where;                                 // "'response_format'", "'tools'", ...
+  };
+
+  // The request's error for a constraint that did not compile: a 400 naming the field, or
+  // kCancelled for a compile given up on its CancelToken (only a client still there, at the
+  // server's drain deadline, reads that one).
+  static Status compile_error(const std::string& where, const Status& s) {
+    if (s.code() == StatusCode::kCancelled)
+      return cancelled(where + ": " + s.message() + ": the server is shutting down");
+    return invalid_argument(where + ": " +
+                            (s.code() == StatusCode::kUnsupported ? "not supported: " : "") +
+                            s.message());
+  }
+
+  // The constraint of a request's structured output (none when it asks for none).
+  Result<Constraint> constraint_of(const api::StructuredOutput& so) {
     using K = api::StructuredOutput::Kind;
-    if (!so.active()) return std::shared_ptr<const grammar::CompiledGrammar>();
+    if (!so.active()) return Constraint{};
     const std::string where = "'" + so.field + "'";
     if (!grammars)
       return invalid_argument(where +
                               ": structured outputs are unavailable: " + grammar_error.message());
+    if (so.kind == K::kSpec) return Constraint{so.spec, where};  // a router's, exactly as given
     grammar::GrammarSpec spec;
     // JSON: compact (no whitespace) and, as vLLM's XGrammar backend does, an object schema
     // without additionalProperties admits only its listed properties (README).
@@ -339,30 +376,17 @@ struct Server::Impl {
         spec.kind = grammar::GrammarSpec::Kind::kGbnf;
         spec.text = so.text;
         break;
-      case K::kSpec:  // Fathom's grammar_spec (a router's): compiled exactly as given
-        spec = *so.spec;
-        break;
+      case K::kSpec:
       case K::kNone:
         break;
     }
-    auto compiled = grammars->get(spec);
-    if (!compiled.is_ok())
-      return invalid_argument(
-          where + ": " +
-          (compiled.status().code() == StatusCode::kUnsupported ? "not supported: " : "") +
-          compiled.status().message());
-    if (source)
-      *source = so.spec ? so.spec : std::make_shared<const grammar::GrammarSpec>(std::move(spec));
-    return std::move(*compiled);
+    return Constraint{std::make_shared<const grammar::GrammarSpec>(std::move(spec)), where};
   }
 
-  // The grammar of a request's tool-call block when some of its tools are strict (null
+  // The constraint of a request's tool-call block when some of its tools are strict (none
   // otherwise): their arguments follow their schemas; the others take any arguments.
-  Result<std::shared_ptr<const grammar::CompiledGrammar>> compile_tools(
-      const api::ConversationRequest& c,
-      std::shared_ptr<const grammar::GrammarSpec>* source = nullptr) {
-    if (c.strict_tools.empty() || c.tool_choice == api::ToolChoice::kNone)
-      return std::shared_ptr<const grammar::CompiledGrammar>();
+  Result<Constraint> tools_constraint_of(const api::ConversationRequest& c) {
+    if (c.strict_tools.empty() || c.tool_choice == api::ToolChoice::kNone) return Constraint{};
     if (!grammars || dsml < 0)
       return invalid_argument(
           "'tools': strict tools are unavailable: " +
@@ -382,15 +406,39 @@ struct Server::Impl {
     grammar::GrammarSpec spec;
     spec.kind = grammar::GrammarSpec::Kind::kDsml;
     spec.text = grammar::dsml_spec_json(tools, o);
-    auto compiled = grammars->get(spec);
-    if (!compiled.is_ok())
-      return invalid_argument("'tools': " +
-                              std::string(compiled.status().code() == StatusCode::kUnsupported
-                                              ? "not supported: "
-                                              : "") +
-                              compiled.status().message());
-    if (source) *source = std::make_shared<const grammar::GrammarSpec>(std::move(spec));
-    return std::move(*compiled);
+    return Constraint{std::make_shared<const grammar::GrammarSpec>(std::move(spec)), "'tools'"};
+  }
+
+  using Finish = GrammarWaitProducer::Finish;
+  // The reply of a request once its constraint is compiled. `finish` (which submits the
+  // request and builds its producer) runs now when there is no constraint or the grammar cache
+  // has it; otherwise the compile goes on the CompileQueue and a GrammarWaitProducer stands in
+  // until it is done, so this request worker is free. A spec that does not build (malformed) is
+  // a 400 now. `stream_error` is the protocol's error event, for a compile that fails after a
+  // heartbeat committed the stream.
+  Reply with_constraint(Protocol p, bool streaming, Constraint c, Finish finish,
+                        std::function<std::string(const Status&)> stream_error) {
+    std::shared_ptr<const grammar::CompiledGrammar> ready;
+    if (c.spec) {
+      auto found = grammars->find(*c.spec);
+      if (!found.is_ok()) return send_error(p, compile_error(c.where, found.status()));
+      ready = std::move(*found);
+    }
+    if (!c.spec || ready) {
+      auto producer = finish(std::move(ready));
+      if (!producer.is_ok()) return send_error(p, producer.status());
+      return producer_reply(std::move(*producer), streaming);
+    }
+    GrammarWaitProducer::Hooks h;
+    h.finish = std::move(finish);
+    h.compile_error = [where = c.where](const Status& s) { return compile_error(where, s); };
+    h.error_response = [this, p](const Status& s) { return error_response(p, s); };
+    h.stream_error = [this, p, f = std::move(stream_error)](const Status& s) {
+      count_error(p);
+      return f(s);
+    };
+    return producer_reply(std::make_unique<GrammarWaitProducer>(*compiles, c.spec, std::move(h)),
+                          streaming);
   }
 
   // The KV-store retention class of a request: the class its `retention` names (an unknown
@@ -878,19 +926,6 @@ class GenerateProducer : public StreamsProducer {
   bool done_ = false;
 };
 
-// A reply that streams SSE (status 200, text/event-stream) or waits for the whole body.
-Reply producer_reply(std::unique_ptr<http::Producer> p, bool streaming) {
-  Reply r;
-  r.producer = std::move(p);
-  r.stream = streaming;
-  if (streaming) {
-    r.response.content_type = "text/event-stream";
-    r.response.headers.emplace_back("Cache-Control", "no-cache");
-    r.heartbeat = ": keep-alive\n\n";  // an SSE comment: every client's parser skips it
-  }
-  return r;
-}
-
 }  // namespace
 
 Reply Server::Impl::route(Protocol p, const Request& req) {
@@ -932,61 +967,66 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
     g.reasoning_budget = conv->reasoning_budget;
     g.think_end_id = think_end;
   }
-  std::shared_ptr<const grammar::GrammarSpec> source, tool_source;
-  auto constraint = compile(conv->structured, &source);
+  auto constraint = constraint_of(conv->structured);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
-  auto tool_constraint = compile_tools(*conv, &tool_source);
+  auto tool_constraint = tools_constraint_of(*conv);
   if (!tool_constraint.is_ok()) return send_error(p, tool_constraint.status());
-  if (*tool_constraint) {
-    if (*constraint)
+  if (tool_constraint->spec) {
+    if (constraint->spec)
       return send_error(p, invalid_argument("'tools': strict tools together with a structured "
                                             "output (" +
                                             conv->structured.field + ") are not supported"));
     constraint = std::move(tool_constraint);
-    source = std::move(tool_source);
   }
-  if (*constraint) {
-    g.grammar = std::move(*constraint);
-    g.grammar_spec = std::move(source);
-    // The reasoning is free; the answer after </think> follows the constraint.
-    if (conv->thinking && think_end >= 0) {
-      g.grammar_after_think = true;
-      g.think_end_id = think_end;
-    }
-  }
-  const int n = std::max(1, conv->n);
-  auto streams = engine.submit_n(std::move(g), n);
-  if (!streams.is_ok()) return send_error(p, streams.status());
-  const std::string& model = conv->model.empty() ? served.front().name : conv->model;
+  const std::string model = conv->model.empty() ? served.front().name : conv->model;
   const int64_t created = int64_t(std::time(nullptr));
+  const std::string id = random_id(p == Protocol::kChat ? "chatcmpl-" : "");
   const bool streaming = conv->stream;
-  auto make = [&](auto responder_of) -> Result<std::unique_ptr<http::Producer>> {
-    using R = decltype(responder_of(0));
-    std::vector<typename ConversationProducer<R>::Choice> choices;
-    for (int i = 0; i < n; ++i) {
-      auto parser = prompt::OutputParser::create(tok, conv->parsing_options());
-      if (!parser.is_ok()) return parser.status();
-      choices.push_back({std::move(*parser), responder_of(i), conv->thinking});
+  auto request = std::make_shared<api::ConversationRequest>(std::move(*conv));
+  auto gen = std::make_shared<engine::GenerationRequest>(std::move(g));
+  Finish finish = [this, p, t0, request, gen, spec = constraint->spec, model, created,
+                   id](std::shared_ptr<const grammar::CompiledGrammar> grammar)
+      -> Result<std::unique_ptr<http::Producer>> {
+    const api::ConversationRequest& c = *request;
+    if (grammar) {
+      gen->grammar = std::move(grammar);
+      gen->grammar_spec = spec;
+      // The reasoning is free; the answer after </think> follows the constraint.
+      if (c.thinking && think_end >= 0) {
+        gen->grammar_after_think = true;
+        gen->think_end_id = think_end;
+      }
     }
-    return std::unique_ptr<http::Producer>(std::make_unique<ConversationProducer<R>>(
-        this, p, std::move(*streams), std::move(choices), streaming, t0));
+    const int n = std::max(1, c.n);
+    auto streams = engine.submit_n(std::move(*gen), n);
+    if (!streams.is_ok()) return streams.status();
+    auto make = [&](auto responder_of) -> Result<std::unique_ptr<http::Producer>> {
+      using R = decltype(responder_of(0));
+      std::vector<typename ConversationProducer<R>::Choice> choices;
+      for (int i = 0; i < n; ++i) {
+        auto parser = prompt::OutputParser::create(tok, c.parsing_options());
+        if (!parser.is_ok()) return parser.status();
+        choices.push_back({std::move(*parser), responder_of(i), c.thinking});
+      }
+      return std::unique_ptr<http::Producer>(std::make_unique<ConversationProducer<R>>(
+          this, p, std::move(*streams), std::move(choices), c.stream, t0));
+    };
+    if (p == Protocol::kChat)
+      return make([&](int i) {
+        return api::ChatResponder(id, model, created, c.thinking, c.include_usage,
+                                  api::ChatChoice{i, n, c.logprobs});
+      });
+    if (p == Protocol::kMessages)
+      return make([&](int) { return api::MessagesResponder(id, model, c.thinking); });
+    return make([&](int) { return api::ResponsesResponder(id, model, created); });
   };
-  Result<std::unique_ptr<http::Producer>> producer = invalid_argument("unreachable");
-  if (p == Protocol::kChat) {
-    const std::string id = random_id("chatcmpl-");
-    producer = make([&](int i) {
-      return api::ChatResponder(id, model, created, conv->thinking, conv->include_usage,
-                                api::ChatChoice{i, n, conv->logprobs});
-    });
-  } else if (p == Protocol::kMessages) {
-    const std::string id = random_id("");
-    producer = make([&](int) { return api::MessagesResponder(id, model, conv->thinking); });
-  } else {
-    const std::string id = random_id("");
-    producer = make([&](int) { return api::ResponsesResponder(id, model, created); });
-  }
-  if (!producer.is_ok()) return send_error(p, producer.status());
-  return producer_reply(std::move(*producer), streaming);
+  auto stream_error = [p, id, model, created](const Status& s) {
+    if (p == Protocol::kMessages) return api::anthropic_stream_error(s);
+    if (p == Protocol::kResponses)
+      return api::ResponsesResponder(id, model, created).stream_error(s, api::Usage{});
+    return api::openai_stream_error(s);
+  };
+  return with_constraint(p, streaming, std::move(*constraint), std::move(finish), stream_error);
 }
 
 // OpenAI (legacy) Completions: `prompt` is a string or a list of token ids; the text is
@@ -1031,11 +1071,7 @@ Reply Server::Impl::completions(const Request& req) {
   // Fathom's id-level reasoning fields (what a router sends: README).
   g.think_end_id = cr->think_end_id;
   g.reasoning_budget = cr->reasoning_budget;
-  auto constraint = compile(cr->structured, &g.grammar_spec);
-  if (!constraint.is_ok()) return send_error(p, constraint.status());
-  g.grammar = std::move(*constraint);
   g.grammar_after_think = cr->grammar_after_think;
-  const int n = std::max(1, cr->n);
   // A P/D hand-off's request (from the router): its prompt blocks were pushed into a room
   // here; past the gate the engine reads them from the staging tier as from the KV store.
   if (const std::string_view room = req.header("X-Fathom-KV-Room"); !room.empty()) {
@@ -1049,23 +1085,39 @@ Reply Server::Impl::completions(const Request& req) {
       return Reply::of(Response::json(503, std::move(b)));
     }
   }
-  auto streams = engine.submit_n(std::move(g), n);
-  if (!streams.is_ok()) return send_error(p, streams.status());
-  const std::string id = random_id("cmpl-");
-  const std::string& model = cr->model.empty() ? served.front().name : cr->model;
-  const int64_t created = int64_t(std::time(nullptr));
-  std::vector<CompletionProducer::Choice> choices;
-  for (int i = 0; i < n; ++i)
-    choices.emplace_back(
-        tok, cr->sampling.stop,
-        api::CompletionsResponder(
-            id, model, created,
-            api::CompletionsChoice{i, n, cr->logprobs.has_value(), cr->include_usage,
-                                   cr->return_token_ids, cr->logprob_ids >= 0, prompt_ids}),
-        cr->logprob_ids >= 0);
-  return producer_reply(std::make_unique<CompletionProducer>(this, std::move(*streams),
-                                                             std::move(choices), cr->stream, t0),
-                        cr->stream);
+  auto constraint = constraint_of(cr->structured);
+  if (!constraint.is_ok()) return send_error(p, constraint.status());
+  const bool streaming = cr->stream;
+  auto request = std::make_shared<api::CompletionsRequest>(std::move(*cr));
+  auto gen = std::make_shared<engine::GenerationRequest>(std::move(g));
+  Finish finish = [this, t0, request, gen, prompt_ids,
+                   spec = constraint->spec](std::shared_ptr<const grammar::CompiledGrammar> grammar)
+      -> Result<std::unique_ptr<http::Producer>> {
+    const api::CompletionsRequest& c = *request;
+    if (grammar) {
+      gen->grammar = std::move(grammar);
+      gen->grammar_spec = spec;
+    }
+    const int n = std::max(1, c.n);
+    auto streams = engine.submit_n(std::move(*gen), n);
+    if (!streams.is_ok()) return streams.status();
+    const std::string id = random_id("cmpl-");
+    const std::string& model = c.model.empty() ? served.front().name : c.model;
+    const int64_t created = int64_t(std::time(nullptr));
+    std::vector<CompletionProducer::Choice> choices;
+    for (int i = 0; i < n; ++i)
+      choices.emplace_back(
+          tok, c.sampling.stop,
+          api::CompletionsResponder(
+              id, model, created,
+              api::CompletionsChoice{i, n, c.logprobs.has_value(), c.include_usage,
+                                     c.return_token_ids, c.logprob_ids >= 0, prompt_ids}),
+          c.logprob_ids >= 0);
+    return std::unique_ptr<http::Producer>(std::make_unique<CompletionProducer>(
+        this, std::move(*streams), std::move(choices), c.stream, t0));
+  };
+  return with_constraint(p, streaming, std::move(*constraint), std::move(finish),
+                         [](const Status& s) { return api::openai_stream_error(s); });
 }
 
 // SGLang's native /generate: `text` (encoded with added-token matching, as /tokenize and a
@@ -1089,17 +1141,29 @@ Reply Server::Impl::generate(const Request& req) {
   auto retention = retention_of(p, gr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
-  auto constraint = compile(gr->structured, &g.grammar_spec);
+  auto constraint = constraint_of(gr->structured);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
-  g.grammar = std::move(*constraint);
-  const int64_t max_tokens = g.max_tokens;
-  auto streams = engine.submit_n(std::move(g), 1);
-  if (!streams.is_ok()) return send_error(p, streams.status());
-  std::string id = gr->rid.empty() ? random_id("") : gr->rid;
-  return producer_reply(std::make_unique<GenerateProducer>(
-                            this, std::move(*streams), std::move(id), gr->skip_special_tokens,
-                            gr->sampling.stop, max_tokens, gr->stream, t0),
-                        gr->stream);
+  const bool streaming = gr->stream;
+  auto request = std::make_shared<api::GenerateRequest>(std::move(*gr));
+  auto gen = std::make_shared<engine::GenerationRequest>(std::move(g));
+  Finish finish = [this, t0, request, gen,
+                   spec = constraint->spec](std::shared_ptr<const grammar::CompiledGrammar> grammar)
+      -> Result<std::unique_ptr<http::Producer>> {
+    const api::GenerateRequest& r = *request;
+    if (grammar) {
+      gen->grammar = std::move(grammar);
+      gen->grammar_spec = spec;
+    }
+    const int64_t max_tokens = gen->max_tokens;
+    auto streams = engine.submit_n(std::move(*gen), 1);
+    if (!streams.is_ok()) return streams.status();
+    std::string id = r.rid.empty() ? random_id("") : r.rid;
+    return std::unique_ptr<http::Producer>(std::make_unique<GenerateProducer>(
+        this, std::move(*streams), std::move(id), r.skip_special_tokens, r.sampling.stop,
+        max_tokens, r.stream, t0));
+  };
+  return with_constraint(p, streaming, std::move(*constraint), std::move(finish),
+                         [](const Status& s) { return api::sglang_stream_error(s); });
 }
 
 const char* Server::Impl::role_name() const {
@@ -1159,6 +1223,21 @@ std::string Server::Impl::metrics_text() {
         double(h.client_disconnects), "counter");
   gauge("fathom_http_stream_heartbeats_total", "Keep-alive comments sent on silent streams",
         double(h.stream_heartbeats), "counter");
+  if (grammars) {
+    gauge("fathom_grammar_cache_grammars", "Compiled grammars in the cache",
+          double(grammars->size()));
+    gauge("fathom_grammar_cache_bytes", "Bytes of the cached grammars' automata",
+          double(grammars->bytes()));
+    gauge("fathom_grammar_cache_hits_total", "Structured outputs served from the grammar cache",
+          double(grammars->hits()), "counter");
+    gauge("fathom_grammar_compiles_total", "Grammar compiles started", double(grammars->misses()),
+          "counter");
+    gauge("fathom_grammar_compiles_cancelled_total",
+          "Grammar compiles given up because their client left", double(grammars->cancelled()),
+          "counter");
+    gauge("fathom_grammar_compiles_waiting", "Grammar compiles queued behind others",
+          double(compiles->waiting()));
+  }
   return o.str();
 }
 

@@ -415,6 +415,84 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
   } finally {
     jf.proc.kill('SIGTERM');
   }
+
+  // A grammar that takes seconds to compile (nested bounded repetitions: about 5 s of subset
+  // construction here, then a 400 for being too large) on a server with one request worker
+  // and one compile thread: the compile holds up no other request; a client that leaves stops
+  // it; one that fails after a heartbeat committed the stream is the protocol's error event;
+  // one still under way at the drain deadline ends with a 503 in the protocol's shape.
+  const one = await startServer(fathom, ['--http-threads', '1', '--shutdown-timeout', '0.5',
+    '--sse-keepalive', '0.2']);
+  const exited = new Promise((res) => one.proc.on('exit', (c) => res(c)));
+  const wideBody = { model: 'deepseek-chat', messages: user, max_tokens: 8,
+    structured_outputs: { regex: '((a{1,100}){1,100}){1,100}' } };
+  const sample = async (name) => {
+    const m = await (await fetch(`http://127.0.0.1:${one.port}/metrics`)).text();
+    const v = m.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+    assert.ok(v, `no ${name} in /metrics`);
+    return Number(v[1]);
+  };
+  // The metric once it reaches `value`, or its value after `ms`.
+  const until = async (name, value, ms) => {
+    const t0 = Date.now();
+    let v;
+    while ((v = await sample(name)) < value && Date.now() - t0 < ms)
+      await new Promise((res) => setTimeout(res, 10));
+    return v;
+  };
+  try {
+    await check('a long compile holds up no other request; a client that leaves stops it', async () => {
+      const small = { model: 'deepseek-chat', messages: user, max_tokens: 8,
+        structured_outputs: { choice: ['yes', 'no'] } };
+      const warm = await post(one.port, '/v1/chat/completions', small);
+      assert.equal(warm.status, 200, warm.text);
+      const ctl = new AbortController();
+      let settled = false;
+      const pending = fetch(`http://127.0.0.1:${one.port}/v1/chat/completions`, { method: 'POST',
+        signal: ctl.signal, headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify(wideBody) }).catch(() => null).finally(() => { settled = true; });
+      assert.equal(await until('fathom_grammar_compiles_total', 2, 60000), 2, 'no compile began');
+      // The one request worker is free: a plain request, and a constrained one whose grammar
+      // the cache holds, are answered while the compile runs.
+      const r = await post(one.port, '/v1/completions', { prompt: 'hi', max_tokens: 2 });
+      assert.equal(r.status, 200, r.text);
+      const c = await post(one.port, '/v1/chat/completions', small);
+      assert.equal(c.status, 200, c.text);
+      assert.ok(['yes', 'no'].includes(JSON.parse(c.text).choices[0].message.content), c.text);
+      assert.ok(!settled, 'the long compile ended first');
+      assert.equal(await sample('fathom_grammar_compiles_total'), 2);
+      ctl.abort();
+      await pending;
+      assert.equal(await until('fathom_grammar_compiles_cancelled_total', 1, 5000), 1,
+        'the compile went on for 5 s after its client left');
+      assert.equal(await sample('fathom_grammar_cache_grammars'), 1);
+    });
+    await check('a compile that fails after a heartbeat: the protocol\'s error event in the stream', async () => {
+      const r = await post(one.port, '/v1/chat/completions', { ...wideBody, stream: true });
+      assert.equal(r.status, 200, r.text);
+      assert.ok(r.text.startsWith(': keep-alive'), r.text);
+      const events = r.text.split('\n\n').filter((b) => b.startsWith('data: '));
+      assert.equal(events.length, 2, r.text);
+      const e = JSON.parse(events[0].slice(6)).error;
+      assert.equal(e.type, 'invalid_request_error', r.text);
+      assert.ok(/^'structured_outputs.regex': not supported: grammar too large/.test(e.message), r.text);
+      assert.equal(events[1], 'data: [DONE]');
+    });
+    await check('SIGTERM during a grammar compile: a 503 at the drain deadline, exit 0', async () => {
+      const pending = post(one.port, '/v1/chat/completions', wideBody);
+      assert.equal(await until('fathom_grammar_compiles_total', 4, 60000), 4, 'no compile began');
+      one.proc.kill('SIGTERM');
+      const r = await pending;
+      assert.equal(r.status, 503, r.text);
+      const e = JSON.parse(r.text).error;
+      assert.equal(e.type, 'server_error', r.text);
+      assert.equal(e.code, 'cancelled', r.text);
+      assert.ok(/shutting down/.test(e.message), r.text);
+      assert.equal(await exited, 0);
+    });
+  } finally {
+    one.proc.kill('SIGKILL');
+  }
   console.log(`serve structured: ${t.failures} failures`);
   process.exit(t.failures ? 1 : 0);
 })().catch((e) => {

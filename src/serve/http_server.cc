@@ -516,11 +516,11 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
   if (!done) p.cancel();
   wk->disarm();
   c->wakeup.reset();
-  // Stop the watch before the connection reads again (or closes).
+  // Stop the watch before the connection reads again (or closes): cancel the wait and yield
+  // to the strand until its aborted completion has run (a timer here cost every reply 1 ms).
   while (watch->active) {
     c->stream.socket().cancel(ec);
-    timer.expires_after(std::chrono::milliseconds(1));
-    co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+    co_await asio::post(c->stream.get_executor(), use_awaitable);
   }
   if (!ok || watch->closed) co_return false;
   if (reply.stream && sent_head) {

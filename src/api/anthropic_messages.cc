@@ -165,9 +165,31 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     }
   }
   // Thinking: thinking.type, else output_config.effort turns it on, else the default.
+  // output_config.format: Anthropic's structured outputs ({"type": "json_schema", "schema"}).
   req.thinking = default_thinking;
-  if (const Value* oc = field(r, "output_config")) {
-    if (const Value* e = oc->is_object() ? field(*oc, "effort") : nullptr) {
+  if (const Value* oc = field(r, "output_config"); oc && !oc->is_null()) {
+    if (!oc->is_object()) return bad("output_config: Input should be a valid dictionary");
+    for (const std::string& k : oc->keys)
+      if (k != "effort" && k != "format")
+        return bad("output_config." + k.substr(0, 64) + ": Extra inputs are not permitted");
+    if (const Value* f = field(*oc, "format"); f && !f->is_null()) {
+      if (!f->is_object()) return bad("output_config.format: Input should be a valid dictionary");
+      for (const std::string& k : f->keys)
+        if (k != "type" && k != "schema")
+          return bad("output_config.format." + k.substr(0, 64) +
+                     ": Extra inputs are not permitted");
+      const Value* type = field(*f, "type");
+      if (type == nullptr || !type->is_string() || type->text != "json_schema")
+        return bad("output_config.format.type: must be \"json_schema\"");
+      const Value* schema = field(*f, "schema");
+      if (schema == nullptr) return bad("output_config.format.schema: Field required");
+      if (!schema->is_object())
+        return bad("output_config.format.schema: Input should be a valid dictionary");
+      req.structured.kind = StructuredOutput::Kind::kJsonSchema;
+      req.structured.text = pyjson::dumps(*schema, false, true);
+      req.structured.field = "output_config.format";
+    }
+    if (const Value* e = field(*oc, "effort"); e && !e->is_null()) {
       if (!e->is_string()) return bad("output_config.effort: must be a string");
       const std::string& n = e->text;
       if (n == "low") {

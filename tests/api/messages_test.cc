@@ -47,6 +47,18 @@ TEST(MessagesRequest, ValidationRules) {
       "at most 16");
   expect_rejected(body(R"("thinking": {"type": "sometimes"})"), "thinking.type");
   expect_rejected(body(R"("output_config": {"effort": "huge"})"), "output_config.effort");
+  expect_rejected(body(R"("output_config": {"verbosity": "low"})"),
+                  "output_config.verbosity: Extra inputs are not permitted");
+  expect_rejected(body(R"("output_config": [])"), "output_config: Input should be");
+  expect_rejected(body(R"("output_config": {"format": {"type": "json_object"}})"),
+                  "output_config.format.type");
+  expect_rejected(body(R"("output_config": {"format": {"type": "json_schema"}})"),
+                  "output_config.format.schema: Field required");
+  expect_rejected(body(R"("output_config": {"format": {"type": "json_schema", "schema": "{}"}})"),
+                  "output_config.format.schema");
+  expect_rejected(
+      body(R"("output_config": {"format": {"type": "json_schema", "schema": {}, "name": "x"}})"),
+      "output_config.format.name: Extra inputs are not permitted");
   expect_rejected(body(R"("tools": [{"name": "has space", "input_schema": {"type": "object"}}])"),
                   "1-128 characters");
   expect_rejected(body(R"("tools": [{"name": "f", "input_schema": {"type": "string"}}])"),

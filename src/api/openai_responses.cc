@@ -685,7 +685,9 @@ std::string ResponsesResponder::stream(const std::vector<prompt::ParserEvent>& e
 }
 
 std::string ResponsesResponder::stream_error(const Status& s, const Usage& usage) {
-  std::string out;
+  // A stream that fails before its first event (after a heartbeat committed it) still opens
+  // with response.created: the SDKs' stream helpers reject an error event before it.
+  std::string out = started_ ? std::string() : stream({}, usage);
   Value e = Value::object();
   e.set("code", Value::from_string(http_status_of(s) < 500 ? "invalid_prompt" : "server_error"));
   e.set("message", Value::from_string(s.message()));

@@ -45,7 +45,8 @@ class ResponsesResponder {
   // response.in_progress, the finish event response.completed (or .incomplete). The usage's
   // reasoning_tokens become output_tokens_details.reasoning_tokens.
   std::string stream(const std::vector<prompt::ParserEvent>& events, const Usage& usage);
-  // Ends the stream with an error instead of a finish: an `error` event ({code, message,
+  // Ends the stream with an error instead of a finish: response.created and
+  // response.in_progress if nothing was sent yet, an `error` event ({code, message,
   // param}) and then `response.failed`, whose response has status "failed" and `error`
   // {code, message} (code "invalid_prompt" for a client fault, else "server_error"), with
   // the output produced so far.

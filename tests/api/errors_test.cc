@@ -176,6 +176,19 @@ TEST(Errors, ResponsesMidStreamErrorAndResponseFailed) {
             json::parse(R"({"code":"server_error","message":"the engine failed"})"));
   EXPECT_EQ(f["response"]["output"][0]["type"], "message");
   EXPECT_EQ(f["response"]["output"][0]["content"][0]["text"], "Hi");
+
+  // Failing before any event (a heartbeat committed the stream): the stream still opens with
+  // response.created and response.in_progress, which openai-python's stream helper requires
+  // before an error event.
+  ResponsesResponder early("r2", "m", 5);
+  auto ev2 = sse(early.stream_error(invalid_argument("'text.format': too large"), Usage{}));
+  ASSERT_EQ(ev2.size(), 4u);
+  EXPECT_EQ(ev2[0].event, "response.created");
+  EXPECT_EQ(ev2[1].event, "response.in_progress");
+  EXPECT_EQ(ev2[2].event, "error");
+  EXPECT_EQ(json::parse(ev2[2].data)["code"], "invalid_prompt");
+  EXPECT_EQ(ev2[3].event, "response.failed");
+  EXPECT_EQ(json::parse(ev2[3].data)["response"]["status"], "failed");
 }
 
 TEST(ServedModels, ResolveAndDeepSeekAliases) {

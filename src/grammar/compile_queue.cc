@@ -38,7 +38,14 @@ void CompileQueue::submit(std::shared_ptr<const GrammarSpec> spec,
 
 size_t CompileQueue::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return jobs_.size();
+  size_t n = 0;
+  for (const Job& j : jobs_) n += !j.cancel->cancelled();
+  return n;
+}
+
+size_t CompileQueue::skipped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return skipped_;
 }
 
 void CompileQueue::run() {
@@ -51,6 +58,7 @@ void CompileQueue::run() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
       running_.push_back(job.cancel);
+      skipped_ += job.cancel->cancelled();
     }
     Result<std::shared_ptr<const CompiledGrammar>> r =
         job.cancel->cancelled() ? Result<std::shared_ptr<const CompiledGrammar>>(

@@ -35,7 +35,8 @@ class CompileQueue {
 
   void submit(std::shared_ptr<const GrammarSpec> spec, std::shared_ptr<CancelToken> cancel,
               Done done);
-  size_t waiting() const;  // jobs submitted and not yet started
+  size_t waiting() const;  // jobs submitted, not yet started, and not cancelled
+  size_t skipped() const;  // jobs answered kCancelled without compiling (raised before their turn)
 
  private:
   struct Job {
@@ -51,6 +52,7 @@ class CompileQueue {
   std::deque<Job> jobs_;                               // guarded by mu_
   std::vector<std::shared_ptr<CancelToken>> running_;  // guarded by mu_
   bool stop_ = false;                                  // guarded by mu_
+  size_t skipped_ = 0;                                 // guarded by mu_
   std::vector<std::thread> threads_;
 };
 

@@ -47,12 +47,16 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSp
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto cached = lookup_locked(key)) return cached;
+    if (const Status* failed = failure_locked(key)) return *failed;
     ++misses_;
   }
   auto compiled = CompiledGrammar::compile(g, tokens_, options_, cancel);
   std::lock_guard<std::mutex> lock(mu_);
   if (!compiled.is_ok()) {
-    if (compiled.status().code() == StatusCode::kCancelled) ++cancelled_;
+    if (compiled.status().code() == StatusCode::kCancelled)
+      ++cancelled_;
+    else
+      remember_failure_locked(key, compiled.status());
     return compiled.status();
   }
   std::shared_ptr<const CompiledGrammar> cg = std::move(*compiled);
@@ -69,7 +73,20 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::find(const GrammarS
   FATHOM_ASSIGN_OR_RETURN(Grammar g, build_grammar(spec));
   const std::string key = g.to_string();
   std::lock_guard<std::mutex> lock(mu_);
+  if (const Status* failed = failure_locked(key)) return *failed;
   return lookup_locked(key);
+}
+
+const Status* GrammarCache::failure_locked(const std::string& key) const {
+  for (const auto& [k, s] : failures_)
+    if (k == key) return &s;
+  return nullptr;
+}
+
+void GrammarCache::remember_failure_locked(const std::string& key, const Status& s) {
+  if (key.size() > kMaxFailureKey || failure_locked(key) != nullptr) return;
+  failures_.emplace_back(key, s);
+  if (failures_.size() > kMaxFailures) failures_.pop_front();
 }
 
 std::shared_ptr<const CompiledGrammar> GrammarCache::lookup_locked(const std::string& key) {

@@ -46,7 +46,8 @@ class GrammarCache {
   Result<std::shared_ptr<const CompiledGrammar>> get(const GrammarSpec& spec,
                                                      const CancelToken* cancel = nullptr);
   // The cached grammar for spec without compiling: null when it is not cached; a spec that
-  // does not build (a malformed schema, regex or grammar) is its error. A find counts a hit.
+  // does not build (a malformed schema, regex or grammar), or whose compile failed before
+  // (too large), is its error. A find counts a hit.
   Result<std::shared_ptr<const CompiledGrammar>> find(const GrammarSpec& spec);
   size_t size() const;
   // The cached grammars' automaton_bytes(), cached_bytes() (their masks) and keys.
@@ -60,6 +61,9 @@ class GrammarCache {
   std::shared_ptr<const CompiledGrammar> lookup_locked(const std::string& key);
   // Drops the least recently used entries over the bounds. REQUIRES: mu_ held.
   void trim_locked();
+  // The error a compile of key gave before, if it is remembered. REQUIRES: mu_ held.
+  const Status* failure_locked(const std::string& key) const;
+  void remember_failure_locked(const std::string& key, const Status& s);
   size_t bytes_locked() const;
 
   std::shared_ptr<const TokenTable> tokens_;
@@ -72,6 +76,11 @@ class GrammarCache {
   std::list<Entry> lru_;  // most recent first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
   size_t hits_ = 0, misses_ = 0, cancelled_ = 0;
+  // Keys whose compile failed for good (too large: the same key fails the same way), with the
+  // error, so a client repeating one does not take a compile thread for seconds each time:
+  // the last kMaxFailures keys of at most kMaxFailureKey bytes, oldest first out.
+  static constexpr size_t kMaxFailures = 64, kMaxFailureKey = 64 << 10;
+  std::list<std::pair<std::string, Status>> failures_;  // guarded by mu_
 };
 
 }  // namespace fathom::grammar

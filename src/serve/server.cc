@@ -1233,8 +1233,8 @@ std::string Server::Impl::metrics_text() {
     gauge("fathom_grammar_compiles_total", "Grammar compiles started", double(grammars->misses()),
           "counter");
     gauge("fathom_grammar_compiles_cancelled_total",
-          "Grammar compiles given up because their client left", double(grammars->cancelled()),
-          "counter");
+          "Grammar compiles stopped, or never started, because their client left",
+          double(grammars->cancelled() + compiles->skipped()), "counter");
     gauge("fathom_grammar_compiles_waiting", "Grammar compiles queued behind others",
           double(compiles->waiting()));
   }

@@ -272,6 +272,27 @@ TEST(GrammarCache, CancelledCompilesStopAndAreNotCached) {
   EXPECT_EQ(cache.size(), 1u);
 }
 
+// A grammar too large to compile is remembered: asking again (get or find) gives the same
+// error without another compile, which took seconds of a compile thread each time.
+TEST(GrammarCache, RemembersGrammarsTooLargeToCompile) {
+  CompileOptions small;
+  small.limits.max_subset_states = 2'000'000;
+  GrammarCache cache(test::byte_tokens(), 8, small);
+  GrammarSpec huge{.kind = GrammarSpec::Kind::kRegex, .text = "((a{1,100}){1,100}){1,100}"};
+  auto first = cache.get(huge);
+  ASSERT_FALSE(first.is_ok());
+  EXPECT_EQ(first.status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(cache.misses(), 1u);
+  auto again = cache.get(huge);
+  ASSERT_FALSE(again.is_ok());
+  EXPECT_EQ(again.status().message(), first.status().message());
+  auto found = cache.find(huge);
+  ASSERT_FALSE(found.is_ok());
+  EXPECT_EQ(found.status().message(), first.status().message());
+  EXPECT_EQ(cache.misses(), 1u);  // no second compile
+  EXPECT_EQ(cache.size(), 0u);
+}
+
 // The compile queue runs jobs in order on its own thread and answers each once: a job whose
 // token is raised while it runs stops (kCancelled), one raised before its turn is answered
 // kCancelled without compiling, and the rest compile into the cache.
@@ -297,11 +318,13 @@ TEST(CompileQueue, AnswersInOrderAndSkipsCancelledJobs) {
     queue.submit(spec("((a{1,100}){1,100}){1,100}"), huge, done('a'));
     queue.submit(spec("[ab]+"), skipped, done('b'));
     queue.submit(spec("[cd]+"), nullptr, done('c'));
-    skipped->cancel();
     while (queue.waiting() > 2) std::this_thread::yield();  // 'a' is compiling
+    skipped->cancel();
+    EXPECT_EQ(queue.waiting(), 1u);  // a job whose client left is not waiting any more
     huge->cancel();
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return answers.size() == 3; });
+    EXPECT_EQ(queue.skipped(), 1u);
   }
   const std::vector<std::pair<char, StatusCode>> want = {
       {'a', StatusCode::kCancelled}, {'b', StatusCode::kCancelled}, {'c', StatusCode::kOk}};

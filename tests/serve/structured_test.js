@@ -162,6 +162,13 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
           assert.equal(j.status, 'completed', r.text);
           text = j.output.find((o) => o.type === 'message').content[0].text;
           finish = 'stop';
+        } else if (i % 2 === 1 && s.type === 'object') {  // Anthropic output_config.format
+          const r = await post(port, '/v1/messages', { model: 'deepseek-chat', max_tokens: 512,
+            messages: user, output_config: { format: { type: 'json_schema', schema: s } } });
+          assert.equal(r.status, 200, r.text);
+          const j = JSON.parse(r.text);
+          text = j.content.find((b) => b.type === 'text').text;
+          finish = j.stop_reason === 'end_turn' ? 'stop' : j.stop_reason;
         } else {
           const field = [null, { structured_outputs: { json: s } }, { guided_json: s },
             { json_schema: s }][i % 4];
@@ -441,7 +448,7 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
     return v;
   };
   try {
-    await check('a long compile holds up no other request; a client that leaves stops it', async () => {
+    await check('a long compile holds up no plain or cached-grammar request; a client that leaves stops it', async () => {
       const small = { model: 'deepseek-chat', messages: user, max_tokens: 8,
         structured_outputs: { choice: ['yes', 'no'] } };
       const warm = await post(one.port, '/v1/chat/completions', small);
@@ -477,9 +484,15 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
       assert.equal(e.type, 'invalid_request_error', r.text);
       assert.ok(/^'structured_outputs.regex': not supported: grammar too large/.test(e.message), r.text);
       assert.equal(events[1], 'data: [DONE]');
+      // The failure is remembered: the same grammar again is a 400 at once, with no compile.
+      const again = await post(one.port, '/v1/chat/completions', wideBody);
+      assert.equal(again.status, 400, again.text);
+      assert.ok(/grammar too large/.test(again.text), again.text);
+      assert.equal(await sample('fathom_grammar_compiles_total'), 3);
     });
     await check('SIGTERM during a grammar compile: a 503 at the drain deadline, exit 0', async () => {
-      const pending = post(one.port, '/v1/chat/completions', wideBody);
+      const pending = post(one.port, '/v1/chat/completions',
+        { ...wideBody, structured_outputs: { regex: '((a{1,100}){1,100}){1,100}b' } });
       assert.equal(await until('fathom_grammar_compiles_total', 4, 60000), 4, 'no compile began');
       one.proc.kill('SIGTERM');
       const r = await pending;

@@ -188,6 +188,7 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
       req.structured.kind = StructuredOutput::Kind::kJsonSchema;
       req.structured.text = pyjson::dumps(*schema, false, true);
       req.structured.field = "output_config.format";
+      req.response_format = *f;  // shown to the model as Chat's response_format is
     }
     if (const Value* e = field(*oc, "effort"); e && !e->is_null()) {
       if (!e->is_string()) return bad("output_config.effort: must be a string");

@@ -177,6 +177,29 @@ TEST(MessagesRequest, ConvertsToTheConversation) {
       << p;
 }
 
+// output_config.format constrains the output (a JSON Schema the server compiles) and, as
+// Chat's response_format, is shown to the model on the system message.
+TEST(MessagesRequest, OutputConfigFormatIsAStructuredOutput) {
+  auto r = parse_messages_request(
+      body(
+          R"("output_config": {"format": {"type": "json_schema", "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}, "effort": null})"),
+      {});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->structured.kind, StructuredOutput::Kind::kJsonSchema);
+  EXPECT_EQ(r->structured.field, "output_config.format");
+  EXPECT_EQ(
+      nlohmann::json::parse(r->structured.text),
+      nlohmann::json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}}})"));
+  std::string p = render_api(*r, PromptFormat::kV41)->to_string();
+  EXPECT_NE(p.find("## Response Format:\n\nYou MUST strictly adhere to the following schema to "
+                   "reply:\n{\"type\": \"json_schema\", \"schema\": {\"type\": \"object\""),
+            std::string::npos)
+      << p;
+  auto none = parse_messages_request(body(R"("output_config": {"format": null})"), {});
+  ASSERT_TRUE(none.is_ok()) << none.status().to_string();
+  EXPECT_FALSE(none->structured.active());
+}
+
 TEST(MessagesResponder, EventOrderAndCompleteMessage) {
   using K = prompt::ParserEvent::Kind;
   prompt::ParserEvent b{K::kToolCallBegin, "lookup"}, a{K::kToolArguments, "{\"q\": \"x\"}"},

@@ -46,8 +46,8 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSp
   std::string key = g.to_string();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto cached = lookup_locked(key)) return cached;
-    if (const Status* failed = failure_locked(key)) return *failed;
+    auto known = known_locked(key);
+    if (!known.is_ok() || *known) return known;
     ++misses_;
   }
   auto compiled = CompiledGrammar::compile(g, tokens_, options_, cancel);
@@ -73,6 +73,10 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::find(const GrammarS
   FATHOM_ASSIGN_OR_RETURN(Grammar g, build_grammar(spec));
   const std::string key = g.to_string();
   std::lock_guard<std::mutex> lock(mu_);
+  return known_locked(key);
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::known_locked(const std::string& key) {
   if (const Status* failed = failure_locked(key)) return *failed;
   return lookup_locked(key);
 }

@@ -61,6 +61,9 @@ class GrammarCache {
   std::shared_ptr<const CompiledGrammar> lookup_locked(const std::string& key);
   // Drops the least recently used entries over the bounds. REQUIRES: mu_ held.
   void trim_locked();
+  // What is known of key: the remembered error of its compile, else its cached grammar, else
+  // null. REQUIRES: mu_ held.
+  Result<std::shared_ptr<const CompiledGrammar>> known_locked(const std::string& key);
   // The error a compile of key gave before, if it is remembered. REQUIRES: mu_ held.
   const Status* failure_locked(const std::string& key) const;
   void remember_failure_locked(const std::string& key, const Status& s);

@@ -409,15 +409,26 @@ struct Server::Impl {
     return Constraint{std::make_shared<const grammar::GrammarSpec>(std::move(spec)), "'tools'"};
   }
 
-  using Finish = GrammarWaitProducer::Finish;
-  // The reply of a request once its constraint is compiled. `finish` (which submits the
-  // request and builds its producer) runs now when there is no constraint or the grammar cache
-  // has it; otherwise the compile goes on the CompileQueue and a GrammarWaitProducer stands in
-  // until it is done, so this request worker is free. A spec that does not build (malformed) is
-  // a 400 now. `stream_error` is the protocol's error event, for a compile that fails after a
-  // heartbeat committed the stream.
-  Reply with_constraint(Protocol p, bool streaming, Constraint c, Finish finish,
+  // Submits a request (its GenerationRequest complete) and builds its reply's producer.
+  using Submit = std::function<Result<std::unique_ptr<http::Producer>>()>;
+  // The reply of a request once its constraint is compiled: the compiled grammar and its spec
+  // go into `gen`, then `submit` runs. Both happen now when there is no constraint or the
+  // grammar cache has it; otherwise the compile goes on the CompileQueue and a
+  // GrammarWaitProducer stands in until it is done, so this request worker is free. A spec
+  // that does not build (malformed) is a 400 now. `stream_error` is the protocol's error event,
+  // for a compile that fails after a heartbeat committed the stream.
+  Reply with_constraint(Protocol p, bool streaming, Constraint c,
+                        std::shared_ptr<engine::GenerationRequest> gen, Submit submit,
                         std::function<std::string(const Status&)> stream_error) {
+    GrammarWaitProducer::Finish finish =
+        [gen = std::move(gen), spec = c.spec,
+         submit = std::move(submit)](std::shared_ptr<const grammar::CompiledGrammar> grammar) {
+          if (grammar) {
+            gen->grammar = std::move(grammar);
+            gen->grammar_spec = spec;
+          }
+          return submit();
+        };
     std::shared_ptr<const grammar::CompiledGrammar> ready;
     if (c.spec) {
       auto found = grammars->find(*c.spec);
@@ -981,22 +992,17 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   const std::string model = conv->model.empty() ? served.front().name : conv->model;
   const int64_t created = int64_t(std::time(nullptr));
   const std::string id = random_id(p == Protocol::kChat ? "chatcmpl-" : "");
+  // The reasoning is free; the answer after </think> follows the constraint.
+  if (constraint->spec && conv->thinking && think_end >= 0) {
+    g.grammar_after_think = true;
+    g.think_end_id = think_end;
+  }
   const bool streaming = conv->stream;
   auto request = std::make_shared<api::ConversationRequest>(std::move(*conv));
   auto gen = std::make_shared<engine::GenerationRequest>(std::move(g));
-  Finish finish = [this, p, t0, request, gen, spec = constraint->spec, model, created,
-                   id](std::shared_ptr<const grammar::CompiledGrammar> grammar)
-      -> Result<std::unique_ptr<http::Producer>> {
+  Submit submit = [this, p, t0, request, gen, model, created,
+                   id]() -> Result<std::unique_ptr<http::Producer>> {
     const api::ConversationRequest& c = *request;
-    if (grammar) {
-      gen->grammar = std::move(grammar);
-      gen->grammar_spec = spec;
-      // The reasoning is free; the answer after </think> follows the constraint.
-      if (c.thinking && think_end >= 0) {
-        gen->grammar_after_think = true;
-        gen->think_end_id = think_end;
-      }
-    }
     const int n = std::max(1, c.n);
     auto streams = engine.submit_n(std::move(*gen), n);
     if (!streams.is_ok()) return streams.status();
@@ -1026,7 +1032,8 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
       return api::ResponsesResponder(id, model, created).stream_error(s, api::Usage{});
     return api::openai_stream_error(s);
   };
-  return with_constraint(p, streaming, std::move(*constraint), std::move(finish), stream_error);
+  return with_constraint(p, streaming, std::move(*constraint), std::move(gen), std::move(submit),
+                         stream_error);
 }
 
 // OpenAI (legacy) Completions: `prompt` is a string or a list of token ids; the text is
@@ -1090,14 +1097,9 @@ Reply Server::Impl::completions(const Request& req) {
   const bool streaming = cr->stream;
   auto request = std::make_shared<api::CompletionsRequest>(std::move(*cr));
   auto gen = std::make_shared<engine::GenerationRequest>(std::move(g));
-  Finish finish = [this, t0, request, gen, prompt_ids,
-                   spec = constraint->spec](std::shared_ptr<const grammar::CompiledGrammar> grammar)
-      -> Result<std::unique_ptr<http::Producer>> {
+  Submit submit = [this, t0, request, gen,
+                   prompt_ids]() -> Result<std::unique_ptr<http::Producer>> {
     const api::CompletionsRequest& c = *request;
-    if (grammar) {
-      gen->grammar = std::move(grammar);
-      gen->grammar_spec = spec;
-    }
     const int n = std::max(1, c.n);
     auto streams = engine.submit_n(std::move(*gen), n);
     if (!streams.is_ok()) return streams.status();
@@ -1116,7 +1118,7 @@ Reply Server::Impl::completions(const Request& req) {
     return std::unique_ptr<http::Producer>(std::make_unique<CompletionProducer>(
         this, std::move(*streams), std::move(choices), c.stream, t0));
   };
-  return with_constraint(p, streaming, std::move(*constraint), std::move(finish),
+  return with_constraint(p, streaming, std::move(*constraint), std::move(gen), std::move(submit),
                          [](const Status& s) { return api::openai_stream_error(s); });
 }
 
@@ -1146,14 +1148,8 @@ Reply Server::Impl::generate(const Request& req) {
   const bool streaming = gr->stream;
   auto request = std::make_shared<api::GenerateRequest>(std::move(*gr));
   auto gen = std::make_shared<engine::GenerationRequest>(std::move(g));
-  Finish finish = [this, t0, request, gen,
-                   spec = constraint->spec](std::shared_ptr<const grammar::CompiledGrammar> grammar)
-      -> Result<std::unique_ptr<http::Producer>> {
+  Submit submit = [this, t0, request, gen]() -> Result<std::unique_ptr<http::Producer>> {
     const api::GenerateRequest& r = *request;
-    if (grammar) {
-      gen->grammar = std::move(grammar);
-      gen->grammar_spec = spec;
-    }
     const int64_t max_tokens = gen->max_tokens;
     auto streams = engine.submit_n(std::move(*gen), 1);
     if (!streams.is_ok()) return streams.status();
@@ -1162,7 +1158,7 @@ Reply Server::Impl::generate(const Request& req) {
         this, std::move(*streams), std::move(id), r.skip_special_tokens, r.sampling.stop,
         max_tokens, r.stream, t0));
   };
-  return with_constraint(p, streaming, std::move(*constraint), std::move(finish),
+  return with_constraint(p, streaming, std::move(*constraint), std::move(gen), std::move(submit),
                          [](const Status& s) { return api::sglang_stream_error(s); });
 }
 
@@ -1226,7 +1222,7 @@ std::string Server::Impl::metrics_text() {
   if (grammars) {
     gauge("fathom_grammar_cache_grammars", "Compiled grammars in the cache",
           double(grammars->size()));
-    gauge("fathom_grammar_cache_bytes", "Bytes of the cached grammars' automata",
+    gauge("fathom_grammar_cache_bytes", "Bytes of the cached grammars' automata, masks and keys",
           double(grammars->bytes()));
     gauge("fathom_grammar_cache_hits_total", "Structured outputs served from the grammar cache",
           double(grammars->hits()), "counter");

@@ -312,6 +312,75 @@ void batched(const uint16_t* xb, int64_t batch, int64_t kpad, float* y, int64_t 
   }
 }
 
+// The panel of FP8 rows [m, m + 4) (rows past m + nr repeat row m) decoded into panel
+// [4, kpad], prefetching the four rows after it, up to row `end` - 1, when `end` >= 0.
+void fp8_panel(const Fp8Matrix& w, int64_t m, int64_t nr, int64_t end, uint16_t* __restrict panel) {
+  const int64_t chunks = (w.cols + 31) / 32, kpad = chunks * 32;
+  const Fp8Decoder dec{w, chunks, w.cols / 32};
+  const uint8_t* rows[kPanelRows];
+  const uint8_t* ahead[kPanelRows];
+  for (int r = 0; r < kPanelRows; ++r) {
+    rows[r] = dec.row(m + (r < nr ? r : 0));
+    ahead[r] = end >= 0 ? dec.row(min64(m + kPanelRows + r, end - 1)) : nullptr;
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (end >= 0 && (c & 1) == 0)
+      for (int r = 0; r < kPanelRows; ++r) prefetch(ahead[r] + c * 32);
+    const Fp8Scale sv = dec.scale(m, c);
+    for (int r = 0; r < kPanelRows; ++r)
+      _mm512_store_si512(panel + r * kpad + c * 32, dec.chunk(rows[r], c, sv));
+  }
+}
+
+// Row `row` of a BF16 matrix copied into out[0, kpad), zero beyond its columns, prefetching row
+// `next` (none when negative: the row itself is touched instead, which costs nothing).
+void bf16_panel_row(const Bf16Matrix& w, int64_t row, int64_t next, uint16_t* __restrict out) {
+  const int64_t chunks = (w.cols + 31) / 32, full = w.cols / 32;
+  const uint16_t* __restrict p = w.weight + row * w.cols;
+  const uint16_t* ahead = w.weight + (next >= 0 ? next : row) * w.cols;
+  for (int64_t c = 0; c < chunks; ++c) {
+    prefetch(ahead + c * 32);
+    _mm512_store_si512(out + c * 32, bf16_chunk(p, c, full, w.cols));
+  }
+}
+
+// Row `row` of an FP4 matrix decoded into out[0, cols) (what Fp4Decoder::chunk gives, chunk
+// by chunk), prefetching row `next` (none when negative) for the panel after this one. Its
+// own function with the loop over a block's chunks free of branches: written inside the
+// batched lambda, the decode kept its pointers on the stack.
+void fp4_panel_row(const Fp4Matrix& w, int64_t row, int64_t next, uint16_t* __restrict out) {
+  const Fp4Decoder dec{w};
+  const uint8_t* __restrict p = dec.row(row);
+  const uint8_t* ahead = next >= 0 ? dec.row(next) : nullptr;
+  if (ahead) prefetch(w.scale + next * (w.cols / 32));
+  const int64_t chunks = w.cols / 32;
+  const __m512i base = _mm512_load_si512(kE2m1Bf16);
+  const __m512i twice = _mm512_load_si512(kByteTwice);
+  Fp4Scales sc;
+  for (int64_t c0 = 0; c0 < chunks; c0 += 16) {
+    dec.block_scales(row, c0, sc);
+    const int64_t n = min64(16, chunks - c0);
+    if (ahead)
+      for (int64_t i = 0; i < n; i += 4) prefetch(ahead + (c0 + i) * 16);
+    if (!sc.direct) {
+      for (int64_t i = 0; i < n; ++i)
+        _mm512_store_si512(out + (c0 + i) * 32, dec.chunk(p, sc, i, c0 + i));
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const __m512i tb = _mm512_mask_add_epi16(base, __mmask32(0xFEFEFEFEu), base,
+                                               _mm512_set1_epi16(sc.offset[i]));
+      const __m512i d = _mm512_shuffle_epi8(
+          _mm512_broadcast_i32x4(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (c0 + i) * 16))),
+          twice);
+      _mm512_store_si512(
+          out + (c0 + i) * 32,
+          _mm512_permutexvar_epi16(_mm512_mask_srli_epi16(d, __mmask32(0xAAAAAAAAu), d, 4), tb));
+    }
+  }
+}
+
 }  // namespace
 
 void round_x(const float* x, int64_t batch, int64_t cols, uint16_t* xb) {
@@ -330,16 +399,10 @@ void round_x(const float* x, int64_t batch, int64_t cols, uint16_t* xb) {
 void fp8_rows(const Fp8Matrix& w, const uint16_t* xb, int64_t batch, float* y, int64_t r0,
               int64_t r1, void* scratch) {
   if (batch == 1) return gemv_fp8(w, xb, y, r0, r1);
-  const int64_t chunks = (w.cols + 31) / 32, kpad = chunks * 32;
-  const Fp8Decoder dec{w, chunks, w.cols / 32};
+  const int64_t kpad = padded_cols(w.cols);
   batched(xb, batch, kpad, y, w.rows, r0, r1, static_cast<uint16_t*>(scratch),
           [&](int64_t m, int64_t nr, uint16_t* panel) {
-            for (int64_t c = 0; c < chunks; ++c) {
-              const Fp8Scale sv = dec.scale(m, c);
-              for (int r = 0; r < kPanelRows; ++r)
-                _mm512_store_si512(panel + r * kpad + c * 32,
-                                   dec.chunk(dec.row(m + (r < nr ? r : 0)), c, sv));
-            }
+            fp8_panel(w, m, nr, m + kPanelRows < r1 ? r1 : -1, panel);
           });
 }
 
@@ -347,17 +410,12 @@ void fp4_rows(const Fp4Matrix& w, const uint16_t* xb, int64_t batch, float* y, i
               int64_t r1, void* scratch) {
   if (batch == 1) return gemv_fp4(w, xb, y, r0, r1);
   const int64_t kpad = w.cols;
-  const Fp4Decoder dec{w};
   batched(xb, batch, kpad, y, w.rows, r0, r1, static_cast<uint16_t*>(scratch),
           [&](int64_t m, int64_t nr, uint16_t* panel) {
+            const bool ahead = m + kPanelRows < r1;
             for (int r = 0; r < kPanelRows; ++r) {
               const int64_t row = m + (r < nr ? r : 0);
-              const uint8_t* p = dec.row(row);
-              Fp4Scales sc;
-              for (int64_t c = 0; c < kpad / 32; ++c) {
-                if ((c & 15) == 0) dec.block_scales(row, c, sc);
-                _mm512_store_si512(panel + r * kpad + c * 32, dec.chunk(p, sc, c & 15, c));
-              }
+              fp4_panel_row(w, row, ahead ? min64(row + kPanelRows, r1 - 1) : -1, panel + r * kpad);
             }
           });
 }
@@ -365,13 +423,13 @@ void fp4_rows(const Fp4Matrix& w, const uint16_t* xb, int64_t batch, float* y, i
 void bf16_rows(const Bf16Matrix& w, const uint16_t* xb, int64_t batch, float* y, int64_t r0,
                int64_t r1, void* scratch) {
   if (batch == 1) return gemv_bf16(w, xb, y, r0, r1);
-  const int64_t chunks = (w.cols + 31) / 32, kpad = chunks * 32, full = w.cols / 32;
+  const int64_t kpad = padded_cols(w.cols);
   batched(xb, batch, kpad, y, w.rows, r0, r1, static_cast<uint16_t*>(scratch),
           [&](int64_t m, int64_t nr, uint16_t* panel) {
             for (int r = 0; r < kPanelRows; ++r) {
-              const uint16_t* p = w.weight + (m + (r < nr ? r : 0)) * w.cols;
-              for (int64_t c = 0; c < chunks; ++c)
-                _mm512_store_si512(panel + r * kpad + c * 32, bf16_chunk(p, c, full, w.cols));
+              const int64_t row = m + (r < nr ? r : 0);
+              bf16_panel_row(w, row, m + kPanelRows < r1 ? min64(row + kPanelRows, r1 - 1) : -1,
+                             panel + r * kpad);
             }
           });
 }

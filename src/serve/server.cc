@@ -539,10 +539,22 @@ std::vector<api::IdLogprob> id_logprobs(const engine::StreamEvent& ev) {
   return out;
 }
 
-// The error an engine event reports (never ok: an error event without a Status is internal).
+// Whether an engine event ends its request without an answer: an error, or a cancellation.
+// A client reads a cancellation only when the server cancelled the request (the drain
+// deadline, the engine's shutdown): one that left reads nothing, and a choice a stop sequence
+// ended is done before its cancellation arrives. Either is an error to the client, never a
+// finish_reason.
+bool ends_in_failure(const engine::StreamEvent& ev) {
+  return ev.finished &&
+         (ev.cause == engine::FinishCause::kError || ev.cause == engine::FinishCause::kCancelled);
+}
+
+// The error such an event reports (never ok: an error event without a Status is internal).
 Status event_error(const engine::StreamEvent& ev) {
-  return ev.error.is_ok() ? Status(StatusCode::kInternal, "the engine failed the request")
-                          : ev.error;
+  if (!ev.error.is_ok()) return ev.error;
+  if (ev.cause == engine::FinishCause::kCancelled)
+    return cancelled("the request was cancelled before it finished: the server is shutting down");
+  return Status(StatusCode::kInternal, "the engine failed the request");
 }
 
 // Base of the generation producers: the engine streams of a response's choices, woken through
@@ -642,7 +654,7 @@ class ConversationProducer : public StreamsProducer {
         }
         if (ev.logprobs.size() > used) ev.logprobs.resize(used);
         produced |= !ev.tokens.empty();
-        if (ev.finished && ev.cause == engine::FinishCause::kError) error = event_error(ev);
+        if (ends_in_failure(ev)) error = event_error(ev);
         if (!error.is_ok()) break;
         if (ev.finished && !c.parser.finished()) {
           c.parser.finish(ev.cause == engine::FinishCause::kLength
@@ -762,7 +774,7 @@ class CompletionProducer : public StreamsProducer {
         usage_.cached_tokens = ev.cached_tokens;
         if (ev.first_token_seconds > 0 && ttft_ < 0) ttft_ = ev.first_token_seconds;
         produced |= !ev.tokens.empty();
-        if (ev.finished && ev.cause == engine::FinishCause::kError) {
+        if (ends_in_failure(ev)) {
           error = event_error(ev);
           break;
         }
@@ -860,7 +872,7 @@ class GenerateProducer : public StreamsProducer {
       usage_.cached_tokens = ev.cached_tokens;
       if (ev.first_token_seconds > 0 && ttft_ < 0) ttft_ = ev.first_token_seconds;
       produced |= !ev.tokens.empty();
-      if (ev.finished && ev.cause == engine::FinishCause::kError) {
+      if (ends_in_failure(ev)) {
         error = event_error(ev);
         break;
       }

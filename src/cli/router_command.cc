@@ -5,19 +5,17 @@
 // sends token ids to the replica the routing policy picks, streams the replica's token ids
 // back through the same output parser, and moves a request to another replica when its
 // replica fails (before or during the stream).
-#include <signal.h>
 #include <sys/resource.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "kv/retention.h"
 #include "prompt/encoder.h"
 #include "router/remote_generator.h"
@@ -26,9 +24,6 @@
 
 namespace fathom::cli {
 namespace {
-
-std::atomic<int> g_router_signal{0};
-void on_router_signal(int s) { g_router_signal.store(s); }
 
 struct RouterArgs {
   std::vector<std::string> replicas, api_keys, names;
@@ -112,13 +107,8 @@ int run_router(const RouterArgs& a) {
     rl.rlim_cur = rl.rlim_max;
     (void)::setrlimit(RLIMIT_NOFILE, &rl);
   }
-  ::signal(SIGTERM, on_router_signal);
-  ::signal(SIGINT, on_router_signal);
-  ::signal(SIGPIPE, SIG_IGN);
-  std::thread watcher([&] {
-    while (g_router_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    server.stop();
-  });
+  std::optional<StopSignals> signals(
+      std::in_place, [&] { server.stop(); }, "fathom router");
   std::string urls;
   for (const std::string& u : a.replicas) urls += (urls.empty() ? "" : ", ") + u;
   std::printf(
@@ -128,8 +118,7 @@ int run_router(const RouterArgs& a) {
       a.host.c_str(), server.port());
   std::fflush(stdout);
   server.run();
-  g_router_signal.store(g_router_signal.load() ? g_router_signal.load() : -1);
-  watcher.join();
+  signals.reset();
   gen->reset();  // stops the requests still in flight and waits for their threads
   std::fprintf(stderr, "fathom router: stopped\n");
   return 0;
@@ -189,7 +178,8 @@ void add_router_command(CLI::App& app, Runner* run) {
                 "moves on")
       ->check(CLI::Range(0.001, 86400.0));
   c->add_option("--shutdown-timeout", a->shutdown_timeout,
-                "On SIGTERM/SIGINT, seconds in-flight requests get to finish")
+                "On SIGTERM/SIGINT, seconds in-flight requests get to finish (a second signal "
+                "cancels them at once)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--sse-keepalive", a->heartbeat, "Seconds of silence before an SSE comment")
       ->check(CLI::NonNegativeNumber);

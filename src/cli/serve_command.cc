@@ -2,22 +2,22 @@
 // serves the embedded default: the `demo` preset (tiny V4.1 shapes, the full vocabulary),
 // generated deterministically on first use into ~/.cache/fathom/models/demo-seed0, with the
 // fetched V4.1 tokenizer fixture.
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "engine/engine.h"
 #include "kernels/cpu_features.h"
 #include "kv/disk_store.h"
@@ -36,9 +36,6 @@
 
 namespace fathom::cli {
 namespace {
-
-std::atomic<int> g_signal{0};
-void on_signal(int s) { g_signal.store(s); }
 
 struct ServeArgs {
   std::string model, tokenizer, host = "127.0.0.1", numerics = "fast";
@@ -327,17 +324,12 @@ int run_serve(const ServeArgs& a) {
     rl.rlim_cur = rl.rlim_max;
     (void)::setrlimit(RLIMIT_NOFILE, &rl);
   }
-  ::signal(SIGTERM, on_signal);
-  ::signal(SIGINT, on_signal);
-  ::signal(SIGPIPE, SIG_IGN);
-  std::thread watcher([&] {
-    while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    server.stop();
-  });
+  std::optional<StopSignals> signals(
+      std::in_place, [&] { server.stop(); }, "fathom serve");
   std::thread announce([&] {
-    while (server.port() == 0 && g_signal.load() == 0)
+    while (server.port() == 0 && !signals->signalled())
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (g_signal.load() != 0) return;
+    if (signals->signalled()) return;
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& c = (*m)->config();
@@ -372,9 +364,8 @@ int run_serve(const ServeArgs& a) {
     std::fflush(stdout);
   });
   server.run();
-  g_signal.store(g_signal.load() ? g_signal.load() : -1);
   announce.join();
-  watcher.join();
+  signals.reset();
   eng.shutdown();
   std::fprintf(stderr, "fathom serve: stopped\n");
   return 0;
@@ -461,7 +452,7 @@ void add_serve_command(CLI::App& app, Runner* run) {
       ->check(CLI::PositiveNumber);
   c->add_option("--shutdown-timeout", a->shutdown_timeout,
                 "On SIGTERM/SIGINT, seconds in-flight requests get to finish before they are "
-                "cancelled")
+                "cancelled (a second signal cancels them at once)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--sse-keepalive", a->heartbeat,
                 "Seconds a stream may stay silent (queued, or in a long prefill) before it gets "

@@ -119,6 +119,7 @@ struct HttpServer::Impl {
   std::atomic<int> port{0};
   std::atomic<bool> stopping{false};
   std::atomic<bool> stop_posted{false};
+  std::atomic<bool> hurry{false};  // a second stop(): the grace period ends at once
 
   std::mutex mu;
   std::unordered_set<std::shared_ptr<Conn>> conns;  // guarded by mu
@@ -546,8 +547,10 @@ awaitable<void> HttpServer::Impl::drain() {
     }
   };
   asio::steady_timer t(io);
-  auto wait_until_empty = [&](Clock::time_point until) -> awaitable<bool> {
-    while (open_connections() > 0 && Clock::now() < until) {
+  // Until no connection is left, `until` passes or, in the grace period (`graceful`), a
+  // second stop() asks to hurry.
+  auto wait_until_empty = [&](Clock::time_point until, bool graceful) -> awaitable<bool> {
+    while (open_connections() > 0 && Clock::now() < until && !(graceful && hurry.load())) {
       each_connection(close_idle);  // also those that went idle since
       t.expires_after(std::chrono::milliseconds(20));
       error_code e;
@@ -556,17 +559,17 @@ awaitable<void> HttpServer::Impl::drain() {
     co_return open_connections() == 0;
   };
   const auto start = Clock::now();
-  if (!co_await wait_until_empty(start + seconds(opt.shutdown_timeout_s))) {
+  if (!co_await wait_until_empty(start + seconds(opt.shutdown_timeout_s), true)) {
     each_connection([](Conn& c) {
       c.cancel_requested = true;
       if (c.wakeup) c.wakeup->poke();
     });
-    if (!co_await wait_until_empty(Clock::now() + std::chrono::seconds(2))) {
+    if (!co_await wait_until_empty(Clock::now() + std::chrono::seconds(2), false)) {
       each_connection([](Conn& c) {
         error_code e;
         c.stream.socket().close(e);
       });
-      if (!co_await wait_until_empty(Clock::now() + std::chrono::seconds(1))) io.stop();
+      if (!co_await wait_until_empty(Clock::now() + std::chrono::seconds(1), false)) io.stop();
     }
   }
 }
@@ -629,7 +632,10 @@ void HttpServer::run() {
 void HttpServer::stop() {
   Impl& im = *impl_;
   im.stopping.store(true);
-  if (!im.stop_posted.exchange(true)) asio::co_spawn(im.io, im.drain(), asio::detached);
+  if (im.stop_posted.exchange(true))
+    im.hurry.store(true);
+  else
+    asio::co_spawn(im.io, im.drain(), asio::detached);
 }
 
 HttpServer::Stats HttpServer::stats() const {

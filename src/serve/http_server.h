@@ -93,7 +93,8 @@ class HttpServer {
   int port() const;
   // Serves until stop() has drained every connection. REQUIRES: listen() succeeded.
   void run();
-  // Starts the graceful stop described above; returns at once. Safe before run().
+  // Starts the graceful stop described above; returns at once. Safe before run(). A later
+  // call ends the grace period at once: the replies still in flight are cancelled now.
   void stop();
   Stats stats() const;
 

@@ -215,11 +215,15 @@ function streamRequest(base, maxTokens) {
     console.log('     drained in ' + (Date.now() - t0) + ' ms');
   });
 
-  await check('SIGTERM with --shutdown-timeout 1: a long stream is cut and the process exits 0 promptly', async () => {
+  await check('SIGTERM with --shutdown-timeout 1: long requests are cancelled as errors, never as a finish, and the process exits 0 promptly', async () => {
     const s = await startServer(fathom, ['--shutdown-timeout', '1']);
     const b = `http://127.0.0.1:${s.port}`;
     const r = await streamRequest(b, 1000000);
     const all = readAll(r);
+    // The same cut without streaming: a 503 in the API's shape, not a 200 with a partial text.
+    const whole = fetch(b + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 1000000, ignore_eos: true }) })
+      .then(async (x) => ({ status: x.status, body: await x.json() }));
     await sleep(300);
     const t0 = Date.now();
     s.proc.kill('SIGTERM');
@@ -231,7 +235,37 @@ function streamRequest(base, maxTokens) {
     assert.ok(took < 4000, 'exit took ' + took + ' ms');
     assert.ok(took >= 900, 'exit after ' + took + ' ms, before the deadline');
     assert.ok(res.chunks > 1, 'no tokens streamed');
+    assert.ok(/data: \{"error":\{[^\n]*shutting down/.test(res.text), res.text.slice(-300));
+    assert.ok(!res.text.includes('"finish_reason":"'), res.text.slice(-300));
+    const w = await whole;
+    assert.equal(w.status, 503, JSON.stringify(w.body));
+    assert.ok(/shutting down/.test(w.body.error.message), JSON.stringify(w.body));
     console.log('     exited ' + took + ' ms after SIGTERM; stream ended ' + (res.done ? 'with [DONE]' : 'cut'));
+  });
+
+  await check('a second SIGTERM ends the grace period: the stream gets its cancellation error and the process exits 0', async () => {
+    const s = await startServer(fathom, ['--shutdown-timeout', '60']);
+    const b = `http://127.0.0.1:${s.port}`;
+    const r = await streamRequest(b, 1000000);
+    const all = readAll(r);
+    await sleep(300);
+    s.proc.kill('SIGTERM');
+    await sleep(1000);
+    // Still draining: one signal waits up to 60 s for the stream.
+    const early = await Promise.race([exitOf(s.proc), sleep(10).then(() => 'running')]);
+    assert.equal(early, 'running');
+    const t0 = Date.now();
+    s.proc.kill('SIGTERM');
+    const code = await Promise.race([exitOf(s.proc), sleep(10000).then(() => 'timeout')]);
+    const took = Date.now() - t0;
+    if (code === 'timeout') s.proc.kill('SIGKILL');
+    const res = await all;
+    assert.equal(code, 0);
+    assert.ok(took < 4000, 'exit took ' + took + ' ms after the second signal');
+    // Cancelled in the protocol's shape, as at the deadline: an error event, no finish_reason.
+    assert.ok(/data: \{"error":\{[^\n]*cancel/.test(res.text), res.text.slice(-300));
+    assert.ok(!res.text.includes('"finish_reason":"'), res.text.slice(-300));
+    console.log('     exited ' + took + ' ms after the second SIGTERM');
   });
 
   await check('--sse-keepalive: a silent stream gets comments the clients skip; a later error is an in-stream event', async () => {

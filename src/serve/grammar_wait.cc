@@ -16,16 +16,18 @@ struct GrammarWaitProducer::Shared {
 
 GrammarWaitProducer::GrammarWaitProducer(grammar::CompileQueue& queue,
                                          std::shared_ptr<const grammar::GrammarSpec> spec,
-                                         Hooks hooks)
+                                         Hooks hooks, std::string client)
     : shared_(std::make_shared<Shared>()), hooks_(std::move(hooks)) {
-  queue.submit(std::move(spec), shared_->cancel,
-               [shared = shared_](Result<std::shared_ptr<const grammar::CompiledGrammar>> r) {
-                 // Under the lock: the producer's destructor clears wake, and the transport
-                 // that owns it may be gone after that.
-                 std::lock_guard<std::mutex> lock(shared->mu);
-                 shared->result = std::move(r);
-                 if (shared->wake) shared->wake();
-               });
+  queue.submit(
+      std::move(spec), shared_->cancel,
+      [shared = shared_](Result<std::shared_ptr<const grammar::CompiledGrammar>> r) {
+        // Under the lock: the producer's destructor clears wake, and the transport that owns
+        // it may be gone after that.
+        std::lock_guard<std::mutex> lock(shared->mu);
+        shared->result = std::move(r);
+        if (shared->wake) shared->wake();
+      },
+      std::move(client));
 }
 
 GrammarWaitProducer::~GrammarWaitProducer() {

@@ -38,9 +38,10 @@ class GrammarWaitProducer : public http::Producer {
     std::function<std::string(const Status&)> stream_error;       // the protocol's error event
   };
 
-  // Submits the compile now.
+  // Submits the compile now, on behalf of `client` (see CompileQueue::submit).
   GrammarWaitProducer(grammar::CompileQueue& queue,
-                      std::shared_ptr<const grammar::GrammarSpec> spec, Hooks hooks);
+                      std::shared_ptr<const grammar::GrammarSpec> spec, Hooks hooks,
+                      std::string client = {});
   ~GrammarWaitProducer() override;
 
   void start(std::function<void()> wake) override;

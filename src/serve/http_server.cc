@@ -97,8 +97,13 @@ std::string_view Request::header(std::string_view name) const {
 // One connection: its stream and what shutdown needs to reach it. Every field but the
 // stream's socket is touched on the connection's strand only.
 struct Conn {
-  explicit Conn(tcp::socket s) : stream(std::move(s)) {}
+  explicit Conn(tcp::socket s) : stream(std::move(s)) {
+    error_code ec;
+    const tcp::endpoint ep = stream.socket().remote_endpoint(ec);
+    if (!ec) peer = ep.address().to_string();
+  }
   beast::tcp_stream stream;
+  std::string peer;                // the client's address
   bool idle = true;                // waiting for a request's first bytes
   bool cancel_requested = false;   // the drain deadline passed
   std::shared_ptr<Wakeup> wakeup;  // while a Producer runs
@@ -344,6 +349,7 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     req.target = std::string(breq.target());
     for (const auto& f : breq) req.headers.emplace_back(f.name_string(), f.value());
     req.body = std::move(breq.body());
+    req.peer = c->peer;
     bool keep_alive = breq.keep_alive();
 
     bool found = false;

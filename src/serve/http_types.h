@@ -20,6 +20,7 @@ struct Request {
   std::string target;  // the path and query as sent
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  std::string peer;  // the client's address ("127.0.0.1", "::1"), "" when unknown
 
   // The path without the query string.
   std::string_view path() const;

@@ -417,7 +417,7 @@ struct Server::Impl {
   // GrammarWaitProducer stands in until it is done, so this request worker is free. A spec
   // that does not build (malformed) is a 400 now. `stream_error` is the protocol's error event,
   // for a compile that fails after a heartbeat committed the stream.
-  Reply with_constraint(Protocol p, bool streaming, Constraint c,
+  Reply with_constraint(const Request& req, Protocol p, bool streaming, Constraint c,
                         std::shared_ptr<engine::GenerationRequest> gen, Submit submit,
                         std::function<std::string(const Status&)> stream_error) {
     GrammarWaitProducer::Finish finish =
@@ -448,8 +448,19 @@ struct Server::Impl {
       count_error(p);
       return f(s);
     };
-    return producer_reply(std::make_unique<GrammarWaitProducer>(*compiles, c.spec, std::move(h)),
-                          streaming);
+    return producer_reply(
+        std::make_unique<GrammarWaitProducer>(*compiles, c.spec, std::move(h), client_of(req)),
+        streaming);
+  }
+
+  // Who sent a request, for sharing the grammar compiles fairly: the API key it was admitted
+  // with when the server requires one, else its address (a header the server does not check
+  // could name anyone).
+  std::string client_of(const Request& req) const {
+    for (const std::string& k : opt.api_keys)
+      if (req.header("Authorization") == "Bearer " + k || req.header("x-api-key") == k)
+        return "key " + k;
+    return "peer " + req.peer;
   }
 
   // The KV-store retention class of a request: the class its `retention` names (an unknown
@@ -1044,8 +1055,8 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
       return api::ResponsesResponder(id, model, created).stream_error(s, api::Usage{});
     return api::openai_stream_error(s);
   };
-  return with_constraint(p, streaming, std::move(*constraint), std::move(gen), std::move(submit),
-                         stream_error);
+  return with_constraint(req, p, streaming, std::move(*constraint), std::move(gen),
+                         std::move(submit), stream_error);
 }
 
 // OpenAI (legacy) Completions: `prompt` is a string or a list of token ids; the text is
@@ -1130,7 +1141,8 @@ Reply Server::Impl::completions(const Request& req) {
     return std::unique_ptr<http::Producer>(std::make_unique<CompletionProducer>(
         this, std::move(*streams), std::move(choices), c.stream, t0));
   };
-  return with_constraint(p, streaming, std::move(*constraint), std::move(gen), std::move(submit),
+  return with_constraint(req, p, streaming, std::move(*constraint), std::move(gen),
+                         std::move(submit),
                          [](const Status& s) { return api::openai_stream_error(s); });
 }
 
@@ -1170,7 +1182,8 @@ Reply Server::Impl::generate(const Request& req) {
         this, std::move(*streams), std::move(id), r.skip_special_tokens, r.sampling.stop,
         max_tokens, r.stream, t0));
   };
-  return with_constraint(p, streaming, std::move(*constraint), std::move(gen), std::move(submit),
+  return with_constraint(req, p, streaming, std::move(*constraint), std::move(gen),
+                         std::move(submit),
                          [](const Status& s) { return api::sglang_stream_error(s); });
 }
 

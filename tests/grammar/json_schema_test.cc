@@ -333,6 +333,42 @@ TEST(CompileQueue, AnswersInOrderAndSkipsCancelledJobs) {
   EXPECT_EQ(cache.size(), 1u);
 }
 
+// Clients share the compile threads: a client's jobs wait behind a job another client
+// submitted later when that client has had fewer compiles started (here none), so one
+// client's many grammars do not hold up another's new one.
+TEST(CompileQueue, ClientsTakeTurns) {
+  GrammarCache cache(test::byte_tokens(), 8);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string order;
+  auto done = [&](char job) {
+    return [&, job](Result<std::shared_ptr<const CompiledGrammar>>) {
+      std::lock_guard<std::mutex> lock(mu);
+      order += job;
+      cv.notify_all();
+    };
+  };
+  auto spec = [](const char* regex) {
+    return std::make_shared<const GrammarSpec>(
+        GrammarSpec{.kind = GrammarSpec::Kind::kRegex, .text = regex});
+  };
+  auto huge = std::make_shared<CancelToken>();
+  {
+    CompileQueue queue(cache, 1);
+    queue.submit(spec("((a{1,100}){1,100}){1,100}"), huge, done('1'), "a");
+    queue.submit(spec("[ab]+"), nullptr, done('2'), "a");
+    queue.submit(spec("[cd]+"), nullptr, done('3'), "a");
+    while (queue.waiting() > 2) std::this_thread::yield();  // '1' is compiling
+    queue.submit(spec("[ef]+"), nullptr, done('b'), "b");
+    queue.submit(spec("[gh]+"), nullptr, done('c'), "b");
+    huge->cancel();
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return order.size() == 5; });
+  }
+  // First in, first out would give "123bc".
+  EXPECT_EQ(order, "1b2c3");
+}
+
 // Destroying the queue stops the compile under way (raising its token) and answers the jobs
 // still waiting kCancelled; nothing is left unanswered.
 TEST(CompileQueue, DestructionCancelsRunningAndWaitingJobs) {

@@ -101,6 +101,22 @@ async function post(port, p, body) {
   return { status: r.status, text };
 }
 
+// post() from another loopback address (a second client as the server sees it).
+function postFrom(localAddress, port, p, body) {
+  return new Promise((resolve, reject) => {
+    const data = JSON.stringify(body);
+    const req = require('http').request({ host: '127.0.0.1', port, path: p, method: 'POST', localAddress,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode, text }));
+    });
+    req.on('error', reject);
+    req.end(data);
+  });
+}
+
 // A Chat Completions request, streamed or not: { content, reasoning, finish, usage }.
 async function chat(port, body) {
   const r = await post(port, '/v1/chat/completions', body);
@@ -490,10 +506,37 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
       assert.ok(/grammar too large/.test(again.text), again.text);
       assert.equal(await sample('fathom_grammar_compiles_total'), 3);
     });
+    await check('clients take turns at the compile thread: a client\'s queued slow grammars do not hold up another\'s', async () => {
+      // Client A (127.0.0.1): two slow grammars, the first compiling, the second queued.
+      const ctl = [new AbortController(), new AbortController()];
+      const settled = [false, false];
+      const slow = ctl.map((c, i) => fetch(`http://127.0.0.1:${one.port}/v1/chat/completions`, { method: 'POST',
+        signal: c.signal, headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ ...wideBody, structured_outputs: { regex: '((a{1,100}){1,100}){1,100}' + 'cd'[i] } }) })
+        .catch(() => null).finally(() => { settled[i] = true; }));
+      assert.equal(await until('fathom_grammar_compiles_total', 4, 60000), 4, 'no compile began');
+      assert.equal(await until('fathom_grammar_compiles_waiting', 1, 5000), 1);
+      // Client B (127.0.0.2) asks for a new small grammar after them; then A's running compile
+      // stops (its client leaves). First in, first out would start A's second grammar next.
+      const b = postFrom('127.0.0.2', one.port, '/v1/chat/completions', { model: 'deepseek-chat', messages: user,
+        max_tokens: 8, structured_outputs: { choice: ['maybe', 'never'] } });
+      assert.equal(await until('fathom_grammar_compiles_waiting', 2, 5000), 2);
+      ctl[0].abort();
+      const r = await b;
+      assert.equal(r.status, 200, r.text);
+      assert.ok(['maybe', 'never'].includes(JSON.parse(r.text).choices[0].message.content), r.text);
+      // A's second compile (about 5 s, then a 400) had not run first.
+      assert.ok(!settled[1], 'A\'s second grammar was compiled before B\'s');
+      ctl[1].abort();
+      await Promise.all(slow);
+      assert.equal(await until('fathom_grammar_compiles_cancelled_total', 3, 5000), 3);
+      assert.equal(await sample('fathom_grammar_compiles_waiting'), 0);
+    });
     await check('SIGTERM during a grammar compile: a 503 at the drain deadline, exit 0', async () => {
+      const before = await sample('fathom_grammar_compiles_total');
       const pending = post(one.port, '/v1/chat/completions',
         { ...wideBody, structured_outputs: { regex: '((a{1,100}){1,100}){1,100}b' } });
-      assert.equal(await until('fathom_grammar_compiles_total', 4, 60000), 4, 'no compile began');
+      assert.equal(await until('fathom_grammar_compiles_total', before + 1, 60000), before + 1, 'no compile began');
       one.proc.kill('SIGTERM');
       const r = await pending;
       assert.equal(r.status, 503, r.text);

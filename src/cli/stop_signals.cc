@@ -10,6 +10,8 @@ namespace fathom::cli {
 namespace {
 
 std::atomic<int> g_signals{0};  // signals received
+static_assert(std::atomic<int>::is_always_lock_free,
+              "the handler may only touch lock-free atomics");
 std::atomic<bool> g_done{false};
 void on_signal(int) { g_signals.fetch_add(1); }
 
@@ -36,6 +38,9 @@ StopSignals::StopSignals(std::function<void()> stop, const char* name) {
 StopSignals::~StopSignals() {
   g_done.store(true);
   watcher_.join();
+  // Whatever follows (the engine's shutdown) can be interrupted again.
+  ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGINT, SIG_DFL);
 }
 
 bool StopSignals::signalled() const { return g_signals.load() > 0; }

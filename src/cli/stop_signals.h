@@ -16,7 +16,8 @@ class StopSignals {
  public:
   // Installs the handlers and starts the watcher. `name` prefixes the second signal's notice.
   StopSignals(std::function<void()> stop, const char* name);
-  // Ends the watcher (the server has returned) and joins it.
+  // Ends the watcher (the server has returned), joins it and puts the default handlers back
+  // (a signal during the rest of the shutdown then ends the process).
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

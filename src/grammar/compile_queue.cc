@@ -1,7 +1,7 @@
 #include "grammar/compile_queue.h"
 
 #include <algorithm>
-#include <string_view>
+#include <tuple>
 
 namespace fathom::grammar {
 
@@ -11,11 +11,14 @@ CompileQueue::CompileQueue(GrammarCache& cache, size_t threads) : cache_(cache) 
 }
 
 CompileQueue::~CompileQueue() {
-  std::deque<Job> left;
+  std::vector<Job> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    left.swap(jobs_);
+    for (auto& [name, c] : clients_)
+      for (Job& j : c.jobs) left.push_back(std::move(j));
+    clients_.clear();
+    waiting_ = 0;
     for (auto& token : running_) token->cancel();
   }
   cv_.notify_all();
@@ -29,8 +32,9 @@ void CompileQueue::submit(std::shared_ptr<const GrammarSpec> spec,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stop_) {
-      ++clients_[client].waiting;
-      jobs_.push_back({std::move(spec), std::move(cancel), std::move(done), std::move(client)});
+      clients_[std::move(client)].jobs.push_back(
+          {std::move(spec), std::move(cancel), std::move(done)});
+      ++waiting_;
       cv_.notify_one();
       return;
     }
@@ -41,7 +45,8 @@ void CompileQueue::submit(std::shared_ptr<const GrammarSpec> spec,
 size_t CompileQueue::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
-  for (const Job& j : jobs_) n += !j.cancel->cancelled();
+  for (const auto& [name, c] : clients_)
+    for (const Job& j : c.jobs) n += !j.cancel->cancelled();
   return n;
 }
 
@@ -50,39 +55,35 @@ size_t CompileQueue::skipped() const {
   return skipped_;
 }
 
-CompileQueue::Job CompileQueue::take_next_locked() {
-  // Each client's first waiting job, in queue order, is its candidate; the best candidate's
-  // client has the fewest running, then the oldest last start. Queues are short (one entry
-  // per request waiting for a new grammar), so a scan is cheap beside any compile.
-  auto best = jobs_.end();
-  const Client* best_client = nullptr;
-  std::unordered_map<std::string_view, bool> seen;
-  for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
-    if (!seen.emplace(it->client, true).second) continue;
-    const Client& c = clients_.at(it->client);
-    if (!best_client || c.running < best_client->running ||
-        (c.running == best_client->running && c.last_start < best_client->last_start)) {
+std::pair<CompileQueue::Job, std::string> CompileQueue::take_next_locked() {
+  // One look at each client with a job waiting (a flood of one client's requests costs
+  // nothing here): fewest running, then the oldest last start.
+  auto best = clients_.end();
+  for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+    const Client& c = it->second;
+    if (c.jobs.empty()) continue;
+    if (best == clients_.end() || c.running < best->second.running ||
+        (c.running == best->second.running && c.last_start < best->second.last_start))
       best = it;
-      best_client = &c;
-    }
   }
-  Job job = std::move(*best);
-  jobs_.erase(best);
-  Client& c = clients_.at(job.client);
-  --c.waiting;
+  Client& c = best->second;
+  std::pair<Job, std::string> out(std::move(c.jobs.front()), best->first);
+  c.jobs.pop_front();
+  --waiting_;
   ++c.running;
   c.last_start = ++starts_;
-  return job;
+  return out;
 }
 
 void CompileQueue::run() {
   for (;;) {
     Job job;
+    std::string client;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || waiting_ > 0; });
       if (stop_) return;
-      job = take_next_locked();
+      std::tie(job, client) = take_next_locked();
       running_.push_back(job.cancel);
       skipped_ += job.cancel->cancelled();
     }
@@ -93,8 +94,9 @@ void CompileQueue::run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_.erase(std::find(running_.begin(), running_.end(), job.cancel));
-      auto c = clients_.find(job.client);
-      if (--c->second.running == 0 && c->second.waiting == 0) clients_.erase(c);
+      // Gone at the destructor (nothing is left to share then).
+      if (auto c = clients_.find(client); c != clients_.end())
+        if (--c->second.running == 0 && c->second.jobs.empty()) clients_.erase(c);
     }
     job.done(std::move(r));
   }

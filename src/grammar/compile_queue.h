@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/cancel.h"
@@ -51,24 +52,24 @@ class CompileQueue {
     std::shared_ptr<const GrammarSpec> spec;
     std::shared_ptr<CancelToken> cancel;
     Done done;
-    std::string client;
   };
-  // A client with jobs waiting or running.
+  // A client with jobs waiting or running: its own queue, first in first out.
   struct Client {
+    std::deque<Job> jobs;
     size_t running = 0;
-    size_t waiting = 0;
     uint64_t last_start = 0;  // starts_ when its last job started (0: none yet)
   };
   void run();
-  // Takes the next job by the fairness rule above. REQUIRES: mu_ held, jobs_ not empty.
-  Job take_next_locked();
+  // The next job by the fairness rule above, and its client's name. REQUIRES: mu_ held,
+  // waiting_ > 0.
+  std::pair<Job, std::string> take_next_locked();
 
   GrammarCache& cache_;
   mutable std::mutex mu_;
   std::condition_variable cv_;                         // a job or stop
-  std::deque<Job> jobs_;                               // guarded by mu_
-  std::vector<std::shared_ptr<CancelToken>> running_;  // guarded by mu_
   std::unordered_map<std::string, Client> clients_;    // guarded by mu_
+  size_t waiting_ = 0;                                 // jobs in clients_' queues; guarded by mu_
+  std::vector<std::shared_ptr<CancelToken>> running_;  // guarded by mu_
   uint64_t starts_ = 0;                                // guarded by mu_
   bool stop_ = false;                                  // guarded by mu_
   size_t skipped_ = 0;                                 // guarded by mu_

@@ -1,8 +1,11 @@
 #include "serve/server.h"
 
+#include <arpa/inet.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <optional>
@@ -455,11 +458,15 @@ struct Server::Impl {
 
   // Who sent a request, for sharing the grammar compiles fairly: the API key it was admitted
   // with when the server requires one, else its address (a header the server does not check
-  // could name anyone).
+  // could name anyone), an IPv6 one by its /64 (one host commonly holds a whole /64).
   std::string client_of(const Request& req) const {
     for (const std::string& k : opt.api_keys)
       if (req.header("Authorization") == "Bearer " + k || req.header("x-api-key") == k)
         return "key " + k;
+    unsigned char a[16];
+    static constexpr unsigned char kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+    if (::inet_pton(AF_INET6, req.peer.c_str(), a) == 1 && std::memcmp(a, kV4Mapped, 12) != 0)
+      return "peer6 " + std::string(reinterpret_cast<const char*>(a), 8);
     return "peer " + req.peer;
   }
 

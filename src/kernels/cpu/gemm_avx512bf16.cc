@@ -247,8 +247,12 @@ void gemv_bf16(const Bf16Matrix& w, const uint16_t* xb, float* y, int64_t r0, in
     for (int r = 0; r < 4; ++r) wr[r] = w.weight + (m + (r < nr ? r : 0)) * w.cols;
     __m512 acc[4];
     for (auto& a : acc) a = _mm512_setzero_ps();
+    // A fixed 4 KB ahead, while that stays inside the rows [m, r1) (a pointer past the
+    // weights is not formed).
+    const int64_t ahead_end = (r1 - m) * w.cols - 2048;
     for (int64_t c = 0; c < chunks; ++c) {
-      for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 32 + 2048);
+      for (int r = 0; r < 4; ++r)
+        if (r * w.cols + c * 32 < ahead_end) prefetch(wr[r] + c * 32 + 2048);
       const __m512i xv = _mm512_loadu_si512(xb + c * 32);
       for (int r = 0; r < 4; ++r) acc[r] = dot(acc[r], xv, bf16_chunk(wr[r], c, full, w.cols));
     }
@@ -352,7 +356,6 @@ void fp4_panel_row(const Fp4Matrix& w, int64_t row, int64_t next, uint16_t* __re
   const Fp4Decoder dec{w};
   const uint8_t* __restrict p = dec.row(row);
   const uint8_t* ahead = next >= 0 ? dec.row(next) : nullptr;
-  if (ahead) prefetch(w.scale + next * (w.cols / 32));
   const int64_t chunks = w.cols / 32;
   const __m512i base = _mm512_load_si512(kE2m1Bf16);
   const __m512i twice = _mm512_load_si512(kByteTwice);
@@ -360,8 +363,10 @@ void fp4_panel_row(const Fp4Matrix& w, int64_t row, int64_t next, uint16_t* __re
   for (int64_t c0 = 0; c0 < chunks; c0 += 16) {
     dec.block_scales(row, c0, sc);
     const int64_t n = min64(16, chunks - c0);
-    if (ahead)
+    if (ahead) {
+      if ((c0 & 63) == 0) prefetch(w.scale + next * chunks + c0);  // a line holds 64 scales
       for (int64_t i = 0; i < n; i += 4) prefetch(ahead + (c0 + i) * 16);
+    }
     if (!sc.direct) {
       for (int64_t i = 0; i < n; ++i)
         _mm512_store_si512(out + (c0 + i) * 32, dec.chunk(p, sc, i, c0 + i));

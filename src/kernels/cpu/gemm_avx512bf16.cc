@@ -111,7 +111,7 @@ struct Fp8Decoder {
 
 // E2M1 codes 0..15 as bf16 bits, twice (VPERMW reads an index's low five bits, and the low
 // word's index is the whole byte).
-alignas(64) const uint16_t kE2m1Bf16[32] = {
+alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
     0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80,
     0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0, 0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040,
     0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
@@ -126,14 +126,39 @@ alignas(64) const uint8_t kByteTwice[64] = {
     5,  5,  6,  6,  6,  6,  7,  7,  7,  7,  8,  8,  8,  8,  9,  9,  9,  9,  10, 10, 10, 10,
     11, 11, 11, 11, 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15};
 
+// 32 E2M1 codes (16 bytes at p, the low nibble the even column) as the bf16 values of table
+// `tb`: words 2i and 2i + 1 both byte i (the bytes broadcast to every lane, then VPSHUFB with
+// `twice`, kByteTwice), the odd words shifted right by 4, then VPERMW: word 2i's low nibble
+// picks (bit 4 lands in the table's copy), word 2i + 1's is the high nibble.
+inline __m512i e2m1_words(const uint8_t* p, __m512i tb, __m512i twice) {
+  const __m512i d = _mm512_shuffle_epi8(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), twice);
+  return _mm512_permutexvar_epi16(_mm512_mask_srli_epi16(d, __mmask32(0xAAAAAAAAu), d, 4), tb);
+}
+
+// kScaledE2m1Bf16[s]: the E2M1 table (kE2m1Bf16, twice) times 2^(s - 127) for the scales the
+// direct route takes (2 <= s <= 252): its bits plus (s - 127) << 7 in every nonzero entry.
+// A chunk loads its block's table (a load, where building it took a broadcast and an add on
+// the shuffle-bound decode path). 16 KiB; the few scales a checkpoint uses stay in L1.
+struct ScaledE2m1Tables {
+  alignas(64) uint16_t t[256][32];
+};
+constexpr ScaledE2m1Tables scaled_e2m1_tables() {
+  ScaledE2m1Tables out{};
+  for (int s = 2; s <= 252; ++s)
+    for (int i = 0; i < 32; ++i)
+      out.t[s][i] = uint16_t(kE2m1Bf16[i] + ((i & 7) != 0 ? (s - 127) * 128 : 0));
+  return out;
+}
+constexpr ScaledE2m1Tables kScaledE2m1Bf16 = scaled_e2m1_tables();
+
 // The scales of 16 blocks of one FP4 row. Where every scale keeps the table's nonzero values
-// times it normal bf16 numbers (2 <= s <= 252), each block's table is the E2M1 table's bits
-// plus (s - 127) << 7 in every nonzero entry; otherwise every block's table is the fp32 table
-// times the scale, rounded to bf16 (the same bits where both apply; out of fp32's range as
-// the FP8 float route).
+// times it normal bf16 numbers (2 <= s <= 252), each block's table is kScaledE2m1Bf16[s];
+// otherwise every block's table is the fp32 table times the scale, rounded to bf16 (the same
+// bits where both apply; out of fp32's range as the FP8 float route).
 struct Fp4Scales {
   bool direct;
-  alignas(32) int16_t offset[16];
+  const uint8_t* bytes;  // the 16 scale bytes (fewer at the row's end)
   alignas(64) float value[16];
 };
 
@@ -149,29 +174,19 @@ struct Fp4Decoder {
         _mm256_mask_cmpgt_epi16_mask(lanes16(n), b, _mm256_set1_epi16(252)) |
         _mm256_mask_cmplt_epi16_mask(lanes16(n), b, _mm256_set1_epi16(2));
     out.direct = out_of_range == 0;
-    if (out.direct)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out.offset),
-                         _mm256_slli_epi16(_mm256_sub_epi16(b, _mm256_set1_epi16(127)), 7));
-    else
-      e8m0x16(p, n, out.value);
+    out.bytes = p;
+    if (!out.direct) e8m0x16(p, n, out.value);
   }
   // Chunk c (block i of its group of 16) as bf16.
   __m512i chunk(const uint8_t* p, const Fp4Scales& s, int64_t i, int64_t c) const {
-    const __m512i base = _mm512_load_si512(kE2m1Bf16);
     __m512i tb;
     if (s.direct) {
-      tb =
-          _mm512_mask_add_epi16(base, __mmask32(0xFEFEFEFEu), base, _mm512_set1_epi16(s.offset[i]));
+      tb = _mm512_load_si512(kScaledE2m1Bf16.t[s.bytes[i]]);
     } else {
       const __m512 t = _mm512_mul_ps(_mm512_loadu_ps(kE2m1), _mm512_set1_ps(s.value[i]));
       tb = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(t, t));
     }
-    // Words 2i and 2i + 1 both byte i, then the odd words shifted right by 4: word 2i's low
-    // nibble picks (bit 4 lands in the table's copy), word 2i + 1's is the high nibble.
-    const __m512i d = _mm512_shuffle_epi8(
-        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + c * 16))),
-        _mm512_load_si512(kByteTwice));
-    return _mm512_permutexvar_epi16(_mm512_mask_srli_epi16(d, __mmask32(0xAAAAAAAAu), d, 4), tb);
+    return e2m1_words(p + c * 16, tb, _mm512_load_si512(kByteTwice));
   }
 };
 
@@ -357,7 +372,6 @@ void fp4_panel_row(const Fp4Matrix& w, int64_t row, int64_t next, uint16_t* __re
   const uint8_t* __restrict p = dec.row(row);
   const uint8_t* ahead = next >= 0 ? dec.row(next) : nullptr;
   const int64_t chunks = w.cols / 32;
-  const __m512i base = _mm512_load_si512(kE2m1Bf16);
   const __m512i twice = _mm512_load_si512(kByteTwice);
   Fp4Scales sc;
   for (int64_t c0 = 0; c0 < chunks; c0 += 16) {
@@ -373,15 +387,8 @@ void fp4_panel_row(const Fp4Matrix& w, int64_t row, int64_t next, uint16_t* __re
       continue;
     }
     for (int64_t i = 0; i < n; ++i) {
-      const __m512i tb = _mm512_mask_add_epi16(base, __mmask32(0xFEFEFEFEu), base,
-                                               _mm512_set1_epi16(sc.offset[i]));
-      const __m512i d = _mm512_shuffle_epi8(
-          _mm512_broadcast_i32x4(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (c0 + i) * 16))),
-          twice);
-      _mm512_store_si512(
-          out + (c0 + i) * 32,
-          _mm512_permutexvar_epi16(_mm512_mask_srli_epi16(d, __mmask32(0xAAAAAAAAu), d, 4), tb));
+      const __m512i tb = _mm512_load_si512(kScaledE2m1Bf16.t[sc.bytes[i]]);
+      _mm512_store_si512(out + (c0 + i) * 32, e2m1_words(p + (c0 + i) * 16, tb, twice));
     }
   }
 }

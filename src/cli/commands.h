@@ -4,10 +4,33 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace fathom::cli {
 
 using Runner = std::function<int()>;
+
+// A check for an option given in seconds: a number, > 0 (`positive`) or >= 0, and at most
+// 1e9 (about 31 years: a larger timeout overflowed the clocks; NaN passed CLI11's own
+// number checks).
+inline CLI::Validator seconds_check(bool positive) {
+  return CLI::Validator(
+      [positive](std::string& text) -> std::string {
+        double v = 0;
+        size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (...) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || v != v) return "not a number of seconds: " + text;
+        if (positive ? !(v > 0) : !(v >= 0))
+          return std::string("seconds must be ") + (positive ? "> 0" : ">= 0") + ": " + text;
+        if (v > 1e9) return "at most 1e9 seconds: " + text;
+        return "";
+      },
+      positive ? "SECONDS > 0" : "SECONDS >= 0");
+}
 
 // Registers tokenize, detokenize; sets *run when one of them is chosen.
 void add_tokenizer_commands(CLI::App& app, Runner* run);

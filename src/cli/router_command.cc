@@ -167,7 +167,7 @@ void add_router_command(CLI::App& app, Runner* run) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   c->add_option("--pd-timeout", a->pd_timeout,
                 "P/D: seconds a hand-off (reservation, prefill and push) may take")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds_check(true));
   c->add_option("--max-attempts", a->max_attempts,
                 "Replicas one request may try (the first and its retries)")
       ->check(CLI::Range(1, 64));
@@ -180,9 +180,9 @@ void add_router_command(CLI::App& app, Runner* run) {
   c->add_option("--shutdown-timeout", a->shutdown_timeout,
                 "On SIGTERM/SIGINT, seconds in-flight requests get to finish (a second signal "
                 "cancels them at once)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds_check(false));
   c->add_option("--sse-keepalive", a->heartbeat, "Seconds of silence before an SSE comment")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds_check(false));
   c->add_option("--max-connections", a->max_connections, "Open client connections at most")
       ->check(CLI::Range(1, 1 << 20));
   c->add_option("--http-threads", a->http_threads, "HTTP io threads (and as many workers)")

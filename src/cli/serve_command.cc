@@ -447,17 +447,17 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "max_tokens when a request sets none (0 = what the context leaves)");
   c->add_option("--header-timeout", a->header_timeout,
                 "Seconds a client has to send a request's headers (and to idle between requests)")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds_check(true));
   c->add_option("--body-timeout", a->body_timeout, "Seconds a client has to send a request body")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds_check(true));
   c->add_option("--shutdown-timeout", a->shutdown_timeout,
                 "On SIGTERM/SIGINT, seconds in-flight requests get to finish before they are "
                 "cancelled (a second signal cancels them at once)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds_check(false));
   c->add_option("--sse-keepalive", a->heartbeat,
                 "Seconds a stream may stay silent (queued, or in a long prefill) before it gets "
                 "an SSE comment, so clients and proxies with idle timeouts keep it (0 = never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds_check(false));
   c->add_option("--max-connections", a->max_connections,
                 "Open connections at most; more are answered 503")
       ->check(CLI::Range(1, 1 << 20));
@@ -493,7 +493,7 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--pd-lease-seconds", a->pd_lease_s,
                 "prefill: how long pushed blocks stay pinned at most (and the push's timeout); "
                 "decode: how long a reserved room and its received blocks are kept")
-      ->check(CLI::PositiveNumber);
+      ->check(seconds_check(true));
   c->add_option("--pd-push-api-key", a->pd_push_api_key,
                 "prefill: the API key sent with pushes to decode replicas");
   c->add_flag("--pd-test-corrupt-push", a->pd_test_corrupt_push,

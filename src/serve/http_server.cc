@@ -47,9 +47,13 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+// A timeout option as a clock duration: at most 1e9 s (about 31 years, "forever"; a larger
+// double overflowed the clock's nanoseconds into a negative time, so a huge timeout acted as
+// none), and 0 for a negative or NaN value (the options refuse both).
 std::chrono::steady_clock::duration seconds(double s) {
+  if (!(s > 0)) return std::chrono::steady_clock::duration::zero();
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(s));
+      std::chrono::duration<double>(std::min(s, 1e9)));
 }
 
 // Wakes a connection's coroutine waiting for its Producer. wake() may run on any thread (the
@@ -462,8 +466,7 @@ awaitable<bool> HttpServer::Impl::produce(std::shared_ptr<Conn> c, Reply& reply,
   // instead (an HTTP error in the protocol's shape, not an error event inside a 200).
   bool sent_head = false, ok = true, cancelled = false;
   const bool heartbeat = opt.stream_heartbeat_s > 0 && !reply.heartbeat.empty();
-  const auto heartbeat_every = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(opt.stream_heartbeat_s));
+  const auto heartbeat_every = seconds(opt.stream_heartbeat_s);
   auto last_write = Clock::now();
   p.start([wk] { wk->wake(); });
   Response out;

@@ -190,6 +190,20 @@ function streamRequest(base, maxTokens) {
     if (code !== 0) { t.failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
   }
 
+  await check('timeouts that are not a number of seconds up to 1e9 are refused at start (exit 2, naming the flag)', async () => {
+    // 1e10 s overflowed the clock into a negative deadline: the drain cancelled everything at once.
+    for (const [flag, v] of [['--shutdown-timeout', 'nan'], ['--shutdown-timeout', '1e10'], ['--header-timeout', '0'],
+      ['--sse-keepalive', '-1'], ['--body-timeout', 'inf']]) {
+      const p = spawn(fathom, ['serve', '--port', '0', flag, v], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let err = '';
+      p.stderr.on('data', (d) => { err += d; });
+      const code = await Promise.race([exitOf(p), sleep(20000).then(() => 'timeout')]);
+      if (code === 'timeout') p.kill('SIGKILL');
+      assert.equal(code, 2, `${flag} ${v}: ${err}`);
+      assert.ok(err.includes(flag), `${flag} ${v}: ${err}`);
+    }
+  });
+
   await check('SIGTERM: an in-flight stream that fits --shutdown-timeout completes; new connections are refused', async () => {
     const s = await startServer(fathom, ['--shutdown-timeout', '20']);
     const b = `http://127.0.0.1:${s.port}`;

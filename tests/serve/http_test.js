@@ -63,6 +63,16 @@ async function readAll(res) {
   return { text, chunks, done: text.includes('data: [DONE]') };
 }
 
+// Sends SIGTERM and waits up to 10 s for the exit: { code ('timeout' if none), took (ms) }.
+async function sigtermAndWait(proc) {
+  const t0 = Date.now();
+  proc.kill('SIGTERM');
+  const code = await Promise.race([exitOf(proc), sleep(10000).then(() => 'timeout')]);
+  const took = Date.now() - t0;
+  if (code === 'timeout') proc.kill('SIGKILL');
+  return { code, took };
+}
+
 function streamRequest(base, maxTokens) {
   return fetch(base + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ prompt: [0, 5, 6, 7], max_tokens: maxTokens, ignore_eos: true, stream: true,
@@ -239,11 +249,7 @@ function streamRequest(base, maxTokens) {
       body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 1000000, ignore_eos: true }) })
       .then(async (x) => ({ status: x.status, body: await x.json() }));
     await sleep(300);
-    const t0 = Date.now();
-    s.proc.kill('SIGTERM');
-    const code = await Promise.race([exitOf(s.proc), sleep(10000).then(() => 'timeout')]);
-    const took = Date.now() - t0;
-    if (code === 'timeout') s.proc.kill('SIGKILL');
+    const { code, took } = await sigtermAndWait(s.proc);
     const res = await all;
     assert.equal(code, 0);
     assert.ok(took < 4000, 'exit took ' + took + ' ms');
@@ -268,11 +274,7 @@ function streamRequest(base, maxTokens) {
     // Still draining: one signal waits up to 60 s for the stream.
     const early = await Promise.race([exitOf(s.proc), sleep(10).then(() => 'running')]);
     assert.equal(early, 'running');
-    const t0 = Date.now();
-    s.proc.kill('SIGTERM');
-    const code = await Promise.race([exitOf(s.proc), sleep(10000).then(() => 'timeout')]);
-    const took = Date.now() - t0;
-    if (code === 'timeout') s.proc.kill('SIGKILL');
+    const { code, took } = await sigtermAndWait(s.proc);
     const res = await all;
     assert.equal(code, 0);
     assert.ok(took < 4000, 'exit took ' + took + ' ms after the second signal');

@@ -278,13 +278,17 @@ struct Server::Impl {
 
   Reply send_error(Protocol p, const Status& s) { return Reply::of(error_response(p, s)); }
 
+  // Whether the request carries API key `k` (Authorization: Bearer, or x-api-key).
+  static bool carries_key(const Request& req, const std::string& k) {
+    return req.header("Authorization") == "Bearer " + k || req.header("x-api-key") == k;
+  }
+
   // Nothing when the request carries one of the API keys (or none is configured); otherwise the
   // protocol's 401 (OpenAI shape unless `p` is Messages).
   std::optional<Reply> unauthorized(Protocol p, const Request& req) const {
     if (opt.api_keys.empty()) return std::nullopt;
     for (const std::string& k : opt.api_keys)
-      if (req.header("Authorization") == "Bearer " + k || req.header("x-api-key") == k)
-        return std::nullopt;
+      if (carries_key(req, k)) return std::nullopt;
     return Reply::of(Response::json(
         401,
         p == Protocol::kMessages
@@ -461,8 +465,7 @@ struct Server::Impl {
   // could name anyone), an IPv6 one by its /64 (one host commonly holds a whole /64).
   std::string client_of(const Request& req) const {
     for (const std::string& k : opt.api_keys)
-      if (req.header("Authorization") == "Bearer " + k || req.header("x-api-key") == k)
-        return "key " + k;
+      if (carries_key(req, k)) return "key " + k;
     unsigned char a[16];
     static constexpr unsigned char kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
     if (::inet_pton(AF_INET6, req.peer.c_str(), a) == 1 && std::memcmp(a, kV4Mapped, 12) != 0)
@@ -487,8 +490,7 @@ struct Server::Impl {
     }
     if (s.cache_control_ttl_ms > 0) return policy.for_ttl(s.cache_control_ttl_ms);
     for (const auto& [key, cls] : key_retention)
-      if (req.header("Authorization") == "Bearer " + key || req.header("x-api-key") == key)
-        return cls;
+      if (carries_key(req, key)) return cls;
     return policy.default_class();
   }
 

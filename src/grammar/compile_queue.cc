@@ -4,6 +4,13 @@
 #include <tuple>
 
 namespace fathom::grammar {
+namespace {
+
+Status stopping() { return cancelled("grammar compilation cancelled: the server is stopping"); }
+
+bool raised(const std::shared_ptr<CancelToken>& t) { return t && t->cancelled(); }
+
+}  // namespace
 
 CompileQueue::CompileQueue(GrammarCache& cache, size_t threads) : cache_(cache) {
   for (size_t i = 0; i < std::max<size_t>(1, threads); ++i)
@@ -15,38 +22,53 @@ CompileQueue::~CompileQueue() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    for (auto& [name, c] : clients_)
-      for (Job& j : c.jobs) left.push_back(std::move(j));
+    // The running compiles' jobs are answered by their threads, once the raised tokens stop
+    // them.
+    for (auto& [key, c] : by_key_)
+      if (!c->started)
+        for (Job& j : c->jobs) left.push_back(std::move(j));
+    by_key_.clear();
     clients_.clear();
     waiting_ = 0;
     for (auto& token : running_) token->cancel();
   }
   cv_.notify_all();
-  for (Job& j : left) j.done(cancelled("grammar compilation cancelled: the server is stopping"));
+  for (Job& j : left) j.done(stopping());
   for (std::thread& t : threads_) t.join();
 }
 
-void CompileQueue::submit(std::shared_ptr<const GrammarSpec> spec,
+void CompileQueue::submit(std::shared_ptr<const PreparedGrammar> grammar,
                           std::shared_ptr<CancelToken> cancel, Done done, std::string client) {
-  if (!cancel) cancel = std::make_shared<CancelToken>();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stop_) {
-      clients_[std::move(client)].jobs.push_back(
-          {std::move(spec), std::move(cancel), std::move(done)});
+      // The map's key views the compile's own key (grammar->key, kept by c->grammar).
+      std::shared_ptr<Compile>& c = by_key_[grammar->key];
+      if (c) {
+        ++shared_;
+        c->jobs.push_back({std::move(cancel), std::move(done)});
+        if (c->started) return;
+      } else {
+        c = std::make_shared<Compile>();
+        c->grammar = std::move(grammar);
+        c->jobs.push_back({std::move(cancel), std::move(done)});
+      }
+      // Waiting: in this client's turn too (whichever turn comes first starts it).
+      clients_[std::move(client)].compiles.push_back(c);
       ++waiting_;
       cv_.notify_one();
       return;
     }
   }
-  done(cancelled("grammar compilation cancelled: the server is stopping"));
+  done(stopping());
 }
 
 size_t CompileQueue::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
-  for (const auto& [name, c] : clients_)
-    for (const Job& j : c.jobs) n += !j.cancel->cancelled();
+  for (const auto& [key, c] : by_key_)
+    n += !c->started && std::any_of(c->jobs.begin(), c->jobs.end(),
+                                    [](const Job& j) { return !raised(j.cancel); });
   return n;
 }
 
@@ -55,50 +77,89 @@ size_t CompileQueue::skipped() const {
   return skipped_;
 }
 
-std::pair<CompileQueue::Job, std::string> CompileQueue::take_next_locked() {
-  // One look at each client with a job waiting (a flood of one client's requests costs
-  // nothing here): fewest running, then the oldest last start.
-  auto best = clients_.end();
-  for (auto it = clients_.begin(); it != clients_.end(); ++it) {
-    const Client& c = it->second;
-    if (c.jobs.empty()) continue;
-    if (best == clients_.end() || c.running < best->second.running ||
-        (c.running == best->second.running && c.last_start < best->second.last_start))
-      best = it;
+size_t CompileQueue::shared() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shared_;
+}
+
+std::pair<std::shared_ptr<CompileQueue::Compile>, std::string> CompileQueue::take_next_locked() {
+  while (waiting_ > 0) {
+    // One look at each client with an entry waiting (a flood of one client's requests costs
+    // nothing here): fewest running, then the oldest last start.
+    auto best = clients_.end();
+    for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+      const Client& c = it->second;
+      if (c.compiles.empty()) continue;
+      if (best == clients_.end() || c.running < best->second.running ||
+          (c.running == best->second.running && c.last_start < best->second.last_start))
+        best = it;
+    }
+    Client& c = best->second;
+    std::shared_ptr<Compile> next = std::move(c.compiles.front());
+    c.compiles.pop_front();
+    --waiting_;
+    if (next->started) {  // another client's turn started it
+      if (c.compiles.empty() && c.running == 0) clients_.erase(best);
+      continue;
+    }
+    next->started = true;
+    ++c.running;
+    c.last_start = ++starts_;
+    return {std::move(next), best->first};
   }
-  Client& c = best->second;
-  std::pair<Job, std::string> out(std::move(c.jobs.front()), best->first);
-  c.jobs.pop_front();
-  --waiting_;
-  ++c.running;
-  c.last_start = ++starts_;
-  return out;
+  return {nullptr, {}};
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> CompileQueue::compile(Compile& c) {
+  for (bool first = true;; first = false) {
+    std::shared_ptr<CancelToken> token;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stop_)
+        for (const Job& j : c.jobs)
+          if (!raised(j.cancel)) {
+            token = j.cancel ? j.cancel : std::make_shared<CancelToken>();
+            break;
+          }
+      if (!token) {
+        if (first) skipped_ += c.jobs.size();
+        return cancelled("grammar compilation cancelled");
+      }
+      running_.push_back(token);
+    }
+    auto r = cache_.get(*c.grammar, token.get());
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(std::find(running_.begin(), running_.end(), token));
+    if (r.is_ok() || r.status().code() != StatusCode::kCancelled) return r;
+  }
 }
 
 void CompileQueue::run() {
   for (;;) {
-    Job job;
+    std::shared_ptr<Compile> c;
     std::string client;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || waiting_ > 0; });
       if (stop_) return;
-      std::tie(job, client) = take_next_locked();
-      running_.push_back(job.cancel);
-      skipped_ += job.cancel->cancelled();
+      std::tie(c, client) = take_next_locked();
+      if (!c) continue;
     }
-    Result<std::shared_ptr<const CompiledGrammar>> r =
-        job.cancel->cancelled() ? Result<std::shared_ptr<const CompiledGrammar>>(
-                                      cancelled("grammar compilation cancelled"))
-                                : cache_.get(*job.spec, job.cancel.get());
+    Result<std::shared_ptr<const CompiledGrammar>> r = compile(*c);
+    std::vector<Job> jobs;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      running_.erase(std::find(running_.begin(), running_.end(), job.cancel));
       // Gone at the destructor (nothing is left to share then).
-      if (auto c = clients_.find(client); c != clients_.end())
-        if (--c->second.running == 0 && c->second.jobs.empty()) clients_.erase(c);
+      if (auto it = by_key_.find(c->grammar->key); it != by_key_.end() && it->second == c)
+        by_key_.erase(it);
+      jobs = std::move(c->jobs);
+      if (auto it = clients_.find(client); it != clients_.end())
+        if (--it->second.running == 0 && it->second.compiles.empty()) clients_.erase(it);
     }
-    job.done(std::move(r));
+    for (Job& j : jobs)
+      j.done(raised(j.cancel) && r.is_ok() ? Result<std::shared_ptr<const CompiledGrammar>>(
+                                                 cancelled("grammar compilation cancelled"))
+                                           : r);
   }
 }
 

@@ -1,15 +1,20 @@
 // CompileQueue: compiles grammars through a GrammarCache on threads of its own, so that a
 // request thread never waits for one (a large schema takes seconds): submit() returns at once
-// and `done` later runs, on a compile thread, with the result. Clients share the threads
-// fairly: the next job is that of the waiting client with the fewest compiles running, then
-// the one whose last compile started longest ago (a new client first), and each client's own
-// jobs start in the order it submitted them — so one client with many slow grammars delays
-// another's by at most the compiles already running. A job whose CancelToken is raised
-// before its turn is answered kCancelled without compiling; one raised during its compile
-// stops it. Destruction raises the tokens of
-// the running jobs, answers the waiting ones kCancelled and joins the threads.
-// Thread-safe: submit() and waiting() from any thread. `done` must not call back into the
-// queue's destructor (it may submit).
+// and `done` later runs, on a compile thread, with the result. A key compiles once at a time:
+// a job whose grammar is already waiting or compiling joins that compile and is answered with
+// its result (a burst of requests with one new schema costs one compile). Clients share the
+// threads fairly: the next compile is that of the waiting client with the fewest compiles
+// running, then the one whose last compile started longest ago (a new client first), and each
+// client's own jobs start in the order it submitted them — so one client with many slow
+// grammars delays another's by at most the compiles already running (a job that joins a
+// compile also waits in its own client's turn: whichever turn comes first starts it). A job
+// whose CancelToken is raised is answered kCancelled; a compile runs on the token of the
+// first job still waiting for it, so it is skipped when every job's token is raised before
+// its turn, and one stopped by its first job's token runs again for the jobs still waiting.
+// Destruction raises the tokens of the running compiles, answers the waiting jobs kCancelled
+// and joins the threads.
+// Thread-safe: submit(), waiting(), skipped() and shared() from any thread. `done` must not
+// call back into the queue's destructor (it may submit).
 #pragma once
 
 #include <condition_variable>
@@ -20,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -42,37 +48,49 @@ class CompileQueue {
   CompileQueue& operator=(const CompileQueue&) = delete;
 
   // `client` names who asked (an address, an API key); jobs of one client start in order.
-  void submit(std::shared_ptr<const GrammarSpec> spec, std::shared_ptr<CancelToken> cancel,
+  void submit(std::shared_ptr<const PreparedGrammar> grammar, std::shared_ptr<CancelToken> cancel,
               Done done, std::string client = {});
-  size_t waiting() const;  // jobs submitted, not yet started, and not cancelled
+  size_t waiting() const;  // compiles submitted, not yet started, with a job not cancelled
   size_t skipped() const;  // jobs answered kCancelled without compiling (raised before their turn)
+  size_t shared() const;   // jobs that joined a compile already waiting or running
 
  private:
   struct Job {
-    std::shared_ptr<const GrammarSpec> spec;
     std::shared_ptr<CancelToken> cancel;
     Done done;
   };
-  // A client with jobs waiting or running: its own queue, first in first out.
+  // One key's compile and the jobs waiting for it.
+  struct Compile {
+    std::shared_ptr<const PreparedGrammar> grammar;
+    std::vector<Job> jobs;  // guarded by mu_
+    bool started = false;   // guarded by mu_
+  };
+  // A client with jobs waiting or compiles running: its own queue, first in first out (an
+  // entry whose compile another client's turn started is dropped when it comes up).
   struct Client {
-    std::deque<Job> jobs;
+    std::deque<std::shared_ptr<Compile>> compiles;
     size_t running = 0;
-    uint64_t last_start = 0;  // starts_ when its last job started (0: none yet)
+    uint64_t last_start = 0;  // starts_ when its last compile started (0: none yet)
   };
   void run();
-  // The next job by the fairness rule above, and its client's name. REQUIRES: mu_ held,
-  // waiting_ > 0.
-  std::pair<Job, std::string> take_next_locked();
+  // The next compile by the fairness rule above, and its client's name; null when only
+  // entries of compiles already started were left. REQUIRES: mu_ held, waiting_ > 0.
+  std::pair<std::shared_ptr<Compile>, std::string> take_next_locked();
+  // Compiles c on the token of its first job not cancelled, again while its compile stops on
+  // a token that has been raised while jobs not cancelled wait; kCancelled when none is left.
+  Result<std::shared_ptr<const CompiledGrammar>> compile(Compile& c);
 
   GrammarCache& cache_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;                         // a job or stop
-  std::unordered_map<std::string, Client> clients_;    // guarded by mu_
-  size_t waiting_ = 0;                                 // jobs in clients_' queues; guarded by mu_
+  std::condition_variable cv_;                       // a queue entry or stop
+  std::unordered_map<std::string, Client> clients_;  // guarded by mu_
+  // Compiles waiting or running, by key (a view of the compile's own key); guarded by mu_.
+  std::unordered_map<std::string_view, std::shared_ptr<Compile>> by_key_;
+  size_t waiting_ = 0;  // entries in clients_' queues; guarded by mu_
   std::vector<std::shared_ptr<CancelToken>> running_;  // guarded by mu_
   uint64_t starts_ = 0;                                // guarded by mu_
   bool stop_ = false;                                  // guarded by mu_
-  size_t skipped_ = 0;                                 // guarded by mu_
+  size_t skipped_ = 0, shared_ = 0;                    // guarded by mu_
   std::vector<std::thread> threads_;
 };
 

@@ -40,17 +40,28 @@ GrammarCache::GrammarCache(std::shared_ptr<const TokenTable> tokens, size_t capa
       options_(options),
       max_bytes_(max_bytes) {}
 
-Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSpec& spec,
-                                                                 const CancelToken* cancel) {
+Result<std::shared_ptr<const PreparedGrammar>> prepare_grammar(const GrammarSpec& spec) {
   FATHOM_ASSIGN_OR_RETURN(Grammar g, build_grammar(spec));
   std::string key = g.to_string();
+  return std::make_shared<const PreparedGrammar>(PreparedGrammar{std::move(g), std::move(key)});
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSpec& spec,
+                                                                 const CancelToken* cancel) {
+  FATHOM_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedGrammar> g, prepare_grammar(spec));
+  return get(*g, cancel);
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const PreparedGrammar& g,
+                                                                 const CancelToken* cancel) {
+  const std::string& key = g.key;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto known = known_locked(key);
     if (!known.is_ok() || *known) return known;
     ++misses_;
   }
-  auto compiled = CompiledGrammar::compile(g, tokens_, options_, cancel);
+  auto compiled = CompiledGrammar::compile(g.grammar, tokens_, options_, cancel);
   std::lock_guard<std::mutex> lock(mu_);
   if (!compiled.is_ok()) {
     if (compiled.status().code() == StatusCode::kCancelled)
@@ -70,10 +81,13 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const GrammarSp
 }
 
 Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::find(const GrammarSpec& spec) {
-  FATHOM_ASSIGN_OR_RETURN(Grammar g, build_grammar(spec));
-  const std::string key = g.to_string();
+  FATHOM_ASSIGN_OR_RETURN(std::shared_ptr<const PreparedGrammar> g, prepare_grammar(spec));
+  return find(*g);
+}
+
+Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::find(const PreparedGrammar& g) {
   std::lock_guard<std::mutex> lock(mu_);
-  return known_locked(key);
+  return known_locked(g.key);
 }
 
 Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::known_locked(const std::string& key) {

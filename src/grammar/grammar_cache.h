@@ -1,9 +1,11 @@
 // GrammarSpec: what a request asks for (a regex, a JSON Schema, a GBNF grammar or a list of
-// choices), turned into a Grammar by build_grammar(). GrammarCache: compiled grammars for one
+// choices), turned into a Grammar by build_grammar(); PreparedGrammar: that grammar with its
+// cache key, built once per request. GrammarCache: compiled grammars for one
 // vocabulary, least recently used first out, keyed by the canonical text of the built grammar
 // (so two spellings of the same schema share one entry). Thread-safe; compilation happens
 // outside the lock, on the caller's thread (two threads may compile the same grammar once
-// each; one result is kept), and stops early when the caller's CancelToken is raised.
+// each, and one result is kept: CompileQueue runs one compile per key at a time), and stops
+// early when the caller's CancelToken is raised.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +35,14 @@ struct GrammarSpec {
 Result<Grammar> choice_grammar(const std::vector<std::string>& choices);
 Result<Grammar> build_grammar(const GrammarSpec& spec);
 
+// A spec built into its grammar, with the grammar's cache key (its canonical text): what a
+// request looks up in the cache and, on a miss, compiles, so the spec is built once.
+struct PreparedGrammar {
+  Grammar grammar;
+  std::string key;
+};
+Result<std::shared_ptr<const PreparedGrammar>> prepare_grammar(const GrammarSpec& spec);
+
 class GrammarCache {
  public:
   // At most `capacity` grammars whose automata, the token masks computed for them since, and
@@ -45,10 +55,13 @@ class GrammarCache {
   // is raised before a compile ends (nothing is cached then).
   Result<std::shared_ptr<const CompiledGrammar>> get(const GrammarSpec& spec,
                                                      const CancelToken* cancel = nullptr);
+  Result<std::shared_ptr<const CompiledGrammar>> get(const PreparedGrammar& g,
+                                                     const CancelToken* cancel = nullptr);
   // The cached grammar for spec without compiling: null when it is not cached; a spec that
   // does not build (a malformed schema, regex or grammar), or whose compile failed before
   // (too large), is its error. A find counts a hit.
   Result<std::shared_ptr<const CompiledGrammar>> find(const GrammarSpec& spec);
+  Result<std::shared_ptr<const CompiledGrammar>> find(const PreparedGrammar& g);
   size_t size() const;
   // The cached grammars' automaton_bytes(), cached_bytes() (their masks) and keys.
   size_t bytes() const;

@@ -15,11 +15,11 @@ struct GrammarWaitProducer::Shared {
 };
 
 GrammarWaitProducer::GrammarWaitProducer(grammar::CompileQueue& queue,
-                                         std::shared_ptr<const grammar::GrammarSpec> spec,
+                                         std::shared_ptr<const grammar::PreparedGrammar> grammar,
                                          Hooks hooks, std::string client)
     : shared_(std::make_shared<Shared>()), hooks_(std::move(hooks)) {
   queue.submit(
-      std::move(spec), shared_->cancel,
+      std::move(grammar), shared_->cancel,
       [shared = shared_](Result<std::shared_ptr<const grammar::CompiledGrammar>> r) {
         // Under the lock: the producer's destructor clears wake, and the transport that owns
         // it may be gone after that.

@@ -22,7 +22,7 @@
 namespace fathom::grammar {
 class CompileQueue;
 class CompiledGrammar;
-struct GrammarSpec;
+struct PreparedGrammar;
 }  // namespace fathom::grammar
 
 namespace fathom::serve {
@@ -40,7 +40,7 @@ class GrammarWaitProducer : public http::Producer {
 
   // Submits the compile now, on behalf of `client` (see CompileQueue::submit).
   GrammarWaitProducer(grammar::CompileQueue& queue,
-                      std::shared_ptr<const grammar::GrammarSpec> spec, Hooks hooks,
+                      std::shared_ptr<const grammar::PreparedGrammar> grammar, Hooks hooks,
                       std::string client = {});
   ~GrammarWaitProducer() override;
 

@@ -437,8 +437,12 @@ struct Server::Impl {
           return submit();
         };
     std::shared_ptr<const grammar::CompiledGrammar> ready;
+    std::shared_ptr<const grammar::PreparedGrammar> prepared;
     if (c.spec) {
-      auto found = grammars->find(*c.spec);
+      auto built = grammar::prepare_grammar(*c.spec);
+      if (!built.is_ok()) return send_error(p, compile_error(c.where, built.status()));
+      prepared = std::move(*built);
+      auto found = grammars->find(*prepared);
       if (!found.is_ok()) return send_error(p, compile_error(c.where, found.status()));
       ready = std::move(*found);
     }
@@ -455,9 +459,9 @@ struct Server::Impl {
       count_error(p);
       return f(s);
     };
-    return producer_reply(
-        std::make_unique<GrammarWaitProducer>(*compiles, c.spec, std::move(h), client_of(req)),
-        streaming);
+    return producer_reply(std::make_unique<GrammarWaitProducer>(*compiles, std::move(prepared),
+                                                                std::move(h), client_of(req)),
+                          streaming);
   }
 
   // Who sent a request, for sharing the grammar compiles fairly: the API key it was admitted
@@ -1267,6 +1271,9 @@ std::string Server::Impl::metrics_text() {
           double(grammars->cancelled() + compiles->skipped()), "counter");
     gauge("fathom_grammar_compiles_waiting", "Grammar compiles queued behind others",
           double(compiles->waiting()));
+    gauge("fathom_grammar_compiles_shared_total",
+          "Structured-output requests that joined the compile of the same grammar under way",
+          double(compiles->shared()), "counter");
   }
   return o.str();
 }

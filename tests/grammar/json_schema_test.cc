@@ -293,6 +293,12 @@ TEST(GrammarCache, RemembersGrammarsTooLargeToCompile) {
   EXPECT_EQ(cache.size(), 0u);
 }
 
+std::shared_ptr<const PreparedGrammar> prepared_regex(const char* regex) {
+  auto g = prepare_grammar(GrammarSpec{.kind = GrammarSpec::Kind::kRegex, .text = regex});
+  EXPECT_TRUE(g.is_ok()) << g.status().to_string();
+  return std::move(*g);
+}
+
 // The compile queue runs jobs in order on its own thread and answers each once: a job whose
 // token is raised while it runs stops (kCancelled), one raised before its turn is answered
 // kCancelled without compiling, and the rest compile into the cache.
@@ -308,10 +314,7 @@ TEST(CompileQueue, AnswersInOrderAndSkipsCancelledJobs) {
       cv.notify_all();
     };
   };
-  auto spec = [](const char* regex) {
-    return std::make_shared<const GrammarSpec>(
-        GrammarSpec{.kind = GrammarSpec::Kind::kRegex, .text = regex});
-  };
+  auto spec = [](const char* regex) { return prepared_regex(regex); };
   auto huge = std::make_shared<CancelToken>(), skipped = std::make_shared<CancelToken>();
   {
     CompileQueue queue(cache, 1);
@@ -348,10 +351,7 @@ TEST(CompileQueue, ClientsTakeTurns) {
       cv.notify_all();
     };
   };
-  auto spec = [](const char* regex) {
-    return std::make_shared<const GrammarSpec>(
-        GrammarSpec{.kind = GrammarSpec::Kind::kRegex, .text = regex});
-  };
+  auto spec = [](const char* regex) { return prepared_regex(regex); };
   auto huge = std::make_shared<CancelToken>();
   {
     CompileQueue queue(cache, 1);
@@ -369,6 +369,88 @@ TEST(CompileQueue, ClientsTakeTurns) {
   EXPECT_EQ(order, "1b2c3");
 }
 
+// Jobs of one grammar share one compile: three clients asking for the same grammar while it
+// waits get the one result, from one compile; a job joining a compile under way gets its
+// result too, and when the first job's client leaves, the compile runs again for the job
+// still waiting (it stops only when every job's token is raised).
+TEST(CompileQueue, JobsOfOneGrammarShareItsCompile) {
+  GrammarCache cache(test::byte_tokens(), 8);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Result<std::shared_ptr<const CompiledGrammar>>> answers;
+  auto done = [&](Result<std::shared_ptr<const CompiledGrammar>> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    answers.push_back(std::move(r));
+    cv.notify_all();
+  };
+  auto wait_for = [&](size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return answers.size() == n; });
+  };
+  const char* huge = "((a{1,100}){1,100}){1,100}";
+  {
+    CompileQueue queue(cache, 1);
+    auto first = std::make_shared<CancelToken>(), second = std::make_shared<CancelToken>();
+    queue.submit(prepared_regex(huge), first, done, "a");
+    while (queue.waiting() > 0) std::this_thread::yield();  // compiling
+    queue.submit(prepared_regex(huge), second, done, "b");  // joins the compile under way
+    queue.submit(prepared_regex("[ab]+"), nullptr, done, "a");
+    queue.submit(prepared_regex("[ab]+"), nullptr, done, "b");
+    queue.submit(prepared_regex("[ab]+"), nullptr, done, "c");
+    EXPECT_EQ(queue.shared(), 3u);
+    EXPECT_EQ(queue.waiting(), 1u);
+    first->cancel();  // its client left: the compile runs again for the second job
+    while (cache.misses() < 2) std::this_thread::yield();
+    EXPECT_EQ(cache.cancelled(), 1u);
+    second->cancel();
+    wait_for(5);
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_FALSE(answers[i].is_ok());
+    EXPECT_EQ(answers[i].status().code(), StatusCode::kCancelled);
+  }
+  for (size_t i = 2; i < 5; ++i) {
+    ASSERT_TRUE(answers[i].is_ok()) << answers[i].status().to_string();
+    EXPECT_EQ(answers[i].value(), answers[2].value());
+  }
+  EXPECT_EQ(cache.misses(), 3u);  // the huge regex twice, "[ab]+" once
+  EXPECT_EQ(cache.cancelled(), 2u);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+// A job that joins another client's waiting compile also waits in its own client's turn, and
+// whichever turn comes first starts the compile: joining never makes a job wait longer than
+// it would have alone.
+TEST(CompileQueue, AJobThatJoinsStartsInItsOwnTurn) {
+  GrammarCache cache(test::byte_tokens(), 8);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string order;
+  auto done = [&](char job) {
+    return [&, job](Result<std::shared_ptr<const CompiledGrammar>>) {
+      std::lock_guard<std::mutex> lock(mu);
+      order += job;
+      cv.notify_all();
+    };
+  };
+  auto huge = std::make_shared<CancelToken>();
+  {
+    CompileQueue queue(cache, 1);
+    queue.submit(prepared_regex("((a{1,100}){1,100}){1,100}"), huge, done('h'), "a");
+    while (queue.waiting() > 0) std::this_thread::yield();  // 'h' is compiling
+    queue.submit(prepared_regex("[ab]+"), nullptr, done('x'), "a");
+    queue.submit(prepared_regex("[cd]+"), nullptr, done('y'), "a");
+    queue.submit(prepared_regex("[cd]+"), nullptr, done('z'), "b");
+    EXPECT_EQ(queue.waiting(), 2u);
+    huge->cancel();
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return order.size() == 4; });
+  }
+  // "[cd]+" starts in b's turn, before a's "[ab]+"; waiting in a's turn alone gives "hxyz".
+  EXPECT_EQ(order, "hyzx");
+  EXPECT_EQ(cache.misses(), 3u);
+}
+
 // Destroying the queue stops the compile under way (raising its token) and answers the jobs
 // still waiting kCancelled; nothing is left unanswered.
 TEST(CompileQueue, DestructionCancelsRunningAndWaitingJobs) {
@@ -380,12 +462,8 @@ TEST(CompileQueue, DestructionCancelsRunningAndWaitingJobs) {
   auto running = std::make_shared<CancelToken>();
   {
     CompileQueue queue(cache, 1);
-    queue.submit(std::make_shared<const GrammarSpec>(GrammarSpec{
-                     .kind = GrammarSpec::Kind::kRegex, .text = "((a{1,100}){1,100}){1,100}"}),
-                 running, done);
-    queue.submit(std::make_shared<const GrammarSpec>(
-                     GrammarSpec{.kind = GrammarSpec::Kind::kRegex, .text = "[ab]+"}),
-                 nullptr, done);
+    queue.submit(prepared_regex("((a{1,100}){1,100}){1,100}"), running, done);
+    queue.submit(prepared_regex("[ab]+"), nullptr, done);
     while (queue.waiting() > 1) std::this_thread::yield();
   }
   EXPECT_TRUE(running->cancelled());

@@ -532,6 +532,24 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
       assert.equal(await until('fathom_grammar_compiles_cancelled_total', 3, 5000), 3);
       assert.equal(await sample('fathom_grammar_compiles_waiting'), 0);
     });
+    await check('requests for one new grammar share its compile: one compile, one answer for all', async () => {
+      const compiles = await sample('fathom_grammar_compiles_total');
+      const shared = await sample('fathom_grammar_compiles_shared_total');
+      const body = { ...wideBody, structured_outputs: { regex: '((a{1,100}){1,100}){1,100}e' } };
+      const first = postFrom('127.0.0.1', one.port, '/v1/chat/completions', body);
+      assert.equal(await until('fathom_grammar_compiles_total', compiles + 1, 60000), compiles + 1,
+        'no compile began');
+      // Two more clients ask for it while it compiles (about 5 s, then a 400 for its size).
+      const others = ['127.0.0.2', '127.0.0.3'].map((a) => postFrom(a, one.port, '/v1/chat/completions', body));
+      assert.equal(await until('fathom_grammar_compiles_shared_total', shared + 2, 5000), shared + 2);
+      const rs = await Promise.all([first, ...others]);
+      for (const r of rs) {
+        assert.equal(r.status, 400, r.text);
+        assert.ok(/grammar too large/.test(r.text), r.text);
+        assert.equal(r.text, rs[0].text);
+      }
+      assert.equal(await sample('fathom_grammar_compiles_total'), compiles + 1, 'the grammar compiled more than once');
+    });
     await check('SIGTERM during a grammar compile: a 503 at the drain deadline, exit 0', async () => {
       const before = await sample('fathom_grammar_compiles_total');
       const pending = post(one.port, '/v1/chat/completions',

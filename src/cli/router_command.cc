@@ -26,7 +26,7 @@ namespace fathom::cli {
 namespace {
 
 struct RouterArgs {
-  std::vector<std::string> replicas, api_keys, names;
+  std::vector<std::string> replicas, api_keys, names, forwarded_allow_ips;
   std::string tokenizer, host = "127.0.0.1", policy = "cache_aware", replica_api_key;
   std::string upstream = "fathom";
   std::string retention = "agent=3d,chat=7d";
@@ -57,6 +57,8 @@ int run_router(const RouterArgs& a) {
   if (!upstream.is_ok()) return router_fail(upstream.status().message());
   auto retention = kv::RetentionPolicy::parse(a.retention);
   if (!retention.is_ok()) return router_fail("--retention: " + retention.status().message());
+  auto proxies = serve::TrustedProxies::parse(a.forwarded_allow_ips);
+  if (!proxies.is_ok()) return router_fail("--forwarded-allow-ips: " + proxies.status().message());
   const std::string tok_path = a.tokenizer.empty() ? default_tokenizer() : a.tokenizer;
   auto tok = Tokenizer::load_file(tok_path);
   if (!tok.is_ok()) return router_fail(tok.status().to_string(), 1);
@@ -84,6 +86,7 @@ int run_router(const RouterArgs& a) {
   so.host = a.host;
   so.port = a.port;
   so.api_keys = a.api_keys;
+  so.trusted_proxies = *proxies;
   so.retention = *retention;
   // vLLM and SGLang keep no retention classes: a request that names one is a 400 there.
   so.retention_classes = *upstream == router::UpstreamKind::kFathom;
@@ -148,6 +151,11 @@ void add_router_command(CLI::App& app, Runner* run) {
   c->add_option("--host", a->host, "Address to bind");
   c->add_option("--port", a->port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
   c->add_option("--api-key", a->api_keys, "Require an API key from clients (repeatable)")
+      ->allow_extra_args(false);
+  c->add_option("--forwarded-allow-ips", a->forwarded_allow_ips,
+                "Addresses (comma-separated or repeated; '*' for any) of proxies whose "
+                "X-Forwarded-For names the client (fair grammar compiles; sent on to the "
+                "replicas with the client's address)")
       ->allow_extra_args(false);
   c->add_option("--replica-api-key", a->replica_api_key,
                 "The API key sent to the replicas (Authorization: Bearer)");

@@ -39,8 +39,9 @@ namespace {
 
 struct ServeArgs {
   std::string model, tokenizer, host = "127.0.0.1", numerics = "fast";
-  std::vector<std::string> api_keys;           // --api-key, repeatable
-  std::vector<std::string> api_key_retention;  // --api-key-retention KEY=CLASS, repeatable
+  std::vector<std::string> api_keys;             // --api-key, repeatable
+  std::vector<std::string> forwarded_allow_ips;  // --forwarded-allow-ips
+  std::vector<std::string> api_key_retention;    // --api-key-retention KEY=CLASS, repeatable
   std::string retention = "agent=3d,chat=7d";
   std::vector<std::string> names;  // --served-model-name, repeatable
   int port = 8000, threads = 0, http_threads = 2, max_connections = 4096;
@@ -114,6 +115,8 @@ int run_serve(const ServeArgs& a) {
     return bad_flag("--kv-load-failure must be recompute or fail");
   if (*role != serve::PdRole::kBoth && a.no_prefix_cache)
     return bad_flag("--role " + a.role + " needs the prefix cache (it moves prefix blocks)");
+  auto proxies = serve::TrustedProxies::parse(a.forwarded_allow_ips);
+  if (!proxies.is_ok()) return bad_flag("--forwarded-allow-ips: " + proxies.status().message());
   // The retention classes and the API keys' defaults, before anything slow.
   auto retention = kv::RetentionPolicy::parse(a.retention);
   if (!retention.is_ok()) return bad_flag("--retention: " + retention.status().message());
@@ -278,6 +281,7 @@ int run_serve(const ServeArgs& a) {
   so.host = a.host;
   so.port = a.port;
   so.api_keys = a.api_keys;
+  so.trusted_proxies = *proxies;
   so.retention = *retention;
   so.api_key_retention = key_retention;
   so.model_names = a.names.empty() ? std::vector<std::string>{name} : a.names;
@@ -383,6 +387,10 @@ void add_serve_command(CLI::App& app, Runner* run) {
   c->add_option("--api-key", a->api_keys,
                 "Require an API key (Authorization: Bearer or x-api-key); repeatable: any of the "
                 "keys given is accepted")
+      ->allow_extra_args(false);
+  c->add_option("--forwarded-allow-ips", a->forwarded_allow_ips,
+                "Addresses (comma-separated or repeated; '*' for any) of proxies whose "
+                "X-Forwarded-For names the client: who shares the grammar compiles fairly")
       ->allow_extra_args(false);
   c->add_option("--api-key-retention", a->api_key_retention,
                 "KEY=CLASS: requests made with KEY (one given with --api-key) default to the KV "

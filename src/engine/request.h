@@ -65,6 +65,9 @@ struct GenerationRequest {
   // to its replicas, which compile it against their own vocabulary (a compiled grammar is
   // never sent). Null when `grammar` is null; the engine itself does not read it.
   std::shared_ptr<const grammar::GrammarSpec> grammar_spec;
+  // The X-Forwarded-For a router sends its replicas with this request (the server sets it:
+  // the client's chain and address); the engine does not read it.
+  std::string forwarded_for;
 };
 
 // What a request sees: batches of new tokens, then one final event (which may carry the last

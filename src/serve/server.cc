@@ -465,16 +465,19 @@ struct Server::Impl {
   }
 
   // Who sent a request, for sharing the grammar compiles fairly: the API key it was admitted
-  // with when the server requires one, else its address (a header the server does not check
-  // could name anyone), an IPv6 one by its /64 (one host commonly holds a whole /64).
+  // with when the server requires one, else its address (a header could name anyone: only a
+  // peer --forwarded-allow-ips trusts may name it in X-Forwarded-For), an IPv6 one by its /64
+  // (one host commonly holds a whole /64).
   std::string client_of(const Request& req) const {
     for (const std::string& k : opt.api_keys)
       if (carries_key(req, k)) return "key " + k;
+    const std::string addr =
+        opt.trusted_proxies.client_address(req.peer, forwarded_for_of(req.headers));
     unsigned char a[16];
     static constexpr unsigned char kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-    if (::inet_pton(AF_INET6, req.peer.c_str(), a) == 1 && std::memcmp(a, kV4Mapped, 12) != 0)
+    if (::inet_pton(AF_INET6, addr.c_str(), a) == 1 && std::memcmp(a, kV4Mapped, 12) != 0)
       return "peer6 " + std::string(reinterpret_cast<const char*>(a), 8);
-    return "peer " + req.peer;
+    return "peer " + addr;
   }
 
   // The KV-store retention class of a request: the class its `retention` names (an unknown
@@ -1009,6 +1012,7 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   auto retention = retention_of(p, conv->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
+  g.forwarded_for = forwarded_chain(forwarded_for_of(req.headers), req.peer);
   g.top_logprobs = conv->logprobs ? conv->top_logprobs : -1;
   if (conv->thinking && conv->reasoning_budget >= 0 && think_end >= 0) {
     g.reasoning_budget = conv->reasoning_budget;
@@ -1109,6 +1113,7 @@ Reply Server::Impl::completions(const Request& req) {
   auto retention = retention_of(p, cr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
+  g.forwarded_for = forwarded_chain(forwarded_for_of(req.headers), req.peer);
   g.top_logprobs = cr->logprobs ? *cr->logprobs : cr->logprob_ids;
   g.stop_ids = std::move(cr->stop_token_ids);
   // Fathom's id-level reasoning fields (what a router sends: README).
@@ -1180,6 +1185,7 @@ Reply Server::Impl::generate(const Request& req) {
   auto retention = retention_of(p, gr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
+  g.forwarded_for = forwarded_chain(forwarded_for_of(req.headers), req.peer);
   auto constraint = constraint_of(gr->structured);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
   const bool streaming = gr->stream;

@@ -22,6 +22,7 @@
 
 #include "core/status.h"
 #include "kv/retention.h"
+#include "serve/forwarded_for.h"
 
 namespace fathom {
 class Tokenizer;
@@ -45,6 +46,9 @@ struct ServerOptions {
   int port = 8000;
   // The accepted API keys (Authorization: Bearer or x-api-key); none = no authentication.
   std::vector<std::string> api_keys;
+  // The peers whose X-Forwarded-For names the client (--forwarded-allow-ips): who a request
+  // is from, for sharing the grammar compiles fairly (none: the peer's address).
+  TrustedProxies trusted_proxies;
   // The KV store's retention classes (--retention) and the default class of requests made
   // with a key (--api-key-retention KEY=CLASS; REQUIRES: KEY in api_keys, CLASS a class).
   kv::RetentionPolicy retention;

@@ -64,7 +64,7 @@ function streamChat(port, i, leaveAfterMs = -1, maxTokens = 24) {
 }
 
 // A scripted replica: /health answers 200 (role both), the KV feeds 404 (the router predicts),
-// and every POST gets `behave(socket)`. Counts the POSTs it took and the sockets still open.
+// and every POST gets `behave(socket, its head)`. Counts the POSTs it took and the sockets still open.
 function fakeReplica(behave) {
   const f = { posts: 0, open: 0, sockets: new Set() };
   f.server = net.createServer((sock) => {
@@ -83,7 +83,7 @@ function fakeReplica(behave) {
         sock.end('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n\r\n{"status":"ok"}');
       } else if (head.startsWith('POST ')) {
         f.posts++;
-        behave(sock);
+        behave(sock, head);
       } else {
         sock.end('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n');
       }
@@ -266,6 +266,39 @@ async function main() {
         f.close();
       });
     }
+
+    await check('the router tells the replica who the client is (X-Forwarded-For, address entries only)', async () => {
+      let seen = null;
+      const err = '{"error":{"message":"scripted","type":"invalid_request_error"}}';
+      const f = await fakeReplica((sock, head) => {
+        seen = head;
+        sock.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: ${err.length}\r\n\r\n${err}`);
+      });
+      fakes.push(f);
+      const r = await startRouter(fathom, ['--replica', `http://127.0.0.1:${f.port}`, '--max-attempts', '1',
+        '--no-kv-events']);
+      procs.push(r.proc);
+      await waitFor(async () => metric(await metrics(r.port),
+        `fathom_router_replica_up{replica="http://127.0.0.1:${f.port}"}`) === 1, 'the replica up');
+      // From 127.0.0.2, claiming a chain with a header-splitting attempt in it.
+      const body = JSON.stringify({ model: 'deepseek-chat', max_tokens: 4,
+        messages: [{ role: 'user', content: 'who am I?' }] });
+      const status = await new Promise((resolve) => {
+        const req = http.request({ host: '127.0.0.1', port: r.port, method: 'POST', path: '/v1/chat/completions',
+          localAddress: '127.0.0.2', headers: { 'Content-Type': 'application/json',
+            'Content-Length': Buffer.byteLength(body), 'X-Forwarded-For': '6.6.6.6, bogus X-Evil: 1, 2001:db8::1' } },
+        (res) => { res.resume(); res.on('end', () => resolve(res.statusCode)); });
+        req.on('error', () => resolve(0));
+        req.end(body);
+      });
+      assert.equal(status, 400);
+      assert.ok(seen, 'the replica got no request');
+      const xff = seen.split('\r\n').filter((l) => /^x-forwarded-for:/i.test(l));
+      assert.deepStrictEqual(xff, ['X-Forwarded-For: 6.6.6.6, 2001:db8::1, 127.0.0.2'], seen);
+      assert.ok(!/X-Evil/.test(seen), seen);
+      r.proc.kill('SIGKILL');
+      f.close();
+    });
 
     if (!process.env.FATHOM_HOSTILE_SKIP_SIGTERM) await check('SIGTERM with 50 streams in flight: each client gets an end, the router exits 0', async () => {
       const r = await startRouter(fathom, ['--replica', url(a), '--replica', url(b),

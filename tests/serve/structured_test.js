@@ -101,12 +101,13 @@ async function post(port, p, body) {
   return { status: r.status, text };
 }
 
-// post() from another loopback address (a second client as the server sees it).
-function postFrom(localAddress, port, p, body) {
+// post() from another loopback address (a second client as the server sees it), with more
+// headers if given.
+function postFrom(localAddress, port, p, body, headers = {}) {
   return new Promise((resolve, reject) => {
     const data = JSON.stringify(body);
     const req = require('http').request({ host: '127.0.0.1', port, path: p, method: 'POST', localAddress,
-      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) } }, (res) => {
+      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data), ...headers } }, (res) => {
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (d) => { text += d; });
@@ -445,7 +446,7 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
   // it; one that fails after a heartbeat committed the stream is the protocol's error event;
   // one still under way at the drain deadline ends with a 503 in the protocol's shape.
   const one = await startServer(fathom, ['--http-threads', '1', '--shutdown-timeout', '0.5',
-    '--sse-keepalive', '0.2']);
+    '--sse-keepalive', '0.2', '--forwarded-allow-ips', '127.0.0.1']);
   const exited = new Promise((res) => one.proc.on('exit', (c) => res(c)));
   const wideBody = { model: 'deepseek-chat', messages: user, max_tokens: 8,
     structured_outputs: { regex: '((a{1,100}){1,100}){1,100}' } };
@@ -516,17 +517,23 @@ const user = [{ role: 'user', content: 'Answer in JSON.' }];
         .catch(() => null).finally(() => { settled[i] = true; }));
       assert.equal(await until('fathom_grammar_compiles_total', 4, 60000), 4, 'no compile began');
       assert.equal(await until('fathom_grammar_compiles_waiting', 1, 5000), 1);
-      // Client B (127.0.0.2) asks for a new small grammar after them; then A's running compile
-      // stops (its client leaves). First in, first out would start A's second grammar next.
-      const b = postFrom('127.0.0.2', one.port, '/v1/chat/completions', { model: 'deepseek-chat', messages: user,
-        max_tokens: 8, structured_outputs: { choice: ['maybe', 'never'] } });
-      assert.equal(await until('fathom_grammar_compiles_waiting', 2, 5000), 2);
+      // Client B (127.0.0.2) and client C (10.9.9.9, through a proxy at 127.0.0.1 that the
+      // server trusts with --forwarded-allow-ips, so a client other than A) each ask for a new
+      // small grammar after them; then A's running compile stops (its client leaves). First in,
+      // first out would start A's second grammar next.
+      const small = (choice) => ({ model: 'deepseek-chat', messages: user, max_tokens: 8,
+        structured_outputs: { choice } });
+      const b = postFrom('127.0.0.2', one.port, '/v1/chat/completions', small(['maybe', 'never']));
+      const c = postFrom('127.0.0.1', one.port, '/v1/chat/completions', small(['often', 'seldom']),
+        { 'X-Forwarded-For': '10.9.9.9' });
+      assert.equal(await until('fathom_grammar_compiles_waiting', 3, 5000), 3);
       ctl[0].abort();
-      const r = await b;
-      assert.equal(r.status, 200, r.text);
-      assert.ok(['maybe', 'never'].includes(JSON.parse(r.text).choices[0].message.content), r.text);
+      for (const [r, choice] of [[await b, ['maybe', 'never']], [await c, ['often', 'seldom']]]) {
+        assert.equal(r.status, 200, r.text);
+        assert.ok(choice.includes(JSON.parse(r.text).choices[0].message.content), r.text);
+      }
       // A's second compile (about 5 s, then a 400) had not run first.
-      assert.ok(!settled[1], 'A\'s second grammar was compiled before B\'s');
+      assert.ok(!settled[1], 'A\'s second grammar was compiled before B\'s and C\'s');
       ctl[1].abort();
       await Promise.all(slow);
       assert.equal(await until('fathom_grammar_compiles_cancelled_total', 3, 5000), 3);

@@ -72,18 +72,20 @@ void amx_product(const float* x, int64_t batch, int64_t rows, int64_t cols, Thre
 
 // The AVX-512 BF16 kernels: x rounded to bf16 once (shared by every thread), then runs of
 // whole 4-row blocks over the pool, each thread with its own panel scratch.
+// `round` is avx512bf16::round_x, or round_x_fp4 for FP4 weights.
 template <typename RowFn>
 void bf16_dot_product(const float* x, int64_t batch, int64_t rows, int64_t cols, ThreadPool* pool,
-                      RowFn fn) {
+                      RowFn fn,
+                      void (*round)(const float*, int64_t, int64_t,
+                                    uint16_t*) = avx512bf16::round_x) {
   thread_local AlignedScratch rounded;
   const int64_t kpad = avx512bf16::padded_cols(cols);
   auto* xb = static_cast<uint16_t*>(rounded.get(batch * kpad * 2));
   const size_t threads = pool ? pool->size() : 1;
   if (batch > 16 && threads > 1)
-    for_each_row(pool, batch,
-                 [&](int64_t n) { avx512bf16::round_x(x + n * cols, 1, cols, xb + n * kpad); });
+    for_each_row(pool, batch, [&](int64_t n) { round(x + n * cols, 1, cols, xb + n * kpad); });
   else
-    avx512bf16::round_x(x, batch, cols, xb);
+    round(x, batch, cols, xb);
   const int64_t need = avx512bf16::scratch_bytes(cols);
   over_rows(rows, pool, [&](int64_t r0, int64_t r1) {
     thread_local AlignedScratch panel;
@@ -141,10 +143,12 @@ void matmul_fp4(CpuPath path, const Fp4Matrix& w, const float* x, int64_t batch,
                          amx::fp4_rows(w, xp, batch, y, r0, r1, s);
                        });
   if (path == CpuPath::kAvx512Bf16)
-    return bf16_dot_product(x, batch, w.rows, w.cols, pool,
-                            [&](const uint16_t* xb, int64_t r0, int64_t r1, void* s) {
-                              avx512bf16::fp4_rows(w, xb, batch, y, r0, r1, s);
-                            });
+    return bf16_dot_product(
+        x, batch, w.rows, w.cols, pool,
+        [&](const uint16_t* xb, int64_t r0, int64_t r1, void* s) {
+          avx512bf16::fp4_rows(w, xb, batch, y, r0, r1, s);
+        },
+        avx512bf16::round_x_fp4);
   // x in even/odd order once, shared by every thread.
   thread_local std::vector<float> xp;
   xp.resize(size_t(batch * w.cols));

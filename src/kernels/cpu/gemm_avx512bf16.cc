@@ -177,18 +177,43 @@ struct Fp4Decoder {
     out.bytes = p;
     if (!out.direct) e8m0x16(p, n, out.value);
   }
-  // Chunk c (block i of its group of 16) as bf16.
+  // Block i's table (of its group of 16): kScaledE2m1Bf16's, or built from the scale.
+  static __m512i table(const Fp4Scales& s, int64_t i) {
+    if (s.direct) return _mm512_load_si512(kScaledE2m1Bf16.t[s.bytes[i]]);
+    const __m512 t = _mm512_mul_ps(_mm512_loadu_ps(kE2m1), _mm512_set1_ps(s.value[i]));
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(t, t));
+  }
+  // Blocks i and i + 1 (i even): block i's table in words 0-15, block i + 1's in 16-31.
+  static __m512i pair_table(const Fp4Scales& s, int64_t i) {
+    if (s.direct)
+      return _mm512_mask_loadu_epi16(_mm512_load_si512(kScaledE2m1Bf16.t[s.bytes[i]]),
+                                     __mmask32(0xFFFF0000u), kScaledE2m1Bf16.t[s.bytes[i + 1]]);
+    return _mm512_mask_blend_epi16(__mmask32(0xFFFF0000u), table(s, i), table(s, i + 1));
+  }
+  // Chunk c (block i of its group of 16) as bf16, its columns in order (the row's last chunk
+  // when the row has an odd number of them).
   __m512i chunk(const uint8_t* p, const Fp4Scales& s, int64_t i, int64_t c) const {
-    __m512i tb;
-    if (s.direct) {
-      tb = _mm512_load_si512(kScaledE2m1Bf16.t[s.bytes[i]]);
-    } else {
-      const __m512 t = _mm512_mul_ps(_mm512_loadu_ps(kE2m1), _mm512_set1_ps(s.value[i]));
-      tb = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(t, t));
-    }
-    return e2m1_words(p + c * 16, tb, _mm512_load_si512(kByteTwice));
+    return e2m1_words(p + c * 16, table(s, i), _mm512_load_si512(kByteTwice));
   }
 };
+
+// Words 16-31 hold 16: the index bit that picks block i + 1's half of a pair table.
+inline __m512i high_half_bit() {
+  return _mm512_maskz_mov_epi16(__mmask32(0xFFFF0000u), _mm512_set1_epi16(16));
+}
+
+// Chunks c and c + 1 of an FP4 row (the 32 bytes at p; a 64-column block) as bf16 in even/odd
+// order: `even` holds columns 0, 2, ..., 62 of the block, `odd` columns 1, 3, ..., 63. Each
+// byte zero-extended to a word (word i: byte i, columns 2i and 2i + 1), its low nibble (or its
+// high one) with bit 4 set in words 16-31 indexes the pair table `tb` (VPERMW): one shuffle
+// per 32 columns where e2m1_words takes two.
+inline void e2m1_even_odd(const uint8_t* p, __m512i tb, __m512i half, __m512i& even, __m512i& odd) {
+  const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  // (w & 0x0F) | half
+  even = _mm512_permutexvar_epi16(_mm512_ternarylogic_epi32(w, _mm512_set1_epi16(0x0F), half, 0xEA),
+                                  tb);
+  odd = _mm512_permutexvar_epi16(_mm512_or_si512(_mm512_srli_epi16(w, 4), half), tb);
+}
 
 // BF16: the row's own values, zero beyond K.
 inline __m512i bf16_chunk(const uint16_t* p, int64_t c, int64_t full, int64_t cols) {
@@ -228,8 +253,9 @@ void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
 }
 
 void gemv_fp4(const Fp4Matrix& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
-  const int64_t chunks = w.cols / 32;
+  const int64_t chunks = w.cols / 32, pairs_end = chunks & ~int64_t(1);
   const Fp4Decoder dec{w};
+  const __m512i half = high_half_bit();
   for (int64_t m = r0; m < r1; m += 4) {
     const int64_t nr = min64(4, r1 - m);
     const bool prefetch_next = m + 8 <= r1;
@@ -242,11 +268,24 @@ void gemv_fp4(const Fp4Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
     __m512 acc[4];
     for (auto& a : acc) a = _mm512_setzero_ps();
     Fp4Scales sc[4];
-    for (int64_t c = 0; c < chunks; ++c) {
+    // 64-column blocks in even/odd order (xb is too: round_x_fp4), then a last lone chunk.
+    for (int64_t c = 0; c < pairs_end; c += 2) {
       if ((c & 15) == 0)
         for (int r = 0; r < 4; ++r) dec.block_scales(rows[r], c, sc[r]);
       if (prefetch_next && (c & 3) == 0)
         for (int r = 0; r < 4; ++r) prefetch(wr[r] + 2 * w.cols + c * 16);
+      const __m512i xe = _mm512_loadu_si512(xb + c * 32);
+      const __m512i xo = _mm512_loadu_si512(xb + c * 32 + 32);
+      for (int r = 0; r < 4; ++r) {
+        __m512i even, odd;
+        e2m1_even_odd(wr[r] + c * 16, Fp4Decoder::pair_table(sc[r], c & 15), half, even, odd);
+        acc[r] = dot(dot(acc[r], xe, even), xo, odd);
+      }
+    }
+    if (pairs_end < chunks) {
+      const int64_t c = pairs_end;
+      if ((c & 15) == 0)
+        for (int r = 0; r < 4; ++r) dec.block_scales(rows[r], c, sc[r]);
       const __m512i xv = _mm512_loadu_si512(xb + c * 32);
       for (int r = 0; r < 4; ++r) acc[r] = dot(acc[r], xv, dec.chunk(wr[r], sc[r], c & 15, c));
     }
@@ -363,33 +402,31 @@ void bf16_panel_row(const Bf16Matrix& w, int64_t row, int64_t next, uint16_t* __
   }
 }
 
-// Row `row` of an FP4 matrix decoded into out[0, cols) (what Fp4Decoder::chunk gives, chunk
-// by chunk), prefetching row `next` (none when negative) for the panel after this one. Its
-// own function with the loop over a block's chunks free of branches: written inside the
-// batched lambda, the decode kept its pointers on the stack.
+// Row `row` of an FP4 matrix decoded into out[0, cols) in the GEMV's order (even/odd 64-column
+// blocks, then a lone last chunk), prefetching row `next` (none when negative) for the panel
+// after this one. Its own function with the loop over a group's blocks free of branches:
+// written inside the batched lambda, the decode kept its pointers on the stack.
 void fp4_panel_row(const Fp4Matrix& w, int64_t row, int64_t next, uint16_t* __restrict out) {
   const Fp4Decoder dec{w};
   const uint8_t* __restrict p = dec.row(row);
   const uint8_t* ahead = next >= 0 ? dec.row(next) : nullptr;
-  const int64_t chunks = w.cols / 32;
-  const __m512i twice = _mm512_load_si512(kByteTwice);
+  const int64_t chunks = w.cols / 32, pairs_end = chunks & ~int64_t(1);
+  const __m512i half = high_half_bit();
   Fp4Scales sc;
   for (int64_t c0 = 0; c0 < chunks; c0 += 16) {
     dec.block_scales(row, c0, sc);
-    const int64_t n = min64(16, chunks - c0);
+    const int64_t n = min64(16, chunks - c0), pairs = min64(n, pairs_end - c0);
     if (ahead) {
       if ((c0 & 63) == 0) prefetch(w.scale + next * chunks + c0);  // a line holds 64 scales
       for (int64_t i = 0; i < n; i += 4) prefetch(ahead + (c0 + i) * 16);
     }
-    if (!sc.direct) {
-      for (int64_t i = 0; i < n; ++i)
-        _mm512_store_si512(out + (c0 + i) * 32, dec.chunk(p, sc, i, c0 + i));
-      continue;
+    for (int64_t i = 0; i < pairs; i += 2) {
+      __m512i even, odd;
+      e2m1_even_odd(p + (c0 + i) * 16, Fp4Decoder::pair_table(sc, i), half, even, odd);
+      _mm512_store_si512(out + (c0 + i) * 32, even);
+      _mm512_store_si512(out + (c0 + i) * 32 + 32, odd);
     }
-    for (int64_t i = 0; i < n; ++i) {
-      const __m512i tb = _mm512_load_si512(kScaledE2m1Bf16.t[sc.bytes[i]]);
-      _mm512_store_si512(out + (c0 + i) * 32, e2m1_words(p + (c0 + i) * 16, tb, twice));
-    }
+    if (pairs < n) _mm512_store_si512(out + (c0 + pairs) * 32, dec.chunk(p, sc, pairs, c0 + pairs));
   }
 }
 
@@ -404,6 +441,25 @@ void round_x(const float* x, int64_t batch, int64_t cols, uint16_t* xb) {
       const __m512 lo = _mm512_maskz_loadu_ps(lanes16(cols - k), xr + k);
       const __m512 hi = _mm512_maskz_loadu_ps(lanes16(cols - k - 16), xr + k + 16);
       _mm512_storeu_si512(out + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+  }
+}
+
+void round_x_fp4(const float* x, int64_t batch, int64_t cols, uint16_t* xb) {
+  round_x(x, batch, cols, xb);
+  // Words 0-31 of each 64-column block: its even columns; 32-63: its odd ones.
+  alignas(64) static constexpr uint16_t kEven[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
+                                                     22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+                                                     44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+  const __m512i even = _mm512_load_si512(kEven);
+  const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
+  const int64_t kpad = padded_cols(cols);
+  for (int64_t n = 0; n < batch; ++n) {
+    uint16_t* row = xb + n * kpad;
+    for (int64_t k = 0; k + 64 <= cols; k += 64) {
+      const __m512i a = _mm512_loadu_si512(row + k), b = _mm512_loadu_si512(row + k + 32);
+      _mm512_storeu_si512(row + k, _mm512_permutex2var_epi16(a, even, b));
+      _mm512_storeu_si512(row + k + 32, _mm512_permutex2var_epi16(a, odd, b));
     }
   }
 }

@@ -26,6 +26,7 @@
 #include "kv/retention.h"
 #include "kv/tiered_store.h"
 #include "model/draft_vocab.h"
+#include "model/kv_object_sizes.h"
 #include "model/mkmodel.h"
 #include "model/v41.h"
 #include "prompt/encoder.h"
@@ -212,6 +213,9 @@ int run_serve(const ServeArgs& a) {
     dso.budget_bytes = int64_t(a.kv_store_disk_gb * double(int64_t(1) << 30));
     dso.queue_bytes = a.kv_store_queue_mb << 20;
     dso.retention = *retention;
+    // Twice the largest object this model writes: a longer file is not one of its objects.
+    const model::KvStoreSizes z = model::kv_store_sizes((*m)->config());
+    dso.max_object_bytes = 2 * std::max(z.block_bytes, z.window_bytes) + 4096;
     auto ds = kv::DiskStore::open(dso);
     if (!ds.is_ok()) return fail(ds.status());
     const kv::StoreStats st = (*ds)->stats();
@@ -477,13 +481,36 @@ void add_serve_command(CLI::App& app, Runner* run) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   c->add_option("--kv-store-dir", a->kv_store_dir,
                 "KV-cache store on local disk (L2): prompt blocks are written here and read back "
-                "on a prefix-cache miss, also after a restart (created when missing)");
+                "on a prefix-cache miss, also after a restart (created when missing)")
+      ->check(CLI::Validator(
+          [](std::string& t) { return t.empty() ? std::string("an empty directory name") : ""; },
+          "DIR"));
   c->add_option("--kv-store-redis", a->kv_store_redis,
                 "KV-cache store on a Redis Cluster (L3, below the disk tier when both are given): "
-                "HOST:PORT[,HOST:PORT...] of any of its nodes");
+                "HOST:PORT[,HOST:PORT...] of any of its nodes")
+      ->check(CLI::Validator(
+          [](std::string& t) {
+            auto nodes = kv::parse_redis_nodes(t);
+            return nodes.is_ok() ? std::string() : nodes.status().message();
+          },
+          "HOST:PORT[,...]"));
   c->add_option("--kv-store-disk-gb", a->kv_store_disk_gb,
                 "Most the KV store may hold on disk, GiB (least recently used blocks go first)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& t) {
+            double v = 0;
+            size_t used = 0;
+            try {
+              v = std::stod(t, &used);
+            } catch (...) {
+              used = 0;
+            }
+            // 1 MiB to 1 PiB (NaN fails both comparisons).
+            if (used == 0 || used != t.size() || !(v >= 1.0 / 1024 && v <= 1 << 20))
+              return "a size in GiB from 0.001 (1 MiB) to 1048576 (1 PiB): " + t;
+            return std::string();
+          },
+          "GIB"));
   c->add_option("--kv-store-queue-mb", a->kv_store_queue_mb,
                 "Most the KV store's writes may queue, MiB (more are dropped, never waited for)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));

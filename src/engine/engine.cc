@@ -566,7 +566,7 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
     if (pool_->available() < pages_promised) return;  // the copy took pages promised elsewhere
     const CachedBlock* cached = again->get();
     cache_.replace(hash, std::move(*again));
-    if (opt_.store) store_block(s, b, *cached);
+    if (opt_.store) store_block(s, b, *cached, false);
     return;
   }
   if (b > 1 && !cache_.contains(parent)) return;  // an orphan could never be reached
@@ -578,7 +578,7 @@ void Engine::cache_insert(const Sequence& s, int64_t pages_promised) {
     (*block)->drop_side_object();
   const CachedBlock* cached = block->get();
   cache_.insert(hash, parent, b, std::move(*block));
-  if (opt_.store) store_block(s, b, *cached);
+  if (opt_.store) store_block(s, b, *cached, true);
   while (cache_.bytes() > opt_.prefix_cache_bytes && cache_.evict_one(false)) {
   }
 }
@@ -594,11 +594,15 @@ kv::ObjectHeader Engine::store_header(const Sequence& s, int64_t b, kv::ObjectKi
   return h;
 }
 
-void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block) {
+void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block, bool computed) {
   const int64_t B = opt_.prefix_block, P = int64_t(s.req.prompt.size());
   const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
   const kv::StoreKey key = kv::store_key(h.model, h.key, h.kind);
-  if (!opt_.store->contains(key))
+  // A block this sequence computed is written whether or not the store says it holds it:
+  // it does so only when its copy could not be read (a tier down, or a damaged object
+  // earlier in the chain stopped the read), and then that copy may be damaged too. Nor does
+  // the write wait for a round trip to ask.
+  if (computed || !opt_.store->contains(key))
     opt_.store->put(key,
                     runner_.encode_block(
                         block, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B))),
@@ -672,7 +676,14 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
     for (int64_t b = first; b <= last && more; ++b) {
       Result<std::string>& r = bytes[size_t(b - first)];
       more = r.is_ok();
-      if (!more) break;
+      if (!more) {
+        // A tier found its copy damaged (and removed it): counted as the decode's are.
+        if (r.status().code() == StatusCode::kCorrupt) {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stats_.store_corrupt;
+        }
+        break;
+      }
       const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
       auto block =
           decode_block(*r, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B)));

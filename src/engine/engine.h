@@ -221,8 +221,10 @@ class Engine : public Generator, public KvReserver {
   int64_t resumable_blocks(const Sequence& s) const;
   // Starts the store reads of `s`'s blocks past the prefix cache's chain (l1_view_).
   void prefetch(const Sequence& s);
-  // Queues block `b` (1-based) of `s`'s prompt, just cached as `block`, for the store.
-  void store_block(const Sequence& s, int64_t b, const CachedBlock& block);
+  // Queues block `b` (1-based) of `s`'s prompt, just cached as `block`, for the store:
+  // `computed` by this sequence (always written), or cached before and given its window
+  // side object now (written where the store lacks it).
+  void store_block(const Sequence& s, int64_t b, const CachedBlock& block, bool computed);
   kv::ObjectHeader store_header(const Sequence& s, int64_t b, kv::ObjectKind kind) const;
   // Decodes with room: a full pool evicts cached blocks and tries again.
   Result<std::unique_ptr<CachedBlock>> decode_block(const std::string& bytes,

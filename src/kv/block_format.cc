@@ -149,6 +149,26 @@ std::string ObjectWriter::finish(const ObjectHeader& h) const {
   return o;
 }
 
+Status check_envelope(std::string_view b) {
+  if (b.size() < kObjectHeaderBytes)
+    return block_fault(BlockFault::kTruncated,
+                       std::to_string(b.size()) + " bytes, shorter than the header");
+  if (b.substr(0, kBlockMagic.size()) != kBlockMagic)
+    return block_fault(BlockFault::kBadMagic, "no FATHOMKV magic");
+  if (get_le(b, 8, 2) != kBlockFormatVersion)
+    return block_fault(BlockFault::kBadVersion,
+                       "format version " + std::to_string(get_le(b, 8, 2)));
+  const uint64_t payload = get_le(b, 56, 8);
+  if (payload != b.size() - kObjectHeaderBytes)
+    return block_fault(
+        payload > b.size() - kObjectHeaderBytes ? BlockFault::kTruncated : BlockFault::kBadLength,
+        std::to_string(b.size()) + " bytes, the header declares " +
+            std::to_string(payload + kObjectHeaderBytes));
+  if (checksum(b.substr(0, 64), b.substr(kObjectHeaderBytes)) != get_le(b, 64, 8))
+    return block_fault(BlockFault::kChecksum, "checksum mismatch");
+  return Status::ok();
+}
+
 Result<DecodedObject> decode_object(std::string_view b, const ObjectHeader& expect,
                                     BlockFault* fault) {
   if (fault) *fault = BlockFault::kNone;

@@ -126,6 +126,11 @@ int64_t encoded_object_bytes(std::span<const int64_t> section_bytes);
 Result<DecodedObject> decode_object(std::string_view bytes, const ObjectHeader& expect,
                                     BlockFault* fault = nullptr);
 
+// The checks of decode_object() that need no expectation (length, magic, version, the
+// declared payload length, the checksum): what a store tier can check of bytes it read,
+// knowing nothing of the model. kCorrupt with the fault, as decode_object() gives it.
+Status check_envelope(std::string_view bytes);
+
 // A kCorrupt Status for a model-level check of a decoded object, tagged with its fault.
 Status block_fault(BlockFault f, const std::string& detail);
 // The fault a Status from decode_object() or block_fault() carries (kNone for any other).

@@ -51,8 +51,11 @@ Status write_all(int fd, const std::string& data) {
   return Status::ok();
 }
 
-Result<std::string> read_all(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// The object file at `path`: kNotFound when absent; kCorrupt, without reading it, when it is
+// not a regular file (a FIFO would block the open, a device read forever) or is longer than
+// max_bytes (0: no bound), so a file put there by anyone costs no more than an object.
+Result<std::string> read_all(const std::string& path, int64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return not_found(path);
     return io_error(path + ": " + std::strerror(errno));
@@ -61,6 +64,15 @@ Result<std::string> read_all(const std::string& path) {
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     return io_error(path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return corrupt(path + ": not a regular file");
+  }
+  if (max_bytes > 0 && st.st_size > max_bytes) {
+    ::close(fd);
+    return corrupt(path + ": " + std::to_string(st.st_size) +
+                   " bytes, more than the largest object (" + std::to_string(max_bytes) + ")");
   }
   std::string out(size_t(st.st_size), '\0');
   size_t done = 0;
@@ -145,6 +157,12 @@ Status DiskStore::rebuild_index() {
       std::string path = f.path().string();
       struct stat st;
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (opt_.max_object_bytes > 0 && st.st_size > opt_.max_object_bytes) {
+        log_warn("kv store: " + path + ": " + std::to_string(st.st_size) +
+                 " bytes, more than the largest object; removed");
+        ::unlink(path.c_str());
+        continue;
+      }
       if (move) {
         const std::string to = path_of(k, cls);
         struct stat there;
@@ -296,16 +314,24 @@ Result<std::string> DiskStore::get(const StoreKey& key, RetentionClass cls) {
     set_last_use(path, now);
     index_put(key, e.bytes, e.cls, now);
   }
-  Result<std::string> r = read_all(path);
+  Result<std::string> r = read_all(path, opt_.max_object_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.classes[cls].read_seconds.observe(seconds_since(start));
   if (!r.is_ok()) {
     ++stats_.misses;
     ++stats_.classes[cls].misses;
-    // Removed behind our back (not moved into another class meanwhile): forget it.
-    if (r.status().code() == StatusCode::kNotFound) {
+    // Removed behind our back (not moved into another class meanwhile): forget it. Not an
+    // object file at all: remove it too (a miss, and the block is written again).
+    const StatusCode code = r.status().code();
+    if (code == StatusCode::kNotFound || code == StatusCode::kCorrupt) {
       auto it = index_.find(key);
-      if (it != index_.end() && path_of(key, it->second.cls) == path) index_remove(key);
+      if (it != index_.end() && path_of(key, it->second.cls) == path) {
+        if (code == StatusCode::kCorrupt) {
+          log_warn("kv store: " + r.status().message() + "; removed");
+          ++stats_.erased;
+        }
+        index_remove(key);
+      }
     }
     return r.status();
   }
@@ -353,7 +379,12 @@ Status DiskStore::write_object(const StoreKey& key, const std::string& value, Re
   const std::string tmp =
       opt_.dir + "/tmp/" + key.hex() + "." + std::to_string(++tmp_counter_) + ".tmp";
   Status st = Status::ok();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ENOENT) {  // the directory was removed: make it again
+    std::error_code ec;
+    fs::create_directories(opt_.dir + "/tmp", ec);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
   if (fd < 0) {
     st = io_error(tmp + ": " + std::strerror(errno));
   } else {
@@ -378,7 +409,7 @@ Status DiskStore::write_object(const StoreKey& key, const std::string& value, Re
     writes_failing_ = true;
     return st;
   }
-  if (writes_failing_) log_info("kv store: disk writes work again");
+  if (writes_failing_) log_warn("kv store: disk writes work again");
   writes_failing_ = false;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = index_.find(key);

@@ -212,7 +212,12 @@ struct RedisClusterStore::Client {
         drop(node);
         continue;
       }
-      if (r->type != REDIS_REPLY_ARRAY) continue;
+      if (r->type != REDIS_REPLY_ARRAY) {
+        if (r->type == REDIS_REPLY_ERROR)
+          refused = node + " answered CLUSTER SLOTS with: " + r->str;
+        continue;
+      }
+      refused.clear();
       owner.fill(-1);
       for (const auto& e : r->element) {
         if (e->type != REDIS_REPLY_ARRAY || e->element.size() < 3) continue;
@@ -355,7 +360,9 @@ struct RedisClusterStore::Client {
           const std::string& err = r->str;
           const bool moved = err.rfind("MOVED ", 0) == 0, ask = err.rfind("ASK ", 0) == 0;
           if (!moved && !ask) {
-            out[i] = io_error("redis: " + err);
+            // Another type under an object's key (anyone may write there): damaged.
+            out[i] = err.rfind("WRONGTYPE", 0) == 0 ? corrupt("redis: " + keys[i] + ": " + err)
+                                                    : io_error("redis: " + err);
             continue;
           }
           const std::string next = err.substr(err.rfind(' ') + 1);
@@ -382,7 +389,8 @@ struct RedisClusterStore::Client {
   std::array<int, kSlots> owner;
   std::map<std::string, redisContext*> conns;
   std::map<std::string, Clock::time_point> down_until;
-  std::atomic<int64_t> redirects{0};    // read by stats() from any thread
+  std::string refused;                // the last error a node answered CLUSTER SLOTS with ("" none)
+  std::atomic<int64_t> redirects{0};  // read by stats() from any thread
   std::atomic<int64_t> round_trips{0};  // requests sent and waited for; read by stats()
 };
 
@@ -396,8 +404,16 @@ Result<std::unique_ptr<RedisClusterStore>> RedisClusterStore::open(
   auto s = std::unique_ptr<RedisClusterStore>(new RedisClusterStore(options));
   s->reader_ = std::make_unique<Client>(options);
   s->writer_client_ = std::make_unique<Client>(options);
-  if (!s->reader_->refresh())
-    return io_error("no Redis Cluster node answers CLUSTER SLOTS among the nodes given");
+  // A node that answers but is no cluster member (cluster support disabled) is a mistake in
+  // the flag; no node answering yet is an outage: the store starts without them (misses and
+  // failed writes) and finds the cluster when a node answers.
+  if (!s->reader_->refresh()) {
+    if (!s->reader_->refused.empty())
+      return invalid_argument("not a Redis Cluster: " + s->reader_->refused);
+    log_warn("kv store: no Redis Cluster node answers yet (" + options.nodes.front() +
+             (options.nodes.size() > 1 ? ", ..." : "") +
+             "); redis reads miss and writes fail until one does");
+  }
   s->writer_client_->refresh();
   s->writes_ = std::make_unique<WriteQueue>(
       options.queue_bytes, [p = s.get()](const StoreKey& k, const std::string& v,
@@ -423,11 +439,13 @@ Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass c
   {
     std::lock_guard<std::mutex> lock(read_mu_);
     r = std::move(reader_->get_many({k}, ttl).front());
-    if (!r.is_ok() && !reads_failing_)
+    const bool failed = !r.is_ok() && r.status().code() != StatusCode::kCorrupt;
+    if (failed && !reads_failing_)
       log_warn("kv store: redis reads fail (misses until they work): " + r.status().message());
-    if (r.is_ok() && reads_failing_) log_info("kv store: redis reads work again");
-    reads_failing_ = !r.is_ok();
+    if (!failed && reads_failing_) log_warn("kv store: redis reads work again");
+    reads_failing_ = failed;
   }
+  if (!r.is_ok() && r.status().code() == StatusCode::kCorrupt) erase_damaged(key, r.status());
   std::lock_guard<std::mutex> lock(mu_);
   stats_.classes[cls].read_seconds.observe(seconds_since(start));
   if (!r.is_ok() || (*r)->type != REDIS_REPLY_STRING) {
@@ -456,13 +474,16 @@ std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const Sto
     replies = reader_->get_many(ks, ttl);
     const Result<Reply>* failed = nullptr;
     for (const auto& r : replies)
-      if (!r.is_ok() && failed == nullptr) failed = &r;
+      if (!r.is_ok() && r.status().code() != StatusCode::kCorrupt && failed == nullptr) failed = &r;
     if (failed && !reads_failing_)
       log_warn("kv store: redis reads fail (misses until they work): " +
                failed->status().message());
-    if (!failed && reads_failing_ && !replies.empty()) log_info("kv store: redis reads work again");
+    if (!failed && reads_failing_ && !replies.empty()) log_warn("kv store: redis reads work again");
     if (!replies.empty()) reads_failing_ = failed != nullptr;
   }
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (!replies[i].is_ok() && replies[i].status().code() == StatusCode::kCorrupt)
+      erase_damaged(keys[i], replies[i].status());
   std::vector<Result<std::string>> out;
   out.reserve(keys.size());
   std::lock_guard<std::mutex> lock(mu_);
@@ -497,6 +518,11 @@ void RedisClusterStore::erase(const StoreKey& key) {
   }
 }
 
+void RedisClusterStore::erase_damaged(const StoreKey& key, const Status& why) {
+  log_warn("kv store: redis object " + key.hex() + " is damaged; removed: " + why.message());
+  erase(key);
+}
+
 void RedisClusterStore::flush() { writes_->flush(); }
 
 StoreStats RedisClusterStore::stats() const {
@@ -528,7 +554,7 @@ Status RedisClusterStore::write_object(const StoreKey& key, const std::string& v
   if (!st.is_ok() && !writes_failing_)
     log_warn("kv store: redis writes fail (blocks stay uncached there until they work): " +
              st.message());
-  if (st.is_ok() && writes_failing_) log_info("kv store: redis writes work again");
+  if (st.is_ok() && writes_failing_) log_warn("kv store: redis writes work again");
   writes_failing_ = !st.is_ok();
   return st;
 }

@@ -46,7 +46,9 @@ int redis_cluster_slot(std::string_view key);
 
 class RedisClusterStore final : public Store {
  public:
-  // Connects to a seed and reads the slot map; kIoError when no seed answers.
+  // Connects to a seed and reads the slot map. When no seed answers it opens without them
+  // (reads miss with kIoError, writes fail, until one answers); kInvalidArgument when one
+  // answers but is not a cluster node.
   static Result<std::unique_ptr<RedisClusterStore>> open(const RedisStoreOptions& options);
   ~RedisClusterStore() override;
   RedisClusterStore(const RedisClusterStore&) = delete;
@@ -71,6 +73,9 @@ class RedisClusterStore final : public Store {
   explicit RedisClusterStore(RedisStoreOptions options);
   // The writer thread's write: SET PX on the key's master.
   Status write_object(const StoreKey& key, const std::string& value, RetentionClass cls);
+  // A read found something other than an object string under key's name: logged and deleted.
+  // REQUIRES: read_mu_ not held.
+  void erase_damaged(const StoreKey& key, const Status& why);
 
   const RedisStoreOptions opt_;
   std::mutex read_mu_;

@@ -38,6 +38,10 @@ RetentionPolicy::RetentionPolicy()
     : classes_{{"agent", int64_t(3) * 86400 * 1000}, {"chat", int64_t(7) * 86400 * 1000}},
       default_class_(1) {}
 
+namespace {
+constexpr int64_t kMaxRetentionMs = int64_t(100) * 365 * 86400 * 1000;
+}  // namespace
+
 Result<int64_t> RetentionPolicy::parse_duration(std::string_view d) {
   const std::string shown = "'" + std::string(d) + "'";
   if (d.size() < 2)
@@ -64,7 +68,10 @@ Result<int64_t> RetentionPolicy::parse_duration(std::string_view d) {
     if (c < '0' || c > '9')
       return invalid_argument(shown + " is not a duration (N followed by s, m, h or d)");
     n = n * 10 + (c - '0');
-    if (n > int64_t(100) * 365 * 86400) return invalid_argument(shown + " is too long");
+    // At most 100 years, whatever the unit (Redis's put script reads the time as a Lua
+    // number: far beyond that it is written 1e+17 and SET refuses it).
+    if (n > kMaxRetentionMs / unit)
+      return invalid_argument(shown + " is too long (100 years at most)");
   }
   if (n == 0) return invalid_argument(shown + ": a retention time must be positive");
   return n * unit;

@@ -1,8 +1,21 @@
 #include "kv/tiered_store.h"
 
+#include "core/log.h"
+#include "kv/block_format.h"
+
 namespace fathom::kv {
 
 TieredStore::TieredStore(std::vector<std::unique_ptr<Store>> tiers) : tiers_(std::move(tiers)) {}
+
+Status TieredStore::check(size_t tier, const StoreKey& key, const std::string& bytes) {
+  if (tiers_.size() < 2) return Status::ok();  // the caller's own checks find it, and erase it
+  Status st = check_envelope(bytes);
+  if (st.is_ok()) return st;
+  log_warn("kv store: " + std::string(tiers_[tier]->tier_name()) + " object " + key.hex() +
+           " failed its checks; removed there, reading the next tier: " + st.message());
+  tiers_[tier]->erase(key);
+  return st;
+}
 
 bool TieredStore::contains(const StoreKey& key) {
   for (auto& t : tiers_)
@@ -15,6 +28,8 @@ Result<std::string> TieredStore::get(const StoreKey& key, RetentionClass cls) {
   for (size_t i = 0; i < tiers_.size(); ++i) {
     if (!tiers_[i]->contains(key)) continue;
     Result<std::string> r = tiers_[i]->get(key, cls);
+    if (r.is_ok())
+      if (Status bad = check(i, key, *r); !bad.is_ok()) r = std::move(bad);
     if (!r.is_ok()) {
       last = r.status();
       continue;
@@ -38,6 +53,8 @@ std::vector<Result<std::string>> TieredStore::get_many(std::span<const StoreKey>
     std::vector<size_t> still;
     for (size_t j = 0; j < left.size(); ++j) {
       const size_t i = left[j];
+      if (got[j].is_ok())
+        if (Status bad = check(t, keys[i], *got[j]); !bad.is_ok()) got[j] = std::move(bad);
       if (!got[j].is_ok()) {
         // A tier's failure outranks another's plain miss in what the caller hears.
         if (got[j].status().code() != StatusCode::kNotFound ||

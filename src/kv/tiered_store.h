@@ -1,7 +1,10 @@
 // TieredStore: several store tiers behind the one Store interface, fastest first (the local
 // disk, then the Redis Cluster). contains() asks each; get() reads from the first tier that
 // holds the object and copies it into the faster tiers that do not (queued, like any put);
-// put() and erase() go to every tier. Owns its tiers. Thread-safe as its tiers are.
+// put() and erase() go to every tier. A tier's copy that fails the object envelope's checks
+// (check_envelope: a torn or altered copy) is erased in that tier alone and the next tier is
+// read, so one damaged copy costs no other tier its good one. Owns its tiers. Thread-safe as
+// its tiers are.
 #pragma once
 
 #include <memory>
@@ -32,6 +35,10 @@ class TieredStore final : public Store {
   const char* tier_name() const override { return "tiered"; }
 
  private:
+  // Ok, or (with two tiers or more) the envelope check `bytes` from `tier` failed, after
+  // erasing them there.
+  Status check(size_t tier, const StoreKey& key, const std::string& bytes);
+
   std::vector<std::unique_ptr<Store>> tiers_;
 };
 

@@ -5,6 +5,7 @@
 #include "kv/disk_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -143,6 +144,55 @@ TEST_F(DiskStoreTest, DamagedFilesAreReturnedAsTheyAreAndCanBeErased) {
   fs::remove(s->path_of(key(2)));
   EXPECT_EQ(s->get(key(2), kDefaultRetention).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(s->contains(key(2)));
+}
+
+// A file at an object's path that is not a regular file, or is longer than any object, is a
+// miss (kCorrupt) that removes it, without reading it: a FIFO there hung the engine's open()
+// for good, and a 6 GiB file was read whole. Longer files found at open() are removed then.
+TEST_F(DiskStoreTest, NoFileCostsMoreThanAnObject) {
+  DiskStoreOptions o;
+  o.dir = dir_.string();
+  o.max_object_bytes = 1000;
+  auto opened = DiskStore::open(o);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  auto& s = *opened;
+  for (uint64_t i : {1, 2}) s->put(key(i), "an object", kDefaultRetention);
+  s->flush();
+  const std::string fifo = s->path_of(key(1)), huge = s->path_of(key(2));
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  fs::resize_file(huge, int64_t(6) << 30);  // sparse
+  for (uint64_t i : {1, 2}) {
+    auto r = s->get(key(i), kDefaultRetention);
+    ASSERT_FALSE(r.is_ok()) << i;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().to_string();
+    EXPECT_FALSE(s->contains(key(i)));
+  }
+  EXPECT_FALSE(fs::exists(fifo));
+  EXPECT_FALSE(fs::exists(huge));
+  s->put(key(3), "an object", kDefaultRetention);
+  s->flush();
+  const std::string later = s->path_of(key(3));
+  s.reset();
+  fs::resize_file(later, 1001);
+  auto again = DiskStore::open(o);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_FALSE((*again)->contains(key(3)));
+  EXPECT_FALSE(fs::exists(later));
+}
+
+// The directory removed while the server runs: writes make it again and go on.
+TEST_F(DiskStoreTest, WritesRecreateARemovedDirectory) {
+  auto s = open(1 << 20);
+  s->put(key(1), "one", kDefaultRetention);
+  s->flush();
+  fs::remove_all(dir_);
+  s->put(key(2), "two", kDefaultRetention);
+  s->flush();
+  auto r = s->get(key(2), kDefaultRetention);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(*r, "two");
+  EXPECT_EQ(s->stats().write_errors, 0);
 }
 
 TEST_F(DiskStoreTest, AnUnwritableDirectoryFailsToOpen) {

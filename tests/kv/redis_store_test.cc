@@ -43,11 +43,19 @@ TEST(RedisNodes, ParsesTheFlag) {
     EXPECT_FALSE(parse_redis_nodes(bad).is_ok()) << bad;
 }
 
-TEST(RedisClusterStore, NoReachableNodeFailsToOpen) {
+// No node answering is an outage, not a mistake: the store opens (the server starts) and its
+// reads miss and report the failure, until a node answers.
+TEST(RedisClusterStore, NoReachableNodeOpensWithoutThem) {
   RedisStoreOptions o;
   o.nodes = {"127.0.0.1:1"};
   o.timeout_ms = 200;
-  EXPECT_EQ(RedisClusterStore::open(o).status().code(), StatusCode::kIoError);
+  auto opened = RedisClusterStore::open(o);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  const StoreKey k{1, 2};
+  EXPECT_FALSE((*opened)->contains(k));
+  auto r = (*opened)->get(k, kDefaultRetention);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().to_string();
 }
 
 // The output of a shell command (a redis-cli call), trimmed.
@@ -68,7 +76,9 @@ class RedisClusterStoreLive : public ::testing::Test {
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("fathom_redis_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
-    const int base = 30000 + int(::getpid() % 2000) * 2;
+    // Below Linux's ephemeral range (32768 up), bus ports (+10000) included: another test's
+    // outgoing connections cannot hold them.
+    const int base = 10000 + int(::getpid() % 2500) * 2;
     ports_ = {base, base + 1};
     for (int port : ports_) {
       const std::string d = (dir_ / std::to_string(port)).string();
@@ -84,7 +94,9 @@ class RedisClusterStoreLive : public ::testing::Test {
       }
       pids_.push_back(pid);
     }
-    for (int port : ports_) ASSERT_TRUE(wait_for(cli(port, "PING"), "PONG")) << port;
+    for (int port : ports_)
+      ASSERT_TRUE(wait_for(cli(port, "PING"), "PONG"))
+          << port << ": " << sh("tail -5 " + (dir_ / std::to_string(port) / "log").string());
     sh(cli(ports_[0], "CLUSTER ADDSLOTSRANGE 0 8191"));
     sh(cli(ports_[1], "CLUSTER ADDSLOTSRANGE 8192 16383"));
     sh(cli(ports_[0], "CLUSTER MEET 127.0.0.1 " + std::to_string(ports_[1])));
@@ -123,6 +135,57 @@ class RedisClusterStoreLive : public ::testing::Test {
   std::vector<pid_t> pids_;
   std::vector<std::string> ids_;
 };
+
+// A node that answers but is not in cluster mode is a mistake in the flag: open() says so.
+TEST_F(RedisClusterStoreLive, AServerOutOfClusterModeIsRefused) {
+  // Beside the clusters' ports (10000-14999, buses 20000-24999), below the ephemeral range.
+  const int port = 15000 + int(::getpid() % 2000);
+  const std::string d = (dir_ / "plain").string();
+  std::filesystem::create_directories(d);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string p = std::to_string(port);
+    ::execlp("redis-server", "redis-server", "--port", p.c_str(), "--bind", "127.0.0.1", "--dir",
+             d.c_str(), "--save", "", "--appendonly", "no", "--logfile", "log",
+             static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  pids_.push_back(pid);
+  ASSERT_TRUE(wait_for(cli(port, "PING"), "PONG"));
+  RedisStoreOptions o;
+  o.nodes = {"127.0.0.1:" + std::to_string(port)};
+  auto opened = RedisClusterStore::open(o);
+  ASSERT_FALSE(opened.is_ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(opened.status().message().find("not a Redis Cluster"), std::string::npos)
+      << opened.status().message();
+}
+
+// Something other than a string under an object's key (anyone with access may write one) is
+// a damaged object: the read says kCorrupt and deletes it, so the block is written again,
+// where a WRONGTYPE read as an I/O error kept the key (and raised its time to live) for good.
+TEST_F(RedisClusterStoreLive, AKeyOfAnotherTypeIsDamagedAndDeleted) {
+  RedisStoreOptions o;
+  o.nodes = {"127.0.0.1:" + std::to_string(ports_[0])};
+  auto opened = RedisClusterStore::open(o);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  RedisClusterStore& s = **opened;
+  const StoreKey a = key_on(true, 100), b = key_on(true, a.lo + 1);
+  for (const StoreKey& k : {a, b}) sh(cli(ports_[0], "RPUSH fkv:" + k.hex() + " x"));
+  auto many = s.get_many(std::vector<StoreKey>{a}, kDefaultRetention);
+  ASSERT_EQ(many.size(), 1u);
+  ASSERT_FALSE(many[0].is_ok());
+  EXPECT_EQ(many[0].status().code(), StatusCode::kCorrupt) << many[0].status().to_string();
+  auto one = s.get(b, kDefaultRetention);
+  ASSERT_FALSE(one.is_ok());
+  EXPECT_EQ(one.status().code(), StatusCode::kCorrupt) << one.status().to_string();
+  for (const StoreKey& k : {a, b}) EXPECT_EQ(sh(cli(ports_[0], "EXISTS fkv:" + k.hex())), "0");
+  ASSERT_TRUE(s.put(a, "value", kDefaultRetention));
+  s.flush();
+  auto again = s.get(a, kDefaultRetention);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(*again, "value");
+}
 
 TEST_F(RedisClusterStoreLive, GetManyPipelinesPerMasterAndFollowsAskAndMoved) {
   RedisStoreOptions o;

@@ -48,11 +48,24 @@ TEST(KvRetentionPolicy, ParsesAndOrdersByTimeToLive) {
   EXPECT_EQ(q->name(q->default_class()), "b");
 }
 
+TEST(KvRetentionPolicy, AcceptsUpToAHundredYears) {
+  for (const char* good :
+       {"agent=36500d", "agent=876000h", "agent=52560000m", "agent=3153600000s"}) {
+    auto p = RetentionPolicy::parse(good);
+    ASSERT_TRUE(p.is_ok()) << good << ": " << p.status().to_string();
+    EXPECT_EQ(p->ttl_ms(p->default_class()), int64_t(3153600000) * 1000) << good;
+  }
+}
+
 TEST(KvRetentionPolicy, RejectsBadSyntax) {
   for (const char* bad :
        {"", "agent", "agent=", "=3d", "agent=3", "agent=d", "agent=3w", "agent=0s", "agent=-1d",
         "Agent=3d", "1agent=3d", "ag-ent=3d", "agent=3d,", ",agent=3d", "agent=3d,agent=4d",
-        "agent=3d;chat=7d", "agent=3.5d", "agent= 3d", "agent=99999999999999999999d"}) {
+        "agent=3d;chat=7d", "agent=3.5d", "agent= 3d", "agent=99999999999999999999d",
+        // Over 100 years in any unit (3153600000d was taken: 8.6 million years, which Redis's
+        // put script then wrote as 1e+17 and SET refused).
+        "agent=3153600000d", "agent=36501d", "agent=876001h", "agent=52560001m",
+        "agent=3153600001s"}) {
     auto p = RetentionPolicy::parse(bad);
     EXPECT_FALSE(p.is_ok()) << "'" << bad << "' was accepted";
     if (!p.is_ok()) {

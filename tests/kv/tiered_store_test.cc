@@ -1,19 +1,32 @@
 // TieredStore over two real disk tiers: get_many() answers each key from the fastest tier that
 // holds it, in the order asked, copies what only the slower tier had into the faster one, and
-// gives get()'s answer for every key (misses included).
+// gives get()'s answer for every key (misses included); a tier's damaged copy is removed
+// there alone and the next tier's is read.
 #include "kv/tiered_store.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
+#include "kv/block_format.h"
 #include "kv/disk_store.h"
 
 namespace fathom::kv {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A valid object (its envelope passes check_envelope) whose one section holds `text`.
+std::string object(const std::string& text) {
+  ObjectWriter w;
+  w.add(1, 1, text.data(), text.size());
+  ObjectHeader h;
+  h.block_tokens = 128;
+  h.index = 1;
+  return w.finish(h);
+}
 
 TEST(TieredStore, GetManyReadsFastestFirstAndCopiesUp) {
   const fs::path dir = fs::temp_directory_path() / ("fathom_tiered_" + std::to_string(::getpid()));
@@ -29,10 +42,10 @@ TEST(TieredStore, GetManyReadsFastestFirstAndCopiesUp) {
   DiskStore* f = fast.get();
   DiskStore* sl = slow.get();
   auto key = [](uint64_t i) { return store_key(Fingerprint{3, 4}, i, ObjectKind::kBlock); };
-  f->put(key(1), "one-fast", kDefaultRetention);
-  sl->put(key(1), "one-slow", kDefaultRetention);
-  sl->put(key(2), "two-slow", kDefaultRetention);
-  f->put(key(4), "four-fast", kDefaultRetention);
+  f->put(key(1), object("one-fast"), kDefaultRetention);
+  sl->put(key(1), object("one-slow"), kDefaultRetention);
+  sl->put(key(2), object("two-slow"), kDefaultRetention);
+  f->put(key(4), object("four-fast"), kDefaultRetention);
   f->flush();
   sl->flush();
   std::vector<std::unique_ptr<Store>> tiers;
@@ -43,12 +56,12 @@ TEST(TieredStore, GetManyReadsFastestFirstAndCopiesUp) {
   std::vector<Result<std::string>> got = t.get_many(keys, kDefaultRetention);
   ASSERT_EQ(got.size(), 4u);
   ASSERT_TRUE(got[0].is_ok());
-  EXPECT_EQ(*got[0], "two-slow");
+  EXPECT_EQ(*got[0], object("two-slow"));
   EXPECT_EQ(got[1].status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(got[2].is_ok());
-  EXPECT_EQ(*got[2], "one-fast");  // the fast tier's copy, not the slow one's
+  EXPECT_EQ(*got[2], object("one-fast"));  // the fast tier's copy, not the slow one's
   ASSERT_TRUE(got[3].is_ok());
-  EXPECT_EQ(*got[3], "four-fast");
+  EXPECT_EQ(*got[3], object("four-fast"));
   // The same answers as get(), key by key.
   for (size_t i = 0; i < keys.size(); ++i) {
     Result<std::string> one = t.get(keys[i], kDefaultRetention);
@@ -61,8 +74,67 @@ TEST(TieredStore, GetManyReadsFastestFirstAndCopiesUp) {
   f->flush();
   auto up = f->get(key(2), kDefaultRetention);
   ASSERT_TRUE(up.is_ok());
-  EXPECT_EQ(*up, "two-slow");
+  EXPECT_EQ(*up, object("two-slow"));
   EXPECT_TRUE(t.get_many({}, kDefaultRetention).empty());
+  fs::remove_all(dir);
+}
+
+// A copy that fails its checks in the fast tier (a flipped byte, a truncation) is erased
+// there, the slow tier's good copy is read and copied up, and the slow tier keeps it: one
+// damaged disk file used to cost every tier its copy.
+TEST(TieredStore, ADamagedCopyCostsOnlyItsOwnTier) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("fathom_tiered_damage_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto open = [&](const char* sub) {
+    DiskStoreOptions o;
+    o.dir = (dir / sub).string();
+    auto s = DiskStore::open(o);
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    return std::move(*s);
+  };
+  std::unique_ptr<DiskStore> fast = open("fast"), slow = open("slow");
+  DiskStore* f = fast.get();
+  DiskStore* sl = slow.get();
+  auto key = [](uint64_t i) { return store_key(Fingerprint{3, 4}, i, ObjectKind::kBlock); };
+  for (uint64_t i : {1, 2}) {
+    f->put(key(i), object("good " + std::to_string(i)), kDefaultRetention);
+    sl->put(key(i), object("good " + std::to_string(i)), kDefaultRetention);
+  }
+  f->flush();
+  sl->flush();
+  {
+    std::fstream flip(f->path_of(key(1)), std::ios::in | std::ios::out | std::ios::binary);
+    flip.seekp(-1, std::ios::end);
+    flip.put('X');
+  }
+  fs::resize_file(f->path_of(key(2)), 40);
+  std::vector<std::unique_ptr<Store>> tiers;
+  tiers.push_back(std::move(fast));
+  tiers.push_back(std::move(slow));
+  TieredStore t(std::move(tiers));
+  auto one = t.get(key(1), kDefaultRetention);
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  EXPECT_EQ(*one, object("good 1"));
+  auto many = t.get_many(std::vector<StoreKey>{key(2)}, kDefaultRetention);
+  ASSERT_TRUE(many[0].is_ok()) << many[0].status().to_string();
+  EXPECT_EQ(*many[0], object("good 2"));
+  EXPECT_EQ(f->stats().erased, 2);
+  EXPECT_EQ(sl->stats().erased, 0);
+  for (uint64_t i : {1, 2}) EXPECT_TRUE(sl->contains(key(i)));
+  // The good copies went back up.
+  f->flush();
+  for (uint64_t i : {1, 2}) {
+    auto up = f->get(key(i), kDefaultRetention);
+    ASSERT_TRUE(up.is_ok()) << i;
+    EXPECT_EQ(*up, object("good " + std::to_string(i)));
+  }
+  // Damaged in the only tier that has it: the caller hears kCorrupt (a miss it counts).
+  sl->put(key(3), object("three"), kDefaultRetention);
+  sl->flush();
+  fs::resize_file(sl->path_of(key(3)), 40);
+  EXPECT_EQ(t.get(key(3), kDefaultRetention).status().code(), StatusCode::kCorrupt);
+  EXPECT_FALSE(t.contains(key(3)));
   fs::remove_all(dir);
 }
 

@@ -16,7 +16,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kSlots = 16384;
+// A node that fails is left alone this long, doubled for each failure in a row up to
+// kMaxNodeBackoff: a node that hangs (SIGSTOPped, a dead host) costs a command timeout per
+// try, which a second's backoff made about a quarter of every second on the threads that
+// ask (the engine's executor among them).
 constexpr auto kNodeBackoff = std::chrono::seconds(1);
+constexpr auto kMaxNodeBackoff = std::chrono::seconds(30);
 
 // A reply as hiredis parses it, built by the functions below instead of hiredis's own: a
 // string lands in a std::string (one copy out of the reader's buffer) that a read moves into
@@ -182,7 +187,7 @@ struct RedisClusterStore::Client {
     redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
     if (c == nullptr || c->err) {
       if (c) redisFree(c);
-      down_until[node] = Clock::now() + kNodeBackoff;
+      back_off(node);
       return nullptr;
     }
     redisSetTimeout(c, tv);
@@ -197,7 +202,19 @@ struct RedisClusterStore::Client {
       redisFree(it->second);
       conns.erase(it);
     }
-    down_until[node] = Clock::now() + kNodeBackoff;
+    back_off(node);
+  }
+
+  // The node failed again: left alone kNodeBackoff, doubled for each failure since it last
+  // answered, at most kMaxNodeBackoff.
+  void back_off(const std::string& node) {
+    const int n = std::min(failures[node]++, 5);
+    down_until[node] =
+        Clock::now() + std::min<Clock::duration>(kNodeBackoff * (1 << n), kMaxNodeBackoff);
+  }
+  // The node answered: its next failure backs off kNodeBackoff again.
+  void answered(const std::string& node) {
+    if (!failures.empty()) failures.erase(node);
   }
 
   // Reads CLUSTER SLOTS from the first node that answers; false when none does.
@@ -212,6 +229,7 @@ struct RedisClusterStore::Client {
         drop(node);
         continue;
       }
+      answered(node);
       if (r->type != REDIS_REPLY_ARRAY) {
         if (r->type == REDIS_REPLY_ERROR)
           refused = node + " answered CLUSTER SLOTS with: " + r->str;
@@ -277,6 +295,7 @@ struct RedisClusterStore::Client {
         asking = false;
         continue;
       }
+      answered(node);
       if (r->type != REDIS_REPLY_ERROR) return r;
       const std::string& err = r->str;
       const bool moved = err.rfind("MOVED ", 0) == 0, ask = err.rfind("ASK ", 0) == 0;
@@ -373,7 +392,10 @@ struct RedisClusterStore::Client {
           redirects.fetch_add(1, std::memory_order_relaxed);
           again.push_back(i);
         }
-        if (broken) drop(node);  // the connection's replies are out of step: start afresh
+        if (broken)
+          drop(node);  // the connection's replies are out of step: start afresh
+        else
+          answered(node);
       }
       if (unreachable && !refreshed) {
         refresh();
@@ -389,6 +411,7 @@ struct RedisClusterStore::Client {
   std::array<int, kSlots> owner;
   std::map<std::string, redisContext*> conns;
   std::map<std::string, Clock::time_point> down_until;
+  std::map<std::string, int> failures;  // by node: failures since it last answered
   std::string refused;                // the last error a node answered CLUSTER SLOTS with ("" none)
   std::atomic<int64_t> redirects{0};  // read by stats() from any thread
   std::atomic<int64_t> round_trips{0};  // requests sent and waited for; read by stats()

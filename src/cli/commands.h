@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <functional>
 #include <string>
 
@@ -10,20 +11,26 @@ namespace fathom::cli {
 
 using Runner = std::function<int()>;
 
+// `text` as a whole number (std::stod's syntax), NaN for anything else.
+inline double parse_number(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  return used == 0 || used != text.size() ? std::nan("") : v;
+}
+
 // A check for an option given in seconds: a number, > 0 (`positive`) or >= 0, and at most
 // 1e9 (about 31 years: a larger timeout overflowed the clocks; NaN passed CLI11's own
 // number checks).
 inline CLI::Validator seconds_check(bool positive) {
   return CLI::Validator(
       [positive](std::string& text) -> std::string {
-        double v = 0;
-        size_t used = 0;
-        try {
-          v = std::stod(text, &used);
-        } catch (...) {
-          used = 0;
-        }
-        if (used == 0 || used != text.size() || v != v) return "not a number of seconds: " + text;
+        const double v = parse_number(text);
+        if (v != v) return "not a number of seconds: " + text;
         if (positive ? !(v > 0) : !(v >= 0))
           return std::string("seconds must be ") + (positive ? "> 0" : ">= 0") + ": " + text;
         if (v > 1e9) return "at most 1e9 seconds: " + text;

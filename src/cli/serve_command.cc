@@ -498,15 +498,8 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "Most the KV store may hold on disk, GiB (least recently used blocks go first)")
       ->check(CLI::Validator(
           [](std::string& t) {
-            double v = 0;
-            size_t used = 0;
-            try {
-              v = std::stod(t, &used);
-            } catch (...) {
-              used = 0;
-            }
-            // 1 MiB to 1 PiB (NaN fails both comparisons).
-            if (used == 0 || used != t.size() || !(v >= 1.0 / 1024 && v <= 1 << 20))
+            const double v = parse_number(t);  // 1 MiB to 1 PiB (NaN fails both)
+            if (!(v >= 1.0 / 1024 && v <= 1 << 20))
               return "a size in GiB from 0.001 (1 MiB) to 1048576 (1 PiB): " + t;
             return std::string();
           },

@@ -293,6 +293,24 @@ TEST(GrammarCache, RemembersGrammarsTooLargeToCompile) {
   EXPECT_EQ(cache.size(), 0u);
 }
 
+// The order in which a queue answers jobs, a letter each.
+struct AnswerOrder {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string order;  // guarded by mu (read once the queue is gone)
+  CompileQueue::Done done(char job) {
+    return [this, job](Result<std::shared_ptr<const CompiledGrammar>>) {
+      std::lock_guard<std::mutex> lock(mu);
+      order += job;
+      cv.notify_all();
+    };
+  }
+  void wait_for(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return order.size() == n; });
+  }
+};
+
 std::shared_ptr<const PreparedGrammar> prepared_regex(const char* regex) {
   auto g = prepare_grammar(GrammarSpec{.kind = GrammarSpec::Kind::kRegex, .text = regex});
   EXPECT_TRUE(g.is_ok()) << g.status().to_string();
@@ -341,16 +359,8 @@ TEST(CompileQueue, AnswersInOrderAndSkipsCancelledJobs) {
 // client's many grammars do not hold up another's new one.
 TEST(CompileQueue, ClientsTakeTurns) {
   GrammarCache cache(test::byte_tokens(), 8);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string order;
-  auto done = [&](char job) {
-    return [&, job](Result<std::shared_ptr<const CompiledGrammar>>) {
-      std::lock_guard<std::mutex> lock(mu);
-      order += job;
-      cv.notify_all();
-    };
-  };
+  AnswerOrder answers;
+  auto done = [&](char job) { return answers.done(job); };
   auto spec = [](const char* regex) { return prepared_regex(regex); };
   auto huge = std::make_shared<CancelToken>();
   {
@@ -362,11 +372,10 @@ TEST(CompileQueue, ClientsTakeTurns) {
     queue.submit(spec("[ef]+"), nullptr, done('b'), "b");
     queue.submit(spec("[gh]+"), nullptr, done('c'), "b");
     huge->cancel();
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return order.size() == 5; });
+    answers.wait_for(5);
   }
   // First in, first out would give "123bc".
-  EXPECT_EQ(order, "1b2c3");
+  EXPECT_EQ(answers.order, "1b2c3");
 }
 
 // Jobs of one grammar share one compile: three clients asking for the same grammar while it
@@ -423,16 +432,8 @@ TEST(CompileQueue, JobsOfOneGrammarShareItsCompile) {
 // it would have alone.
 TEST(CompileQueue, AJobThatJoinsStartsInItsOwnTurn) {
   GrammarCache cache(test::byte_tokens(), 8);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string order;
-  auto done = [&](char job) {
-    return [&, job](Result<std::shared_ptr<const CompiledGrammar>>) {
-      std::lock_guard<std::mutex> lock(mu);
-      order += job;
-      cv.notify_all();
-    };
-  };
+  AnswerOrder answers;
+  auto done = [&](char job) { return answers.done(job); };
   auto huge = std::make_shared<CancelToken>();
   {
     CompileQueue queue(cache, 1);
@@ -443,11 +444,10 @@ TEST(CompileQueue, AJobThatJoinsStartsInItsOwnTurn) {
     queue.submit(prepared_regex("[cd]+"), nullptr, done('z'), "b");
     EXPECT_EQ(queue.waiting(), 2u);
     huge->cancel();
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return order.size() == 4; });
+    answers.wait_for(4);
   }
   // "[cd]+" starts in b's turn, before a's "[ab]+"; waiting in a's turn alone gives "hxyz".
-  EXPECT_EQ(order, "hyzx");
+  EXPECT_EQ(answers.order, "hyzx");
   EXPECT_EQ(cache.misses(), 3u);
 }
 

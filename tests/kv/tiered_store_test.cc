@@ -18,6 +18,40 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A fast and a slow disk tier in a directory of the test's own; tiered() stacks them.
+class TieredStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fathom_tiered_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fast_ = open_tier("fast");
+    slow_ = open_tier("slow");
+    f = fast_.get();
+    sl = slow_.get();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::unique_ptr<DiskStore> open_tier(const char* sub) {
+    DiskStoreOptions o;
+    o.dir = (dir_ / sub).string();
+    auto s = DiskStore::open(o);
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+    return s.is_ok() ? std::move(*s) : nullptr;
+  }
+  std::unique_ptr<TieredStore> tiered() {
+    std::vector<std::unique_ptr<Store>> tiers;
+    tiers.push_back(std::move(fast_));
+    tiers.push_back(std::move(slow_));
+    return std::make_unique<TieredStore>(std::move(tiers));
+  }
+  static StoreKey key(uint64_t i) { return store_key(Fingerprint{3, 4}, i, ObjectKind::kBlock); }
+  fs::path dir_;
+  std::unique_ptr<DiskStore> fast_, slow_;
+  DiskStore* f = nullptr;  // the tiers, also once tiered() owns them
+  DiskStore* sl = nullptr;
+};
+
 // A valid object (its envelope passes check_envelope) whose one section holds `text`.
 std::string object(const std::string& text) {
   ObjectWriter w;
@@ -28,30 +62,15 @@ std::string object(const std::string& text) {
   return w.finish(h);
 }
 
-TEST(TieredStore, GetManyReadsFastestFirstAndCopiesUp) {
-  const fs::path dir = fs::temp_directory_path() / ("fathom_tiered_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  auto open = [&](const char* sub) {
-    DiskStoreOptions o;
-    o.dir = (dir / sub).string();
-    auto s = DiskStore::open(o);
-    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
-    return std::move(*s);
-  };
-  std::unique_ptr<DiskStore> fast = open("fast"), slow = open("slow");
-  DiskStore* f = fast.get();
-  DiskStore* sl = slow.get();
-  auto key = [](uint64_t i) { return store_key(Fingerprint{3, 4}, i, ObjectKind::kBlock); };
+TEST_F(TieredStoreTest, GetManyReadsFastestFirstAndCopiesUp) {
   f->put(key(1), object("one-fast"), kDefaultRetention);
   sl->put(key(1), object("one-slow"), kDefaultRetention);
   sl->put(key(2), object("two-slow"), kDefaultRetention);
   f->put(key(4), object("four-fast"), kDefaultRetention);
   f->flush();
   sl->flush();
-  std::vector<std::unique_ptr<Store>> tiers;
-  tiers.push_back(std::move(fast));
-  tiers.push_back(std::move(slow));
-  TieredStore t(std::move(tiers));
+  std::unique_ptr<TieredStore> owner = tiered();
+  TieredStore& t = *owner;
   const std::vector<StoreKey> keys = {key(2), key(3), key(1), key(4)};
   std::vector<Result<std::string>> got = t.get_many(keys, kDefaultRetention);
   ASSERT_EQ(got.size(), 4u);
@@ -76,27 +95,12 @@ TEST(TieredStore, GetManyReadsFastestFirstAndCopiesUp) {
   ASSERT_TRUE(up.is_ok());
   EXPECT_EQ(*up, object("two-slow"));
   EXPECT_TRUE(t.get_many({}, kDefaultRetention).empty());
-  fs::remove_all(dir);
 }
 
 // A copy that fails its checks in the fast tier (a flipped byte, a truncation) is erased
 // there, the slow tier's good copy is read and copied up, and the slow tier keeps it: one
 // damaged disk file used to cost every tier its copy.
-TEST(TieredStore, ADamagedCopyCostsOnlyItsOwnTier) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("fathom_tiered_damage_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  auto open = [&](const char* sub) {
-    DiskStoreOptions o;
-    o.dir = (dir / sub).string();
-    auto s = DiskStore::open(o);
-    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
-    return std::move(*s);
-  };
-  std::unique_ptr<DiskStore> fast = open("fast"), slow = open("slow");
-  DiskStore* f = fast.get();
-  DiskStore* sl = slow.get();
-  auto key = [](uint64_t i) { return store_key(Fingerprint{3, 4}, i, ObjectKind::kBlock); };
+TEST_F(TieredStoreTest, ADamagedCopyCostsOnlyItsOwnTier) {
   for (uint64_t i : {1, 2}) {
     f->put(key(i), object("good " + std::to_string(i)), kDefaultRetention);
     sl->put(key(i), object("good " + std::to_string(i)), kDefaultRetention);
@@ -109,10 +113,8 @@ TEST(TieredStore, ADamagedCopyCostsOnlyItsOwnTier) {
     flip.put('X');
   }
   fs::resize_file(f->path_of(key(2)), 40);
-  std::vector<std::unique_ptr<Store>> tiers;
-  tiers.push_back(std::move(fast));
-  tiers.push_back(std::move(slow));
-  TieredStore t(std::move(tiers));
+  std::unique_ptr<TieredStore> owner = tiered();
+  TieredStore& t = *owner;
   auto one = t.get(key(1), kDefaultRetention);
   ASSERT_TRUE(one.is_ok()) << one.status().to_string();
   EXPECT_EQ(*one, object("good 1"));
@@ -135,7 +137,6 @@ TEST(TieredStore, ADamagedCopyCostsOnlyItsOwnTier) {
   fs::resize_file(sl->path_of(key(3)), 40);
   EXPECT_EQ(t.get(key(3), kDefaultRetention).status().code(), StatusCode::kCorrupt);
   EXPECT_FALSE(t.contains(key(3)));
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -505,6 +505,7 @@ void Engine::admit(Sequence& s) {
     s.block_hashes = kv::prefix_block_hashes(s.req.prompt, B, s.req.cache_salt);
   const bool side = !opt_.swa_bounded_replay;
   const int64_t max_blocks = resumable_blocks(s);
+  s.store_unread_from = std::numeric_limits<int64_t>::max();
   if (opt_.store && cache_on_) load_from_store(s, max_blocks);
   const std::vector<const CachedBlock*> chain = cache_.match(s.block_hashes, max_blocks, side);
   if (!chain.empty()) {
@@ -598,11 +599,12 @@ void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block,
   const int64_t B = opt_.prefix_block, P = int64_t(s.req.prompt.size());
   const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
   const kv::StoreKey key = kv::store_key(h.model, h.key, h.kind);
-  // A block this sequence computed is written whether or not the store says it holds it:
-  // it does so only when its copy could not be read (a tier down, or a damaged object
-  // earlier in the chain stopped the read), and then that copy may be damaged too. Nor does
-  // the write wait for a round trip to ask.
-  if (computed || !opt_.store->contains(key))
+  // A block computed at or past the first one whose read failed at admission is written
+  // whether or not the store says it holds it: a copy there may be damaged too (only the
+  // first damaged one of a chain is seen), and past a miss it is rarely held, so the round
+  // trip to ask is saved. Other blocks (past the hit rule's reach, or left for want of a
+  // window object) are written where the store lacks them.
+  if ((computed && b >= s.store_unread_from) || !opt_.store->contains(key))
     opt_.store->put(key,
                     runner_.encode_block(
                         block, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B))),
@@ -638,7 +640,7 @@ void Engine::store_corrupt(const kv::ObjectHeader& h, const Status& why) {
   ++stats_.store_corrupt;
 }
 
-void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
+void Engine::load_from_store(Sequence& s, int64_t max_blocks) {
   const int64_t B = opt_.prefix_block;
   // What was read while the request queued (nothing for one admitted again, or a sibling).
   StorePrefetcher::Prefetched pre;
@@ -676,6 +678,7 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
     for (int64_t b = first; b <= last && more; ++b) {
       Result<std::string>& r = bytes[size_t(b - first)];
       more = r.is_ok();
+      if (!more) s.store_unread_from = b;
       if (!more) {
         // A tier found its copy damaged (and removed it): counted as the decode's are.
         if (r.status().code() == StatusCode::kCorrupt) {
@@ -689,6 +692,7 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
           decode_block(*r, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B)));
       more = block.is_ok();
       if (!more) {
+        s.store_unread_from = b;
         if (block.status().code() == StatusCode::kCorrupt) store_corrupt(h, block.status());
         break;
       }
@@ -716,6 +720,9 @@ void Engine::load_from_store(const Sequence& s, int64_t max_blocks) {
         st = runner_.decode_window(*wbytes, w, pool_.get(), block);
       if (st.code() == StatusCode::kCorrupt) store_corrupt(w, st);
       prefetched_window_used = window_prefetched && st.is_ok();
+    } else if (wbytes.status().code() == StatusCode::kCorrupt) {
+      std::lock_guard<std::mutex> lock(mu_);  // a tier found it damaged and removed it
+      ++stats_.store_corrupt;
     }
   }
   int64_t loaded = 0, loaded_prefetched = 0;

@@ -216,14 +216,14 @@ class Engine : public Generator, public KvReserver {
   void cache_insert(const Sequence& s, int64_t pages_promised);
   // Extends the prefix cache's chain for `s` (at most max_blocks blocks) from the store: the
   // blocks after it that the store holds, up to the deepest one with a window side object.
-  void load_from_store(const Sequence& s, int64_t max_blocks);
+  // Sets s.store_unread_from.
+  void load_from_store(Sequence& s, int64_t max_blocks);
   // The prompt blocks a resume of `s` may cover (the hit rule), at most its full blocks.
   int64_t resumable_blocks(const Sequence& s) const;
   // Starts the store reads of `s`'s blocks past the prefix cache's chain (l1_view_).
   void prefetch(const Sequence& s);
   // Queues block `b` (1-based) of `s`'s prompt, just cached as `block`, for the store:
-  // `computed` by this sequence (always written), or cached before and given its window
-  // side object now (written where the store lacks it).
+  // `computed` by this sequence, or cached before and given its window side object now.
   void store_block(const Sequence& s, int64_t b, const CachedBlock& block, bool computed);
   kv::ObjectHeader store_header(const Sequence& s, int64_t b, kv::ObjectKind kind) const;
   // Decodes with room: a full pool evicts cached blocks and tries again.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -29,6 +30,10 @@ struct Sequence {
   int64_t prefilled = 0;               // tokens of `all` in the state
   int64_t cached = 0;                  // prompt tokens served by the prefix cache
   int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)
+  // The first prompt block whose store read failed at the last admission (missing,
+  // unreadable or damaged; max: none): computed blocks from there on are written to the
+  // store without asking whether it holds them.
+  int64_t store_unread_from = std::numeric_limits<int64_t>::max();
   bool first_sent = false;
   bool think_ended = false;  // think_end_id was generated
   // The structured-output constraint's state over `generated` (the output processor creates

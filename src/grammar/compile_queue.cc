@@ -1,6 +1,7 @@
 #include "grammar/compile_queue.h"
 
 #include <algorithm>
+#include <chrono>
 #include <tuple>
 
 namespace fathom::grammar {
@@ -15,6 +16,7 @@ bool raised(const std::shared_ptr<CancelToken>& t) { return t && t->cancelled();
 CompileQueue::CompileQueue(GrammarCache& cache, size_t threads) : cache_(cache) {
   for (size_t i = 0; i < std::max<size_t>(1, threads); ++i)
     threads_.emplace_back([this] { run(); });
+  watcher_ = std::thread([this] { watch(); });
 }
 
 CompileQueue::~CompileQueue() {
@@ -30,11 +32,13 @@ CompileQueue::~CompileQueue() {
     by_key_.clear();
     clients_.clear();
     waiting_ = 0;
-    for (auto& token : running_) token->cancel();
+    for (auto& c : running_) c->stop->cancel();
   }
   cv_.notify_all();
+  watch_cv_.notify_all();
   for (Job& j : left) j.done(stopping());
   for (std::thread& t : threads_) t.join();
+  watcher_.join();
 }
 
 void CompileQueue::submit(std::shared_ptr<const PreparedGrammar> grammar,
@@ -110,27 +114,29 @@ std::pair<std::shared_ptr<CompileQueue::Compile>, std::string> CompileQueue::tak
   return {nullptr, {}};
 }
 
-Result<std::shared_ptr<const CompiledGrammar>> CompileQueue::compile(Compile& c) {
-  for (bool first = true;; first = false) {
-    std::shared_ptr<CancelToken> token;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!stop_)
-        for (const Job& j : c.jobs)
-          if (!raised(j.cancel)) {
-            token = j.cancel ? j.cancel : std::make_shared<CancelToken>();
-            break;
-          }
-      if (!token) {
-        if (first) skipped_ += c.jobs.size();
-        return cancelled("grammar compilation cancelled");
-      }
-      running_.push_back(token);
-    }
-    auto r = cache_.get(*c.grammar, token.get());
-    std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(std::find(running_.begin(), running_.end(), token));
-    if (r.is_ok() || r.status().code() != StatusCode::kCancelled) return r;
+bool CompileQueue::abandoned_locked(const Compile& c) {
+  return std::all_of(c.jobs.begin(), c.jobs.end(), [](const Job& j) { return raised(j.cancel); });
+}
+
+std::vector<CompileQueue::Job> CompileQueue::detach_locked(const std::shared_ptr<Compile>& c,
+                                                           const std::string& client) {
+  // Gone at the destructor (nothing is left to share then).
+  if (auto it = by_key_.find(c->grammar->key); it != by_key_.end() && it->second == c)
+    by_key_.erase(it);
+  if (auto it = std::find(running_.begin(), running_.end(), c); it != running_.end())
+    running_.erase(it);
+  if (auto it = clients_.find(client); it != clients_.end())
+    if (--it->second.running == 0 && it->second.compiles.empty()) clients_.erase(it);
+  return std::move(c->jobs);
+}
+
+void CompileQueue::watch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    watch_cv_.wait(lock, [&] { return stop_ || !running_.empty(); });
+    if (stop_ || watch_cv_.wait_for(lock, kWatchPeriod, [&] { return stop_; })) return;
+    for (const auto& c : running_)
+      if (abandoned_locked(*c)) c->stop->cancel();
   }
 }
 
@@ -138,23 +144,38 @@ void CompileQueue::run() {
   for (;;) {
     std::shared_ptr<Compile> c;
     std::string client;
+    Result<std::shared_ptr<const CompiledGrammar>> r = cancelled("grammar compilation cancelled");
+    std::vector<Job> jobs;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || waiting_ > 0; });
       if (stop_) return;
       std::tie(c, client) = take_next_locked();
       if (!c) continue;
+      if (abandoned_locked(*c)) {  // every job's client left before its turn
+        skipped_ += c->jobs.size();
+        jobs = detach_locked(c, client);
+      } else {
+        running_.push_back(c);
+        watch_cv_.notify_one();
+      }
     }
-    Result<std::shared_ptr<const CompiledGrammar>> r = compile(*c);
-    std::vector<Job> jobs;
-    {
+    while (jobs.empty()) {
+      std::shared_ptr<CancelToken> token;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        token = c->stop;
+      }
+      r = cache_.get(*c->grammar, token.get());
       std::lock_guard<std::mutex> lock(mu_);
-      // Gone at the destructor (nothing is left to share then).
-      if (auto it = by_key_.find(c->grammar->key); it != by_key_.end() && it->second == c)
-        by_key_.erase(it);
-      jobs = std::move(c->jobs);
-      if (auto it = clients_.find(client); it != clients_.end())
-        if (--it->second.running == 0 && it->second.compiles.empty()) clients_.erase(it);
+      // Stopped because every job had left, and a job joined since: again, for it.
+      if (!r.is_ok() && r.status().code() == StatusCode::kCancelled && !stop_ &&
+          !abandoned_locked(*c)) {
+        c->stop = std::make_shared<CancelToken>();
+        continue;
+      }
+      if (stop_ && !r.is_ok() && r.status().code() == StatusCode::kCancelled) r = stopping();
+      jobs = detach_locked(c, client);
     }
     for (Job& j : jobs)
       j.done(raised(j.cancel) && r.is_ok() ? Result<std::shared_ptr<const CompiledGrammar>>(

@@ -8,15 +8,17 @@
 // client's own jobs start in the order it submitted them — so one client with many slow
 // grammars delays another's by at most the compiles already running (a job that joins a
 // compile also waits in its own client's turn: whichever turn comes first starts it). A job
-// whose CancelToken is raised is answered kCancelled; a compile runs on the token of the
-// first job still waiting for it, so it is skipped when every job's token is raised before
-// its turn, and one stopped by its first job's token runs again for the jobs still waiting.
-// Destruction raises the tokens of the running compiles, answers the waiting jobs kCancelled
-// and joins the threads.
+// whose CancelToken is raised is answered kCancelled; a compile is skipped when every job's
+// token is raised before its turn, and stopped (on a token of its own, raised by a watcher
+// thread that looks every kWatchPeriod while compiles run) once every job's token is raised
+// while it runs — one client leaving never stops a compile another still waits for.
+// Destruction stops the running compiles, answers the waiting jobs kCancelled and joins the
+// threads.
 // Thread-safe: submit(), waiting(), skipped() and shared() from any thread. `done` must not
 // call back into the queue's destructor (it may submit).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -64,7 +66,11 @@ class CompileQueue {
     std::shared_ptr<const PreparedGrammar> grammar;
     std::vector<Job> jobs;  // guarded by mu_
     bool started = false;   // guarded by mu_
+    // What the compile polls: raised when every job's token is, or at destruction (replaced
+    // by a fresh one when a job joins a compile that stopped so); guarded by mu_.
+    std::shared_ptr<CancelToken> stop = std::make_shared<CancelToken>();
   };
+  static constexpr std::chrono::milliseconds kWatchPeriod{100};
   // A client with jobs waiting or compiles running: its own queue, first in first out (an
   // entry whose compile another client's turn started is dropped when it comes up).
   struct Client {
@@ -73,25 +79,31 @@ class CompileQueue {
     uint64_t last_start = 0;  // starts_ when its last compile started (0: none yet)
   };
   void run();
+  // The watcher thread: every kWatchPeriod while compiles run, stops those every job left.
+  void watch();
+  // Whether every job of c has had its token raised. REQUIRES: mu_ held.
+  static bool abandoned_locked(const Compile& c);
+  // Takes c (started on `client`'s turn) out of the queue's books; its jobs, to answer.
+  // REQUIRES: mu_ held.
+  std::vector<Job> detach_locked(const std::shared_ptr<Compile>& c, const std::string& client);
   // The next compile by the fairness rule above, and its client's name; null when only
   // entries of compiles already started were left. REQUIRES: mu_ held, waiting_ > 0.
   std::pair<std::shared_ptr<Compile>, std::string> take_next_locked();
-  // Compiles c on the token of its first job not cancelled, again while its compile stops on
-  // a token that has been raised while jobs not cancelled wait; kCancelled when none is left.
-  Result<std::shared_ptr<const CompiledGrammar>> compile(Compile& c);
 
   GrammarCache& cache_;
   mutable std::mutex mu_;
   std::condition_variable cv_;                       // a queue entry or stop
+  std::condition_variable watch_cv_;                 // a compile started, or stop
   std::unordered_map<std::string, Client> clients_;  // guarded by mu_
   // Compiles waiting or running, by key (a view of the compile's own key); guarded by mu_.
   std::unordered_map<std::string_view, std::shared_ptr<Compile>> by_key_;
-  size_t waiting_ = 0;  // entries in clients_' queues; guarded by mu_
-  std::vector<std::shared_ptr<CancelToken>> running_;  // guarded by mu_
-  uint64_t starts_ = 0;                                // guarded by mu_
-  bool stop_ = false;                                  // guarded by mu_
-  size_t skipped_ = 0, shared_ = 0;                    // guarded by mu_
+  size_t waiting_ = 0;                             // entries in clients_' queues; guarded by mu_
+  std::vector<std::shared_ptr<Compile>> running_;  // guarded by mu_
+  uint64_t starts_ = 0;                            // guarded by mu_
+  bool stop_ = false;                              // guarded by mu_
+  size_t skipped_ = 0, shared_ = 0;                // guarded by mu_
   std::vector<std::thread> threads_;
+  std::thread watcher_;
 };
 
 }  // namespace fathom::grammar

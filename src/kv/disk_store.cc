@@ -157,12 +157,9 @@ Status DiskStore::rebuild_index() {
       std::string path = f.path().string();
       struct stat st;
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      if (opt_.max_object_bytes > 0 && st.st_size > opt_.max_object_bytes) {
-        log_warn("kv store: " + path + ": " + std::to_string(st.st_size) +
-                 " bytes, more than the largest object; removed");
-        ::unlink(path.c_str());
-        continue;
-      }
+      // Longer than any object of this model: not indexed, so never read (nor deleted: a
+      // model with larger objects may share the directory); a write of that key replaces it.
+      if (opt_.max_object_bytes > 0 && st.st_size > opt_.max_object_bytes) continue;
       if (move) {
         const std::string to = path_of(k, cls);
         struct stat there;

@@ -41,8 +41,8 @@ struct DiskStoreOptions {
   int64_t budget_bytes = int64_t(10) << 30;  // objects kept at most
   int64_t queue_bytes = int64_t(256) << 20;  // writes waiting at most
   RetentionPolicy retention;                 // the classes and their times to live
-  // A file longer than this is not an object (0: no bound): removed at open(), and a read
-  // of one is a miss (kCorrupt) that removes it, without reading it.
+  // A file longer than this is not an object (0: no bound): not indexed at open(), and a
+  // read of one is a miss (kCorrupt) that removes it, without reading it.
   int64_t max_object_bytes = 0;
   const Clock* clock = nullptr;  // null: the system clock. Not owned; outlives us
 };

@@ -231,8 +231,11 @@ struct RedisClusterStore::Client {
       }
       answered(node);
       if (r->type != REDIS_REPLY_ARRAY) {
-        if (r->type == REDIS_REPLY_ERROR)
-          refused = node + " answered CLUSTER SLOTS with: " + r->str;
+        // Not a cluster node at all (a loading or busy one is an outage: it will answer).
+        const bool no_cluster = r->type == REDIS_REPLY_ERROR &&
+                                (r->str.find("cluster support disabled") != std::string::npos ||
+                                 r->str.rfind("ERR unknown command", 0) == 0);
+        if (no_cluster) refused = node + " answered CLUSTER SLOTS with: " + r->str;
         continue;
       }
       refused.clear();
@@ -412,8 +415,8 @@ struct RedisClusterStore::Client {
   std::map<std::string, redisContext*> conns;
   std::map<std::string, Clock::time_point> down_until;
   std::map<std::string, int> failures;  // by node: failures since it last answered
-  std::string refused;                // the last error a node answered CLUSTER SLOTS with ("" none)
-  std::atomic<int64_t> redirects{0};  // read by stats() from any thread
+  std::string refused;  // why the last node to answer CLUSTER SLOTS is no cluster node ("")
+  std::atomic<int64_t> redirects{0};    // read by stats() from any thread
   std::atomic<int64_t> round_trips{0};  // requests sent and waited for; read by stats()
 };
 

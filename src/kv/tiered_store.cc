@@ -31,7 +31,9 @@ Result<std::string> TieredStore::get(const StoreKey& key, RetentionClass cls) {
     if (r.is_ok())
       if (Status bad = check(i, key, *r); !bad.is_ok()) r = std::move(bad);
     if (!r.is_ok()) {
-      last = r.status();
+      // A tier's failure outranks another's plain miss in what the caller hears.
+      if (r.status().code() != StatusCode::kNotFound || last.code() == StatusCode::kNotFound)
+        last = r.status();
       continue;
     }
     for (size_t j = 0; j < i; ++j) tiers_[j]->put(key, *r, cls);

@@ -70,17 +70,34 @@ bool TrustedProxies::trusts(std::string_view address) const {
   return a && std::find(addrs_.begin(), addrs_.end(), *a) != addrs_.end();
 }
 
+// The index in `chain` of the entry client_address() takes (chain.size() for the peer).
+size_t TrustedProxies::client_index(const std::vector<std::string_view>& chain) const {
+  size_t client = chain.size();
+  for (size_t i = chain.size(); i-- > 0;) {
+    if (!parse_address(chain[i])) break;
+    client = i;
+    if (!trusts(chain[i])) break;
+  }
+  return client;
+}
+
 std::string TrustedProxies::client_address(std::string_view peer,
                                            std::string_view forwarded_for) const {
   if (empty() || !trusts(peer)) return std::string(peer);
   const std::vector<std::string_view> chain = entries_of(forwarded_for);
-  std::string_view client = peer;
-  for (size_t i = chain.size(); i-- > 0;) {
-    if (!parse_address(chain[i])) break;
-    client = chain[i];
-    if (!trusts(client)) break;
+  const size_t i = client_index(chain);
+  return std::string(i < chain.size() ? chain[i] : peer);
+}
+
+std::string TrustedProxies::forward(std::string_view peer, std::string_view forwarded_for) const {
+  if (empty() || !trusts(peer)) return forwarded_chain("", peer);
+  const std::vector<std::string_view> chain = entries_of(forwarded_for);
+  std::string kept;
+  for (size_t i = client_index(chain); i < chain.size(); ++i) {
+    if (!kept.empty()) kept += ", ";
+    kept += chain[i];
   }
-  return std::string(client);
+  return forwarded_chain(kept, peer);
 }
 
 std::string forwarded_chain(std::string_view forwarded_for, std::string_view peer) {

@@ -27,15 +27,22 @@ class TrustedProxies {
   // to its left are the client's own word), or the left-most when all are. An entry that is
   // not an address ends the walk at the entry to its right, or at the peer.
   std::string client_address(std::string_view peer, std::string_view forwarded_for) const;
+  // The X-Forwarded-For to send on (a router to its replicas): what this server resolved
+  // and nothing a client could have written before it — `peer` alone, or where `peer` is
+  // trusted, the entries from client_address()'s one to the right end, then `peer`.
+  std::string forward(std::string_view peer, std::string_view forwarded_for) const;
 
  private:
+  // The index in `chain` of the entry client_address() takes (chain.size(): the peer).
+  size_t client_index(const std::vector<std::string_view>& chain) const;
+
   bool any_ = false;
   std::vector<std::array<unsigned char, 16>> addrs_;  // IPv4 as IPv4-mapped IPv6
 };
 
-// The X-Forwarded-For to send on: the incoming entries that are addresses, then `peer` (when
-// it is one); at most the last 16 entries. "" when none. Only address characters, so it
-// cannot break the header it goes into.
+// The incoming entries that are addresses, then `peer` (when it is one); at most the last 16
+// entries. "" when none. Only address characters, so it cannot break the header it goes
+// into.
 std::string forwarded_chain(std::string_view forwarded_for, std::string_view peer);
 
 // Every X-Forwarded-For header of a request, joined with ", " in order.

@@ -469,15 +469,19 @@ struct Server::Impl {
   // peer --forwarded-allow-ips trusts may name it in X-Forwarded-For), an IPv6 one by its /64
   // (one host commonly holds a whole /64).
   std::string client_of(const Request& req) const {
+    std::string key;
     for (const std::string& k : opt.api_keys)
-      if (carries_key(req, k)) return "key " + k;
-    const std::string addr =
-        opt.trusted_proxies.client_address(req.peer, forwarded_for_of(req.headers));
+      if (carries_key(req, k)) key = "key " + k + " ";
+    // A trusted proxy (a router with its replica key) speaks for many clients: its
+    // X-Forwarded-For says which, key or not.
+    const std::string forwarded = forwarded_for_of(req.headers);
+    if (!key.empty() && (forwarded.empty() || !opt.trusted_proxies.trusts(req.peer))) return key;
+    const std::string addr = opt.trusted_proxies.client_address(req.peer, forwarded);
     unsigned char a[16];
     static constexpr unsigned char kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
     if (::inet_pton(AF_INET6, addr.c_str(), a) == 1 && std::memcmp(a, kV4Mapped, 12) != 0)
-      return "peer6 " + std::string(reinterpret_cast<const char*>(a), 8);
-    return "peer " + addr;
+      return key + "peer6 " + std::string(reinterpret_cast<const char*>(a), 8);
+    return key + "peer " + addr;
   }
 
   // The KV-store retention class of a request: the class its `retention` names (an unknown
@@ -1012,7 +1016,7 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   auto retention = retention_of(p, conv->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
-  g.forwarded_for = forwarded_chain(forwarded_for_of(req.headers), req.peer);
+  g.forwarded_for = opt.trusted_proxies.forward(req.peer, forwarded_for_of(req.headers));
   g.top_logprobs = conv->logprobs ? conv->top_logprobs : -1;
   if (conv->thinking && conv->reasoning_budget >= 0 && think_end >= 0) {
     g.reasoning_budget = conv->reasoning_budget;
@@ -1113,7 +1117,7 @@ Reply Server::Impl::completions(const Request& req) {
   auto retention = retention_of(p, cr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
-  g.forwarded_for = forwarded_chain(forwarded_for_of(req.headers), req.peer);
+  g.forwarded_for = opt.trusted_proxies.forward(req.peer, forwarded_for_of(req.headers));
   g.top_logprobs = cr->logprobs ? *cr->logprobs : cr->logprob_ids;
   g.stop_ids = std::move(cr->stop_token_ids);
   // Fathom's id-level reasoning fields (what a router sends: README).
@@ -1185,7 +1189,7 @@ Reply Server::Impl::generate(const Request& req) {
   auto retention = retention_of(p, gr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
   g.retention = *retention;
-  g.forwarded_for = forwarded_chain(forwarded_for_of(req.headers), req.peer);
+  g.forwarded_for = opt.trusted_proxies.forward(req.peer, forwarded_for_of(req.headers));
   auto constraint = constraint_of(gr->structured);
   if (!constraint.is_ok()) return send_error(p, constraint.status());
   const bool streaming = gr->stream;

@@ -288,6 +288,38 @@ TEST_F(EngineKvStore, DamagedObjectsAreCountedRemovedAndRecomputed) {
   EXPECT_GE(store->stats().erased, 1);
 }
 
+// Every block object of a chain damaged: the first miss sees only the first (the read stops
+// there), yet it heals them all, as the blocks it computes from that one on are written
+// without asking whether the store holds them (it said it did, and kept the damaged ones:
+// one block healed per miss).
+TEST_F(EngineKvStore, OneMissHealsAWholeDamagedChain) {
+  first_life();
+  int damaged = 0;
+  for (const fs::path& f : files()) {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(10);
+    if (io.get() != int(kv::ObjectKind::kBlock)) continue;  // window objects stay good
+    io.seekp(std::streamoff(fs::file_size(f) - 1));
+    io.put('\x33');
+    ++damaged;
+  }
+  ASSERT_EQ(damaged, 4);
+  {
+    auto store = open();
+    Engine e(tiny_runner(), options(store.get()), -1);
+    EXPECT_EQ(ask(e, p_, false).tokens, greedy_);
+    EXPECT_EQ(e.stats().store_corrupt, 1);
+    e.shutdown();
+    store->flush();
+  }
+  auto store = open();
+  Engine e(tiny_runner(), options(store.get()), -1);
+  const Answer g = ask(e, p_, false);
+  EXPECT_EQ(g.tokens, greedy_);
+  EXPECT_EQ(g.cached, 64);
+  EXPECT_EQ(e.stats().store_corrupt, 0);
+}
+
 TEST_F(EngineKvStore, AnotherModelsBlocksAreNeverUsed) {
   // The same checkpoint under strict numerics computes other KV: another fingerprint.
   std::unique_ptr<model::V41Model> strict = load_tiny_model(model::Numerics::kStrict);

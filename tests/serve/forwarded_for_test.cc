@@ -68,6 +68,19 @@ TEST(ForwardedFor, TheChainSentOnHoldsOnlyAddresses) {
   EXPECT_EQ(chain.substr(chain.size() - 11), ", 127.0.0.1");
 }
 
+// What a router sends on is what it resolved: nothing a client wrote before the entry its
+// trusted proxies vouch for (a replica trusting '*' takes the left-most entry).
+TEST(ForwardedFor, OnlyWhatWasResolvedIsSentOn) {
+  EXPECT_EQ(trusted({}).forward("127.0.0.2", "6.6.6.6"), "127.0.0.2");
+  const TrustedProxies t = trusted({"127.0.0.1", "10.0.0.9"});
+  EXPECT_EQ(t.forward("127.0.0.2", "6.6.6.6"), "127.0.0.2");  // not a trusted peer
+  EXPECT_EQ(t.forward("127.0.0.1", ""), "127.0.0.1");
+  EXPECT_EQ(t.forward("127.0.0.1", "6.6.6.6, 1.2.3.4"), "1.2.3.4, 127.0.0.1");
+  EXPECT_EQ(t.forward("127.0.0.1", "6.6.6.6, 1.2.3.4, 10.0.0.9"), "1.2.3.4, 10.0.0.9, 127.0.0.1");
+  EXPECT_EQ(t.forward("127.0.0.1", "1.2.3.4, garbage"), "127.0.0.1");
+  EXPECT_EQ(trusted({"*"}).forward("192.0.2.1", "1.2.3.4, 5.6.7.8"), "1.2.3.4, 5.6.7.8, 192.0.2.1");
+}
+
 TEST(ForwardedFor, EveryHeaderIsRead) {
   EXPECT_EQ(
       forwarded_for_of(

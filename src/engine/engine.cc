@@ -636,6 +636,10 @@ void Engine::store_corrupt(const kv::ObjectHeader& h, const Status& why) {
            (h.kind == kv::ObjectKind::kWindow ? "window" : "entries") +
            ") failed its checks; recomputing: " + why.message());
   opt_.store->erase(kv::store_key(h.model, h.key, h.kind));
+  count_store_corrupt();
+}
+
+void Engine::count_store_corrupt() {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.store_corrupt;
 }
@@ -678,13 +682,10 @@ void Engine::load_from_store(Sequence& s, int64_t max_blocks) {
     for (int64_t b = first; b <= last && more; ++b) {
       Result<std::string>& r = bytes[size_t(b - first)];
       more = r.is_ok();
-      if (!more) s.store_unread_from = b;
       if (!more) {
+        s.store_unread_from = b;
         // A tier found its copy damaged (and removed it): counted as the decode's are.
-        if (r.status().code() == StatusCode::kCorrupt) {
-          std::lock_guard<std::mutex> lock(mu_);
-          ++stats_.store_corrupt;
-        }
+        if (r.status().code() == StatusCode::kCorrupt) count_store_corrupt();
         break;
       }
       const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
@@ -721,8 +722,7 @@ void Engine::load_from_store(Sequence& s, int64_t max_blocks) {
       if (st.code() == StatusCode::kCorrupt) store_corrupt(w, st);
       prefetched_window_used = window_prefetched && st.is_ok();
     } else if (wbytes.status().code() == StatusCode::kCorrupt) {
-      std::lock_guard<std::mutex> lock(mu_);  // a tier found it damaged and removed it
-      ++stats_.store_corrupt;
+      count_store_corrupt();  // a tier found it damaged and removed it
     }
   }
   int64_t loaded = 0, loaded_prefetched = 0;

@@ -232,6 +232,8 @@ class Engine : public Generator, public KvReserver {
                                                     std::span<const int32_t> ids);
   // A store object that failed its checks: logged, counted, removed.
   void store_corrupt(const kv::ObjectHeader& h, const Status& why);
+  // One more damaged store object in the stats (the executor's; takes mu_).
+  void count_store_corrupt();
   // Ends a request: its final event (carrying the step's tokens not yet sent) and its state.
   void finish(Sequence& s, FinishCause cause, Status error = Status::ok());
   // Sends the step's pending tokens of `s` as one event.

@@ -149,7 +149,11 @@ std::string ObjectWriter::finish(const ObjectHeader& h) const {
   return o;
 }
 
-Status check_envelope(std::string_view b) {
+namespace {
+
+// decode_object()'s checks of the header alone, before it is read: long enough, the magic,
+// the version. Ok, or the fault.
+Status check_head(std::string_view b) {
   if (b.size() < kObjectHeaderBytes)
     return block_fault(BlockFault::kTruncated,
                        std::to_string(b.size()) + " bytes, shorter than the header");
@@ -158,6 +162,12 @@ Status check_envelope(std::string_view b) {
   if (get_le(b, 8, 2) != kBlockFormatVersion)
     return block_fault(BlockFault::kBadVersion,
                        "format version " + std::to_string(get_le(b, 8, 2)));
+  return Status::ok();
+}
+
+// Its checks of the payload: the length the header declares, then the checksum.
+// REQUIRES: check_head(b) passed.
+Status check_payload(std::string_view b) {
   const uint64_t payload = get_le(b, 56, 8);
   if (payload != b.size() - kObjectHeaderBytes)
     return block_fault(
@@ -169,17 +179,23 @@ Status check_envelope(std::string_view b) {
   return Status::ok();
 }
 
+// `st` failed: its fault into *fault, when asked.
+Status failed(Status st, BlockFault* fault) {
+  if (fault) *fault = fault_of(st);
+  return st;
+}
+
+}  // namespace
+
+Status check_envelope(std::string_view b) {
+  FATHOM_RETURN_IF_ERROR(check_head(b));
+  return check_payload(b);
+}
+
 Result<DecodedObject> decode_object(std::string_view b, const ObjectHeader& expect,
                                     BlockFault* fault) {
   if (fault) *fault = BlockFault::kNone;
-  if (b.size() < kObjectHeaderBytes)
-    return fail(BlockFault::kTruncated, fault,
-                std::to_string(b.size()) + " bytes, shorter than the header");
-  if (b.substr(0, kBlockMagic.size()) != kBlockMagic)
-    return fail(BlockFault::kBadMagic, fault, "no FATHOMKV magic");
-  const uint64_t version = get_le(b, 8, 2);
-  if (version != kBlockFormatVersion)
-    return fail(BlockFault::kBadVersion, fault, "format version " + std::to_string(version));
+  if (Status st = check_head(b); !st.is_ok()) return failed(std::move(st), fault);
   DecodedObject out;
   ObjectHeader& h = out.header;
   h.kind = ObjectKind(uint8_t(b[10]));
@@ -188,7 +204,7 @@ Result<DecodedObject> decode_object(std::string_view b, const ObjectHeader& expe
   h.key = get_le(b, 32, 8);
   h.parent = get_le(b, 40, 8);
   h.index = uint32_t(get_le(b, 48, 4));
-  const uint64_t sections = get_le(b, 52, 4), payload = get_le(b, 56, 8), sum = get_le(b, 64, 8);
+  const uint64_t sections = get_le(b, 52, 4);
   if (h.kind != expect.kind || b[11] != 0)
     return fail(BlockFault::kWrongKind, fault, "kind " + std::to_string(int(uint8_t(b[10]))));
   if (!(h.model == expect.model))
@@ -198,17 +214,8 @@ Result<DecodedObject> decode_object(std::string_view b, const ObjectHeader& expe
       h.block_tokens != expect.block_tokens)
     return fail(BlockFault::kWrongKey, fault,
                 "block " + std::to_string(h.index) + " of another chain or block size");
-  if (payload > b.size() - kObjectHeaderBytes)
-    return fail(BlockFault::kTruncated, fault,
-                std::to_string(b.size()) + " bytes, the header declares " +
-                    std::to_string(payload + kObjectHeaderBytes));
-  if (payload < b.size() - kObjectHeaderBytes)
-    return fail(BlockFault::kBadLength, fault,
-                std::to_string(b.size()) + " bytes, the header declares " +
-                    std::to_string(payload + kObjectHeaderBytes));
+  if (Status st = check_payload(b); !st.is_ok()) return failed(std::move(st), fault);
   const std::string_view body = b.substr(kObjectHeaderBytes);
-  if (checksum(b.substr(0, 64), body) != sum)
-    return fail(BlockFault::kChecksum, fault, "checksum mismatch");
   size_t at = 0;
   for (uint64_t i = 0; i < sections; ++i) {
     if (body.size() - at < 16)

@@ -458,32 +458,7 @@ bool RedisClusterStore::contains(const StoreKey& key) {
 }
 
 Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass cls) {
-  const auto start = std::chrono::steady_clock::now();
-  cls = opt_.retention.resolve(cls);
-  const std::string k = object_key(key), ttl = std::to_string(opt_.retention.ttl_ms(cls));
-  Result<Reply> r = io_error("unset");
-  {
-    std::lock_guard<std::mutex> lock(read_mu_);
-    r = std::move(reader_->get_many({k}, ttl).front());
-    const bool failed = !r.is_ok() && r.status().code() != StatusCode::kCorrupt;
-    if (failed && !reads_failing_)
-      log_warn("kv store: redis reads fail (misses until they work): " + r.status().message());
-    if (!failed && reads_failing_) log_warn("kv store: redis reads work again");
-    reads_failing_ = failed;
-  }
-  if (!r.is_ok() && r.status().code() == StatusCode::kCorrupt) erase_damaged(key, r.status());
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.classes[cls].read_seconds.observe(seconds_since(start));
-  if (!r.is_ok() || (*r)->type != REDIS_REPLY_STRING) {
-    ++stats_.misses;
-    ++stats_.classes[cls].misses;
-    if (!r.is_ok()) return r.status();
-    return not_found("no KV object " + key.hex());
-  }
-  ++stats_.hits;
-  ++stats_.classes[cls].hits;
-  stats_.bytes_read += int64_t((*r)->str.size());
-  return std::move((*r)->str);
+  return std::move(get_many(std::span<const StoreKey>(&key, 1), cls).front());
 }
 
 std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const StoreKey> keys,

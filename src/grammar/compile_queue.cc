@@ -70,9 +70,7 @@ void CompileQueue::submit(std::shared_ptr<const PreparedGrammar> grammar,
 size_t CompileQueue::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
-  for (const auto& [key, c] : by_key_)
-    n += !c->started && std::any_of(c->jobs.begin(), c->jobs.end(),
-                                    [](const Job& j) { return !raised(j.cancel); });
+  for (const auto& [key, c] : by_key_) n += !c->started && !abandoned_locked(*c);
   return n;
 }
 

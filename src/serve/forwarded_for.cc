@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <span>
 
 namespace fathom::serve {
 namespace {
@@ -42,6 +43,23 @@ std::vector<std::string_view> entries_of(std::string_view v) {
     if (!e.empty()) out.push_back(e);
     if (comma == std::string_view::npos) break;
     v.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+// The entries that are addresses, then `peer` (when it is one), the last kMaxEntries of
+// them joined with ", " (forwarded_chain(), and what forward() keeps).
+std::string address_chain(std::span<const std::string_view> entries, std::string_view peer) {
+  constexpr size_t kMaxEntries = 16;
+  std::vector<std::string_view> kept;
+  for (std::string_view e : entries)
+    if (parse_address(e)) kept.push_back(e);
+  if (parse_address(peer)) kept.push_back(peer);
+  const size_t first = kept.size() > kMaxEntries ? kept.size() - kMaxEntries : 0;
+  std::string out;
+  for (size_t i = first; i < kept.size(); ++i) {
+    if (!out.empty()) out += ", ";
+    out += kept[i];
   }
   return out;
 }
@@ -90,29 +108,13 @@ std::string TrustedProxies::client_address(std::string_view peer,
 }
 
 std::string TrustedProxies::forward(std::string_view peer, std::string_view forwarded_for) const {
-  if (empty() || !trusts(peer)) return forwarded_chain("", peer);
+  if (empty() || !trusts(peer)) return address_chain({}, peer);
   const std::vector<std::string_view> chain = entries_of(forwarded_for);
-  std::string kept;
-  for (size_t i = client_index(chain); i < chain.size(); ++i) {
-    if (!kept.empty()) kept += ", ";
-    kept += chain[i];
-  }
-  return forwarded_chain(kept, peer);
+  return address_chain(std::span(chain).subspan(client_index(chain)), peer);
 }
 
 std::string forwarded_chain(std::string_view forwarded_for, std::string_view peer) {
-  constexpr size_t kMaxEntries = 16;
-  std::vector<std::string_view> kept;
-  for (std::string_view e : entries_of(forwarded_for))
-    if (parse_address(e)) kept.push_back(e);
-  if (parse_address(peer)) kept.push_back(peer);
-  const size_t first = kept.size() > kMaxEntries ? kept.size() - kMaxEntries : 0;
-  std::string out;
-  for (size_t i = first; i < kept.size(); ++i) {
-    if (!out.empty()) out += ", ";
-    out += kept[i];
-  }
-  return out;
+  return address_chain(entries_of(forwarded_for), peer);
 }
 
 std::string forwarded_for_of(const std::vector<std::pair<std::string, std::string>>& headers) {

@@ -471,7 +471,10 @@ struct Server::Impl {
   std::string client_of(const Request& req) const {
     std::string key;
     for (const std::string& k : opt.api_keys)
-      if (carries_key(req, k)) key = "key " + k + " ";
+      if (carries_key(req, k)) {
+        key = "key " + k + " ";
+        break;
+      }
     // A trusted proxy (a router with its replica key) speaks for many clients: its
     // X-Forwarded-For says which, key or not.
     const std::string forwarded = forwarded_for_of(req.headers);

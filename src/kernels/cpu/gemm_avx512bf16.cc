@@ -4,9 +4,10 @@
 // Both run the one per-output sequence gemm_avx512bf16.h defines, so they agree bit for bit.
 //
 // Decoding: FP8 E4M3 times its block's power-of-two scale is one bf16 value (4 significant
-// bits), built from the code's bits (Fp8Decoder says how); FP4 E2M1 pairs index a 16-entry bf16
-// table already multiplied by the block's scale (VPERMW; the byte's low nibble is the even column,
-// which is the pair's low half, as VDPBF16PS pairs columns 2i and 2i + 1).
+// bits), built from the code's bits (Fp8Decoder says how); FP4 E2M1 codes index a 16-entry bf16
+// table already multiplied by the block's scale (VPERMW): a whole 64-column block's even
+// columns (the bytes' low nibbles) and then its odd ones (e2m1_even_odd), a lone last chunk in
+// column order (e2m1_words).
 //
 // Compiled with -mavx512bf16: this file includes only gemm_avx512bf16.h and avx512_common.h
 // (static helpers) and defines nothing with linkage the baseline files could share (see

@@ -506,6 +506,8 @@ void Engine::admit(Sequence& s) {
   const bool side = !opt_.swa_bounded_replay;
   const int64_t max_blocks = resumable_blocks(s);
   s.store_unread_from = std::numeric_limits<int64_t>::max();
+  s.store_read_first = 1;
+  s.store_read_last = 0;
   if (opt_.store && cache_on_) load_from_store(s, max_blocks);
   const std::vector<const CachedBlock*> chain = cache_.match(s.block_hashes, max_blocks, side);
   if (!chain.empty()) {
@@ -599,12 +601,15 @@ void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block,
   const int64_t B = opt_.prefix_block, P = int64_t(s.req.prompt.size());
   const kv::ObjectHeader h = store_header(s, b, kv::ObjectKind::kBlock);
   const kv::StoreKey key = kv::store_key(h.model, h.key, h.kind);
-  // A block computed at or past the first one whose read failed at admission is written
-  // whether or not the store says it holds it: a copy there may be damaged too (only the
-  // first damaged one of a chain is seen), and past a miss it is rarely held, so the round
-  // trip to ask is saved. Other blocks (past the hit rule's reach, or left for want of a
-  // window object) are written where the store lacks them.
-  if ((computed && b >= s.store_unread_from) || !opt_.store->contains(key))
+  // The objects of a block computed at or past the first one whose read failed at admission
+  // are written whether or not the store says it holds them: a copy there may be damaged too
+  // (only the first damaged one of a chain is seen), and past a miss they are rarely held, so
+  // the round trip to ask is saved. A block read at admission (recomputed for want of a
+  // window object below it) is held. Other blocks (past the hit rule's reach) are written
+  // where the store lacks them.
+  const bool unread = computed && b >= s.store_unread_from;
+  const bool read = b >= s.store_read_first && b <= s.store_read_last;
+  if (!read && (unread || !opt_.store->contains(key)))
     opt_.store->put(key,
                     runner_.encode_block(
                         block, h, std::span(s.req.prompt).subspan(size_t((b - 1) * B), size_t(B))),
@@ -615,7 +620,7 @@ void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block,
   if (!block.has_side_object() || (b != (P - 1) / B && b != P / B)) return;
   const kv::ObjectHeader w = store_header(s, b, kv::ObjectKind::kWindow);
   const kv::StoreKey wkey = kv::store_key(w.model, w.key, w.kind);
-  if (opt_.store->contains(wkey)) return;
+  if (!unread && opt_.store->contains(wkey)) return;
   Result<std::string> bytes = runner_.encode_window(block, w);
   if (bytes.is_ok()) opt_.store->put(wkey, std::move(*bytes), s.req.retention);
 }
@@ -703,10 +708,28 @@ void Engine::load_from_store(Sequence& s, int64_t max_blocks) {
     }
   }
   const int64_t n = l1 + int64_t(got.size());
-  int64_t end = n;  // the deepest block a resume can start from (its window prefetched, or held)
-  while (side && end > l1 && end != pre.window_block &&
-         !opt_.store->contains(key(end, kv::ObjectKind::kWindow)))
-    --end;
+  s.store_read_first = l1 + 1;
+  s.store_read_last = n;
+  // The deepest block a resume can start from: its window side object prefetched or held. The
+  // prefetcher's answers are not asked again (the window it read, the blocks it found without
+  // one); the rest is asked deepest first.
+  int64_t end = n;
+  if (side) {
+    std::vector<kv::StoreKey> ask;
+    std::vector<int64_t> asked_block;
+    int64_t known = l1;
+    for (int64_t b = n; b > l1; --b) {
+      if (b == pre.window_block) {
+        known = b;
+        break;
+      }
+      if (b >= pre.no_window_from && b <= pre.no_window_to) continue;
+      ask.push_back(key(b, kv::ObjectKind::kWindow));
+      asked_block.push_back(b);
+    }
+    const size_t held = kv::first_held(*opt_.store, ask);
+    end = held < ask.size() ? asked_block[held] : known;
+  }
   const bool window_prefetched = side && end > l1 && end == pre.window_block;
   bool prefetched_window_used = false;
   if (side && end > l1) {

@@ -216,7 +216,7 @@ class Engine : public Generator, public KvReserver {
   void cache_insert(const Sequence& s, int64_t pages_promised);
   // Extends the prefix cache's chain for `s` (at most max_blocks blocks) from the store: the
   // blocks after it that the store holds, up to the deepest one with a window side object.
-  // Sets s.store_unread_from.
+  // Sets s.store_unread_from and s.store_read_first/last.
   void load_from_store(Sequence& s, int64_t max_blocks);
   // The prompt blocks a resume of `s` may cover (the hit rule), at most its full blocks.
   int64_t resumable_blocks(const Sequence& s) const;

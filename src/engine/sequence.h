@@ -34,6 +34,10 @@ struct Sequence {
   // unreadable or damaged; max: none): computed blocks from there on are written to the
   // store without asking whether it holds them.
   int64_t store_unread_from = std::numeric_limits<int64_t>::max();
+  // The prompt blocks read from the store at the last admission, store_read_first through
+  // store_read_last (none when last < first): the store holds them, so a recompute of them
+  // (past the deepest window side object) does not ask again.
+  int64_t store_read_first = 1, store_read_last = 0;
   bool first_sent = false;
   bool think_ended = false;  // think_end_id was generated
   // The structured-output constraint's state over `generated` (the output processor creates

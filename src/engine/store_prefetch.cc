@@ -57,7 +57,8 @@ StorePrefetcher::Prefetched StorePrefetcher::take(uint64_t id) {
     return it == jobs_.end() || it->state == Job::State::kRead;
   });
   if (it == jobs_.end()) return {};
-  Prefetched out{it->first_block, std::move(it->bytes), it->window_block, std::move(it->window)};
+  Prefetched out{it->first_block,       std::move(it->bytes), it->window_block,
+                 std::move(it->window), it->no_window_from,   it->no_window_to};
   held_bytes_ -= it->held;
   jobs_.erase(it);
   return out;
@@ -100,17 +101,20 @@ void StorePrefetcher::loop() {
     }
     // The window side object where the request will resume: the deepest block read that has
     // one (as the executor looks for it), within the byte bound.
+    const size_t checked = std::min(bytes.size(), window_keys.size());
+    std::vector<kv::StoreKey> deepest_first(window_keys.rend() - ptrdiff_t(checked),
+                                            window_keys.rend());
+    const size_t found = kv::first_held(*store_, deepest_first);
+    const int64_t top = job_first_block + int64_t(checked) - 1;  // the deepest block asked about
     int64_t window_block = 0;
     std::string window;
-    for (size_t i = std::min(bytes.size(), window_keys.size()); i > 0; --i) {
-      if (!store_->contains(window_keys[i - 1])) continue;
-      Result<std::string> got = store_->get(window_keys[i - 1], cls);
+    if (found < checked) {
+      Result<std::string> got = store_->get(deepest_first[found], cls);
       if (got.is_ok() && others + held + int64_t(got->size()) <= limits_.max_bytes) {
         held += int64_t(got->size());
-        window_block = job_first_block + int64_t(i) - 1;
+        window_block = top - int64_t(found);
         window = std::move(*got);
       }
-      break;
     }
     lock.lock();
     auto job = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.id == id; });
@@ -118,6 +122,8 @@ void StorePrefetcher::loop() {
     job->bytes = std::move(bytes);
     job->window_block = window_block;
     job->window = std::move(window);
+    job->no_window_from = top - int64_t(found) + 1;  // found == checked: from job_first_block
+    job->no_window_to = top;
     job->held = held;
     job->state = Job::State::kRead;
     held_bytes_ += held;

@@ -35,12 +35,14 @@ class StorePrefetcher {
   };
   // Block objects read from the store, consecutive hits from first_block (1-based), and the
   // window side object of block window_block (0: none read), the deepest of those blocks the
-  // store held one for when it was read.
+  // store held one for when it was read. The store held no window side object for blocks
+  // no_window_from through no_window_to (none when to < from) when it was asked.
   struct Prefetched {
     int64_t first_block = 0;
     std::vector<std::string> bytes;
     int64_t window_block = 0;
     std::string window;
+    int64_t no_window_from = 1, no_window_to = 0;
   };
 
   // `store` must outlive the prefetcher.
@@ -69,6 +71,7 @@ class StorePrefetcher {
     std::vector<std::string> bytes;
     int64_t window_block = 0;
     std::string window;
+    int64_t no_window_from = 1, no_window_to = 0;
     int64_t held = 0;  // bytes
   };
   void loop();

@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -99,12 +100,6 @@ constexpr const char* kPutScript =
     "if left > ms then ms = left end "
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ms) "
     "return 1";
-// A read is three plain commands on the key's node, pipelined with the others: GET, then
-// PEXPIRE NX (a key without a time to live, from before retention, gets the reader's class's)
-// and PEXPIRE GT (a shorter one is raised to it; GT never shortens). Plain commands, not a
-// script: EVAL copies the value into Lua and back, which cost the read path six times the
-// server time of a GET on a block-sized object.
-constexpr int kReadCommands = 3;
 
 bool split_host_port(std::string_view node, std::string* host, int* port) {
   const size_t colon = node.rfind(':');
@@ -312,12 +307,15 @@ struct RedisClusterStore::Client {
     return io_error("redis: too many redirections for slot " + std::to_string(slot));
   }
 
-  // The reads (GET and the expiry raised to `ttl_ms`, kReadCommands commands) of every key,
-  // pipelined: one round trip to each node that owns some of them, then one more to each node
-  // a MOVED or ASK reply named (ASKING sent before each of the key's commands there). Per key:
-  // the GET's reply (a string, or nil for a missing key), or the Status of a failure.
-  std::vector<Result<Reply>> get_many(const std::vector<std::string>& keys,
-                                      const std::string& ttl_ms) {
+  // `commands` on every key, pipelined: one round trip to each node that owns some of the keys,
+  // then one more to each node a MOVED or ASK reply named (ASKING sent before each of the key's
+  // commands there). Every node's commands are sent before any reply is read, so the nodes
+  // answer side by side: a round costs the slowest node's time, not the sum of theirs. Each
+  // command is an argv whose second word is the key (left empty here). Per key: its first
+  // command's reply, or the Status of a failure.
+  std::vector<Result<Reply>> pipelined(const std::vector<std::string>& keys,
+                                       const std::vector<std::vector<std::string_view>>& commands) {
+    const int per_key = int(commands.size());
     std::vector<Result<Reply>> out;
     out.reserve(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) out.emplace_back(io_error("unset"));
@@ -332,7 +330,14 @@ struct RedisClusterStore::Client {
         by_node[asking[i] ? target[i] : owner_of(redis_cluster_slot(keys[i]))].push_back(i);
       std::vector<size_t> again;
       bool unreachable = false;
-      for (auto& [node, idx] : by_node) {
+      struct Sent {
+        const std::string* node;
+        redisContext* c;
+        const std::vector<size_t>* idx;
+        bool broken;  // the send failed
+      };
+      std::vector<Sent> sent;
+      for (const auto& [node, idx] : by_node) {
         redisContext* c = conn(node);
         if (c == nullptr) {
           // Down (or backing off): after one refresh of the map, in case the slots moved.
@@ -345,25 +350,34 @@ struct RedisClusterStore::Client {
           continue;
         }
         for (size_t i : idx) {
-          const std::string& k = keys[i];
-          const char* get[2] = {"GET", k.data()};
-          const size_t get_lens[2] = {3, k.size()};
-          const char* nx[4] = {"PEXPIRE", k.data(), ttl_ms.data(), "NX"};
-          const char* gt[4] = {"PEXPIRE", k.data(), ttl_ms.data(), "GT"};
-          const size_t exp_lens[4] = {7, k.size(), ttl_ms.size(), 2};
-          if (asking[i]) redisAppendCommand(c, "ASKING");
-          redisAppendCommandArgv(c, 2, get, get_lens);
-          if (asking[i]) redisAppendCommand(c, "ASKING");
-          redisAppendCommandArgv(c, 4, nx, exp_lens);
-          if (asking[i]) redisAppendCommand(c, "ASKING");
-          redisAppendCommandArgv(c, 4, gt, exp_lens);
+          for (const auto& command : commands) {
+            std::array<const char*, 8> argv{};
+            std::array<size_t, 8> lens{};
+            for (size_t w = 0; w < command.size() && w < argv.size(); ++w) {
+              const std::string_view word = w == 1 ? std::string_view(keys[i]) : command[w];
+              argv[w] = word.data();
+              lens[w] = word.size();
+            }
+            if (asking[i]) redisAppendCommand(c, "ASKING");
+            redisAppendCommandArgv(c, int(std::min(command.size(), argv.size())), argv.data(),
+                                   lens.data());
+          }
         }
         round_trips.fetch_add(1, std::memory_order_relaxed);
+        int done = 0;
         bool broken = false;
-        for (size_t i : idx) {
-          // The GET's reply; the PEXPIREs' (0 or 1, or the GET's redirect again) are dropped.
+        while (!done && !broken) broken = redisBufferWrite(c, &done) != REDIS_OK;
+        sent.push_back({&node, c, &idx, broken});
+      }
+      for (const Sent& to : sent) {
+        const std::string& node = *to.node;
+        redisContext* c = to.c;
+        bool broken = to.broken;
+        for (size_t i : *to.idx) {
+          // The first command's reply; the others' (a GET's PEXPIREs: 0 or 1, or the GET's
+          // redirect again) are dropped.
           Reply r;
-          for (int cmd = 0; cmd < kReadCommands * (asking[i] ? 2 : 1) && !broken; ++cmd) {
+          for (int cmd = 0; cmd < per_key * (asking[i] ? 2 : 1) && !broken; ++cmd) {
             void* raw = nullptr;
             broken = redisGetReply(c, &raw) != REDIS_OK;
             Reply one = take_reply(raw);
@@ -450,11 +464,29 @@ Result<std::unique_ptr<RedisClusterStore>> RedisClusterStore::open(
 RedisClusterStore::~RedisClusterStore() = default;
 
 bool RedisClusterStore::contains(const StoreKey& key) {
-  if (writes_->pending(key)) return true;
-  const std::string k = object_key(key);
+  return contains_many(std::span<const StoreKey>(&key, 1)).front();
+}
+
+std::vector<bool> RedisClusterStore::contains_many(std::span<const StoreKey> keys) {
+  std::vector<bool> out(keys.size(), false);
+  std::vector<std::string> ks;
+  std::vector<size_t> asked;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (writes_->pending(keys[i])) {
+      out[i] = true;
+      continue;
+    }
+    ks.push_back(object_key(keys[i]));
+    asked.push_back(i);
+  }
+  if (ks.empty()) return out;
   std::lock_guard<std::mutex> lock(read_mu_);
-  auto r = reader_->run(k, {"EXISTS", k});
-  return r.is_ok() && (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1;
+  const std::vector<Result<Reply>> replies = reader_->pipelined(ks, {{"EXISTS", {}}});
+  for (size_t j = 0; j < asked.size(); ++j) {
+    const Result<Reply>& r = replies[j];
+    out[asked[j]] = r.is_ok() && (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 1;
+  }
+  return out;
 }
 
 Result<std::string> RedisClusterStore::get(const StoreKey& key, RetentionClass cls) {
@@ -472,7 +504,12 @@ std::vector<Result<std::string>> RedisClusterStore::get_many(std::span<const Sto
   std::vector<Result<Reply>> replies;
   {
     std::lock_guard<std::mutex> lock(read_mu_);
-    replies = reader_->get_many(ks, ttl);
+    // Three plain commands a key: GET, then PEXPIRE NX (a key without a time to live, from
+    // before retention, gets the reader's class's) and PEXPIRE GT (a shorter one is raised to
+    // it; GT never shortens). Not a script: EVAL copies the value into Lua and back, which
+    // cost the read path six times the server time of a GET on a block-sized object.
+    replies = reader_->pipelined(
+        ks, {{"GET", {}}, {"PEXPIRE", {}, ttl, "NX"}, {"PEXPIRE", {}, ttl, "GT"}});
     const Result<Reply>* failed = nullptr;
     for (const auto& r : replies)
       if (!r.is_ok() && r.status().code() != StatusCode::kCorrupt && failed == nullptr) failed = &r;

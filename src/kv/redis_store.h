@@ -55,6 +55,8 @@ class RedisClusterStore final : public Store {
   RedisClusterStore& operator=(const RedisClusterStore&) = delete;
 
   bool contains(const StoreKey& key) override;
+  // EXISTS pipelined as get_many() pipelines its reads; a key queued to be written is held.
+  std::vector<bool> contains_many(std::span<const StoreKey> keys) override;
   Result<std::string> get(const StoreKey& key, RetentionClass cls) override;
   // The reads pipelined: one round trip to each master that owns some of the keys (then one
   // to each node a MOVED or ASK named), not one per key; each hit refreshes its expiry as

@@ -28,6 +28,21 @@ bool StoreKey::from_hex(std::string_view s, StoreKey* out) {
   return true;
 }
 
+std::vector<bool> Store::contains_many(std::span<const StoreKey> keys) {
+  std::vector<bool> out;
+  out.reserve(keys.size());
+  for (const StoreKey& k : keys) out.push_back(contains(k));
+  return out;
+}
+
+size_t first_held(Store& store, std::span<const StoreKey> keys) {
+  if (keys.empty() || store.contains(keys.front())) return 0;
+  const std::vector<bool> held = store.contains_many(keys.subspan(1));
+  for (size_t i = 0; i < held.size(); ++i)
+    if (held[i]) return i + 1;
+  return keys.size();
+}
+
 std::vector<Result<std::string>> Store::get_many(std::span<const StoreKey> keys,
                                                  RetentionClass cls) {
   std::vector<Result<std::string>> out;

@@ -75,6 +75,9 @@ class Store {
   virtual ~Store() = default;
   // True when the object is held or queued to be written.
   virtual bool contains(const StoreKey& key) = 0;
+  // contains() of each key, in order: a tier that can batch questions overrides it (Redis: one
+  // pipelined round trip per node); this default asks contains() for each.
+  virtual std::vector<bool> contains_many(std::span<const StoreKey> keys);
   // The object's bytes; kNotFound when the store does not hold it (or it expired), kIoError
   // when it can not be read. A hit refreshes the object's expiry for a request of class
   // `cls` (kDefaultRetention: the policy's default).
@@ -98,5 +101,10 @@ class Store {
   // "disk", "redis", ...
   virtual const char* tier_name() const = 0;
 };
+
+// The index of the first of `keys` that `store` holds (keys.size(): none), asking the first
+// alone (where a caller that puts the likeliest first finds it: one round trip), then the rest
+// in one contains_many().
+size_t first_held(Store& store, std::span<const StoreKey> keys);
 
 }  // namespace fathom::kv

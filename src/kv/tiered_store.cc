@@ -23,23 +23,30 @@ bool TieredStore::contains(const StoreKey& key) {
   return false;
 }
 
-Result<std::string> TieredStore::get(const StoreKey& key, RetentionClass cls) {
-  Status last = not_found("no KV object " + key.hex());
-  for (size_t i = 0; i < tiers_.size(); ++i) {
-    if (!tiers_[i]->contains(key)) continue;
-    Result<std::string> r = tiers_[i]->get(key, cls);
-    if (r.is_ok())
-      if (Status bad = check(i, key, *r); !bad.is_ok()) r = std::move(bad);
-    if (!r.is_ok()) {
-      // A tier's failure outranks another's plain miss in what the caller hears.
-      if (r.status().code() != StatusCode::kNotFound || last.code() == StatusCode::kNotFound)
-        last = r.status();
-      continue;
+std::vector<bool> TieredStore::contains_many(std::span<const StoreKey> keys) {
+  std::vector<bool> out(keys.size(), false);
+  std::vector<size_t> left(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) left[i] = i;
+  for (size_t t = 0; t < tiers_.size() && !left.empty(); ++t) {
+    std::vector<StoreKey> ask;
+    for (size_t i : left) ask.push_back(keys[i]);
+    const std::vector<bool> held = tiers_[t]->contains_many(ask);
+    std::vector<size_t> still;
+    for (size_t j = 0; j < left.size(); ++j) {
+      if (held[j])
+        out[left[j]] = true;
+      else
+        still.push_back(left[j]);
     }
-    for (size_t j = 0; j < i; ++j) tiers_[j]->put(key, *r, cls);
-    return r;
+    left = std::move(still);
   }
-  return last;
+  return out;
+}
+
+// Without asking each tier whether it holds the object first: on Redis that is a round trip
+// of its own before the read's.
+Result<std::string> TieredStore::get(const StoreKey& key, RetentionClass cls) {
+  return std::move(get_many(std::span<const StoreKey>(&key, 1), cls).front());
 }
 
 std::vector<Result<std::string>> TieredStore::get_many(std::span<const StoreKey> keys,

@@ -1,5 +1,5 @@
 // TieredStore: several store tiers behind the one Store interface, fastest first (the local
-// disk, then the Redis Cluster). contains() asks each; get() reads from the first tier that
+// disk, then the Redis Cluster). contains() asks each in turn; get() reads from the first tier that
 // holds the object and copies it into the faster tiers that do not (queued, like any put);
 // put() and erase() go to every tier. A tier's copy that fails the object envelope's checks
 // (check_envelope: a torn or altered copy) is erased in that tier alone and the next tier is
@@ -21,6 +21,9 @@ class TieredStore final : public Store {
   explicit TieredStore(std::vector<std::unique_ptr<Store>> tiers);
 
   bool contains(const StoreKey& key) override;
+  // Each tier's contains_many() for the keys the faster tiers do not hold.
+  std::vector<bool> contains_many(std::span<const StoreKey> keys) override;
+  // get_many() of the one key.
   Result<std::string> get(const StoreKey& key, RetentionClass cls) override;
   // Each tier's get_many() for the keys the faster tiers did not have (one pipelined batch to
   // Redis after the disk); what a slower tier has is copied into the faster ones, as get().

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -130,11 +131,21 @@ TEST_F(EngineKvStore, ARestartHitsTheStoreAndIsExact) {
   EXPECT_EQ(s.cached, 64);
 }
 
-// A Store double over a real one that records which thread read each key, and how often.
+// A Store double over a real one that records which thread read each key, and how often,
+// and counts the questions asked (a contains() or a contains_many(): one round trip to each
+// node on Redis).
 class RecordingStore final : public kv::Store {
  public:
   explicit RecordingStore(kv::Store* inner) : inner_(inner) {}
-  bool contains(const kv::StoreKey& key) override { return inner_->contains(key); }
+  bool contains(const kv::StoreKey& key) override {
+    ++questions_;
+    return inner_->contains(key);
+  }
+  std::vector<bool> contains_many(std::span<const kv::StoreKey> keys) override {
+    ++questions_;
+    return inner_->contains_many(keys);
+  }
+  int64_t questions() const { return questions_; }
   Result<std::string> get(const kv::StoreKey& key, kv::RetentionClass cls) override {
     note(key);
     return inner_->get(key, cls);
@@ -175,6 +186,7 @@ class RecordingStore final : public kv::Store {
     cv_.notify_all();
   }
   kv::Store* const inner_;
+  std::atomic<int64_t> questions_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::vector<std::thread::id>> reads_;  // guarded by mu_
@@ -260,6 +272,53 @@ TEST_F(EngineKvStore, ALongerPromptResumesFromTheLastBlockOfAnEarlierOne) {
   const Answer a = ask(e, longer, false);
   EXPECT_EQ(a.tokens, want);
   EXPECT_EQ(a.cached, 64);  // the earlier prompt's 4 full blocks
+}
+
+// The store holds a chain of 8 blocks with a window side object only at block 4 (the one at 8
+// is gone): a prompt that extends the chain resumes at block 4 with the answer of an engine
+// without cache or store, and its admission and prefill ask the store two questions (the
+// deepest window alone, then the rest in one batch) where they asked one per block: each is a
+// round trip on Redis, on the engine's executor.
+TEST_F(EngineKvStore, AResumeAsksTheStoreAFixedNumberOfQuestions) {
+  first_life();  // p_: blocks 1-4 and a window object at block 4
+  std::vector<int32_t> b8 = p_, longer;
+  for (int i = 0; i < 60; ++i) b8.push_back(int32_t(200 + i));  // 130 tokens: blocks 5-8 too
+  longer = b8;
+  for (int i = 0; i < 40; ++i) longer.push_back(int32_t(300 + i));  // 170 tokens: 10 blocks
+  const std::vector<uint64_t> hashes = kv::prefix_block_hashes(b8, 16, 0);
+  const kv::StoreKey window8 =
+      kv::store_key(tiny_runner().fingerprint(), hashes[7], kv::ObjectKind::kWindow);
+  {
+    auto store = open();
+    Engine e(tiny_runner(), options(store.get()), -1);
+    ask(e, b8, false);
+    e.shutdown();
+    store->flush();
+    ASSERT_TRUE(store->contains(window8));
+    store->erase(window8);
+  }
+  EngineOptions o;
+  o.prefix_cache = false;
+  Engine cold(tiny_runner(), o, -1);
+  const std::vector<int32_t> want = ask(cold, longer, false).tokens;
+  auto disk = open();
+  RecordingStore store(disk.get());
+  Engine e(tiny_runner(), options(&store), -1);
+  const Answer a = ask(e, longer, false);
+  EXPECT_EQ(a.tokens, want);
+  EXPECT_EQ(a.cached, 64);  // blocks 5-8 were read but have no window object to resume from
+  EXPECT_EQ(e.stats().store_hit_blocks, 4);
+  // The window walk: block 8 alone, then 7 to 4 together. Blocks 5-8, recomputed, were just
+  // read (held); blocks 9-10 and the window at 10 come after the first miss: written unasked.
+  EXPECT_EQ(store.questions(), 2);
+  e.shutdown();
+  disk->flush();
+  for (int b = 9; b <= 10; ++b) {
+    const std::vector<uint64_t> h = kv::prefix_block_hashes(longer, 16, 0);
+    EXPECT_TRUE(disk->contains(
+        kv::store_key(tiny_runner().fingerprint(), h[size_t(b - 1)], kv::ObjectKind::kBlock)))
+        << b;
+  }
 }
 
 TEST_F(EngineKvStore, DamagedObjectsAreCountedRemovedAndRecomputed) {

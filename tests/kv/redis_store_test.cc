@@ -254,6 +254,37 @@ TEST_F(RedisClusterStoreLive, GetManyPipelinesPerMasterAndFollowsAskAndMoved) {
   EXPECT_TRUE(s.get_many({}, kDefaultRetention).empty());
 }
 
+// contains_many() is get_many()'s pipeline with EXISTS: one round trip to each master for any
+// number of keys, the answers in the order asked (a key written, one never written, one whose
+// write is still queued), and contains() is one of them.
+TEST_F(RedisClusterStoreLive, ContainsManyAsksEachMasterOnce) {
+  RedisStoreOptions o;
+  o.nodes = {"127.0.0.1:" + std::to_string(ports_[0])};
+  auto opened = RedisClusterStore::open(o);
+  ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
+  RedisClusterStore& s = **opened;
+  std::vector<StoreKey> ask;
+  for (int i = 0; i < 20; ++i)
+    ask.push_back(key_on(i % 2 == 0, ask.empty() ? 1 : ask.back().lo + 1));
+  for (size_t i = 0; i < ask.size(); i += 3) ASSERT_TRUE(s.put(ask[i], "v", kDefaultRetention));
+  s.flush();
+  const int64_t trips0 = s.stats().round_trips;
+  const std::vector<bool> held = s.contains_many(ask);
+  ASSERT_EQ(held.size(), ask.size());
+  for (size_t i = 0; i < ask.size(); ++i) {
+    EXPECT_EQ(held[i], i % 3 == 0) << i;
+    // Redis's own answer.
+    EXPECT_EQ(sh(cli(ports_[i % 2 == 0 ? 0 : 1], "EXISTS fkv:" + ask[i].hex())),
+              held[i] ? "1" : "0")
+        << i;
+  }
+  EXPECT_EQ(s.stats().round_trips - trips0, 2);
+  EXPECT_TRUE(s.contains(ask[3]));
+  EXPECT_FALSE(s.contains(ask[4]));
+  EXPECT_EQ(s.stats().round_trips - trips0, 4);
+  EXPECT_TRUE(s.contains_many({}).empty());
+}
+
 // A hit raises the key's time to live to the reader's class's and never lowers it (PEXPIRE GT),
 // a key without one gets it (PEXPIRE NX), and a miss sets nothing; for get() and get_many(),
 // on the key's own master and through an ASK. The truth is the PTTL Redis itself reports.

@@ -97,6 +97,21 @@ TEST_F(TieredStoreTest, GetManyReadsFastestFirstAndCopiesUp) {
   EXPECT_TRUE(t.get_many({}, kDefaultRetention).empty());
 }
 
+// contains_many() says what contains() says, key by key: held by either tier or by neither.
+TEST_F(TieredStoreTest, ContainsManyAsksEveryTier) {
+  f->put(key(1), object("one"), kDefaultRetention);
+  sl->put(key(2), object("two"), kDefaultRetention);
+  f->put(key(4), object("four"), kDefaultRetention);
+  sl->put(key(4), object("four"), kDefaultRetention);
+  f->flush();
+  sl->flush();
+  std::unique_ptr<TieredStore> owner = tiered();
+  const std::vector<StoreKey> keys = {key(3), key(2), key(1), key(4), key(5)};
+  EXPECT_EQ(owner->contains_many(keys), (std::vector<bool>{false, true, true, true, false}));
+  for (const StoreKey& k : keys) EXPECT_EQ(owner->contains(k), f->contains(k) || sl->contains(k));
+  EXPECT_TRUE(owner->contains_many({}).empty());
+}
+
 // A copy that fails its checks in the fast tier (a flipped byte, a truncation) is erased
 // there, the slow tier's good copy is read and copied up, and the slow tier keeps it: one
 // damaged disk file used to cost every tier its copy.

@@ -121,6 +121,9 @@ std::vector<CompileQueue::Job> CompileQueue::detach_locked(const std::shared_ptr
   // Gone at the destructor (nothing is left to share then).
   if (auto it = by_key_.find(c->grammar->key); it != by_key_.end() && it->second == c)
     by_key_.erase(it);
+  // An entry of c left in another client's queue (its turn did not start it) holds only the
+  // husk until it comes up, not the grammar's spec.
+  c->grammar.reset();
   if (auto it = std::find(running_.begin(), running_.end(), c); it != running_.end())
     running_.erase(it);
   if (auto it = clients_.find(client); it != clients_.end())

@@ -571,7 +571,7 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
   std::string auth = opt.api_key.empty() ? "" : "Authorization: Bearer " + opt.api_key + "\r\n";
   if (!room.empty()) auth += std::string(kKvRoomHeader) + ": " + room + "\r\n";
   // Who the request is from, for the replica's fair share of grammar compiles (address
-  // characters only: the server built it with forwarded_chain()).
+  // characters only: the server built it with TrustedProxies::forward()).
   if (!job.req.forwarded_for.empty()) auth += "X-Forwarded-For: " + job.req.forwarded_for + "\r\n";
   auto stop = [&g, &job, one, ci] {
     return g.stopping_.load() || (one ? job.streams[ci]->cancelled() : job.all_cancelled());

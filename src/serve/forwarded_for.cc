@@ -48,7 +48,7 @@ std::vector<std::string_view> entries_of(std::string_view v) {
 }
 
 // The entries that are addresses, then `peer` (when it is one), the last kMaxEntries of
-// them joined with ", " (forwarded_chain(), and what forward() keeps).
+// them joined with ", " (what forward() sends on).
 std::string address_chain(std::span<const std::string_view> entries, std::string_view peer) {
   constexpr size_t kMaxEntries = 16;
   std::vector<std::string_view> kept;
@@ -111,10 +111,6 @@ std::string TrustedProxies::forward(std::string_view peer, std::string_view forw
   if (empty() || !trusts(peer)) return address_chain({}, peer);
   const std::vector<std::string_view> chain = entries_of(forwarded_for);
   return address_chain(std::span(chain).subspan(client_index(chain)), peer);
-}
-
-std::string forwarded_chain(std::string_view forwarded_for, std::string_view peer) {
-  return address_chain(entries_of(forwarded_for), peer);
 }
 
 std::string forwarded_for_of(const std::vector<std::pair<std::string, std::string>>& headers) {

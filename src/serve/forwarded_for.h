@@ -40,11 +40,6 @@ class TrustedProxies {
   std::vector<std::array<unsigned char, 16>> addrs_;  // IPv4 as IPv4-mapped IPv6
 };
 
-// The incoming entries that are addresses, then `peer` (when it is one); at most the last 16
-// entries. "" when none. Only address characters, so it cannot break the header it goes
-// into.
-std::string forwarded_chain(std::string_view forwarded_for, std::string_view peer);
-
 // Every X-Forwarded-For header of a request, joined with ", " in order.
 std::string forwarded_for_of(const std::vector<std::pair<std::string, std::string>>& headers);
 

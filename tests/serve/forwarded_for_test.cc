@@ -74,15 +74,18 @@ TEST(ForwardedFor, OnlyATrustedPeerNamesTheClient) {
   }
 }
 
+// Trusting every peer, forward() sends on the whole chain from the left-most address after
+// anything that is not one.
 TEST(ForwardedFor, TheChainSentOnHoldsOnlyAddresses) {
-  EXPECT_EQ(forwarded_chain("", "127.0.0.2"), "127.0.0.2");
-  EXPECT_EQ(forwarded_chain("1.2.3.4", "::1"), "1.2.3.4, ::1");
-  EXPECT_EQ(forwarded_chain("1.2.3.4, evil\r\nX-Injected: 1, ,5.6.7.8", "127.0.0.1"),
-            "1.2.3.4, 5.6.7.8, 127.0.0.1");
-  EXPECT_EQ(forwarded_chain("", ""), "");
+  const TrustedProxies all = trusted({"*"});
+  EXPECT_EQ(all.forward("127.0.0.2", ""), "127.0.0.2");
+  EXPECT_EQ(all.forward("::1", "1.2.3.4"), "1.2.3.4, ::1");
+  EXPECT_EQ(all.forward("127.0.0.1", "1.2.3.4, evil\r\nX-Injected: 1, ,5.6.7.8"),
+            "5.6.7.8, 127.0.0.1");
+  EXPECT_EQ(all.forward("", ""), "");
   std::string many;
   for (int i = 0; i < 40; ++i) many += "10.0.0." + std::to_string(i) + ",";
-  const std::string chain = forwarded_chain(many, "127.0.0.1");
+  const std::string chain = all.forward("127.0.0.1", many);
   EXPECT_EQ(chain.rfind("10.0.0.25, ", 0), 0u) << chain;  // the last 16 entries
   EXPECT_EQ(chain.substr(chain.size() - 11), ", 127.0.0.1");
 }

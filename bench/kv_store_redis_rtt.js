@@ -18,7 +18,7 @@ const fs = require('fs');
 const net = require('net');
 const os = require('os');
 const path = require('path');
-const { startServer } = require('../tests/serve/start_server.js');
+const { startServer, randomPrompt, metrics, metric } = require('../tests/serve/start_server.js');
 
 const binaries = process.argv.slice(2);
 if (binaries.length === 0) throw new Error('usage: node bench/kv_store_redis_rtt.js FATHOM [FATHOM2 ...]');
@@ -79,15 +79,6 @@ async function startCluster() {
   return procs;
 }
 
-function makePrompt(seed) {
-  const p = [];
-  for (let i = 0, s = seed; i < N; i++) {
-    s ^= s << 13; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
-    p.push(s % 32000);
-  }
-  return p;
-}
-
 async function withServer(fathom, args, fn) {
   const { proc, port } = await startServer(fathom, args);
   const base = `http://127.0.0.1:${port}`;
@@ -101,10 +92,7 @@ async function withServer(fathom, args, fn) {
         if (r.status !== 200) throw new Error(JSON.stringify(j));
         return { ms: performance.now() - t0, cached: j.usage.prompt_tokens_details.cached_tokens };
       },
-      trips: async () => {
-        const m = (await (await fetch(base + '/metrics')).text()).match(/^fathom_kv_store_redis_round_trips_total (\d+)$/m);
-        return m ? Number(m[1]) : 0;
-      },
+      trips: async () => metric(await metrics(port), 'fathom_kv_store_redis_round_trips_total'),
     });
   } finally {
     proc.kill('SIGTERM');
@@ -128,7 +116,7 @@ async function hit(fathom, args, prompt) {
   try {
     for (let round = 0; round < repeat; round++) {
       for (let b = 0; b < binaries.length; b++) {
-        const prompt = makePrompt(1 + round * 100 + b);
+        const prompt = randomPrompt(1 + round * 100 + b, N);
         await withServer(binaries[b], [redis], async (s) => {
           await s.ask(prompt);
         });

@@ -7,18 +7,11 @@
 // these prompts); the chunks each push took are reported.
 // Usage: node pd_bench.js FATHOM [TOKENS] [REPEAT] [CHUNK_BYTES]    (prints one JSON line)
 'use strict';
-const { startServer, startRouter, randomPrompt } = require('../serve/start_server.js');
+const { startServer, startRouter, randomPrompt, metrics, metric } = require('../serve/start_server.js');
 
 const [fathom, tokensArg, repeatArg, chunkArg] = process.argv.slice(2);
 const TOKENS = Number(tokensArg || 2048), REPEAT = Number(repeatArg || 3);
 
-async function metrics(port) {
-  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-}
-function metric(text, name) {
-  const m = text.match(new RegExp('^' + name.replace(/[{}"=.+]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
-  return m ? Number(m[1]) : 0;
-}
 // Seconds to the first token of a streamed /v1/completions request, and the ids.
 async function ttft(port, prompt) {
   const t0 = process.hrtime.bigint();

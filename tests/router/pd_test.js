@@ -28,7 +28,7 @@
 // Usage: node pd_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
-const { startServer, startRouter, checker, randomPrompt } = require('../serve/start_server.js');
+const { startServer, startRouter, checker, randomPrompt, metrics, metric, waitFor } = require('../serve/start_server.js');
 
 const [fathom] = process.argv.slice(2);
 const t = checker();
@@ -36,23 +36,8 @@ const check = t.check;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const BLOCK = 128;
 
-async function metrics(port) {
-  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-}
-function metric(text, name) {
-  const m = text.match(new RegExp('^' + name.replace(/[{}"=.+]/g, (c) => '\\' + c) + ' (\\S+)$', 'm'));
-  return m ? Number(m[1]) : 0;
-}
 async function metricOf(port, name) {
   return metric(await metrics(port), name);
-}
-async function waitFor(fn, what, ms = 20000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await fn().catch(() => false)) return;
-    await sleep(50);
-  }
-  throw new Error('timed out waiting for ' + what);
 }
 
 // A chat request whose prompt is about `words` * 3 tokens (distinct words per seed).

@@ -134,16 +134,23 @@ int ms_until(std::chrono::steady_clock::time_point deadline) {
   return left.count() > 0 ? int(left.count()) : 0;
 }
 
-std::string error_body_message(const std::string& body) {
+std::string error_message_of(const pyjson::Value& v) {
   using pyjson::Value;
+  if (!v.is_object()) return "";
+  const Value* e = v.find("error");
+  if (e && e->is_string()) return e->text;
+  if (e && e->is_object())
+    if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
+  if (const Value* m = v.find("message"); m && m->is_string()) return m->text;
+  if (const Value* d = v.find("detail"))
+    return d->is_string() ? d->text : pyjson::dumps(*d, false, true).substr(0, 400);
+  return "";
+}
+
+std::string error_body_message(const std::string& body) {
   auto v = pyjson::parse(body);
-  if (v.is_ok() && v->is_object()) {
-    if (const Value* e = v->find("error"); e && e->is_object())
-      if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
-    if (const Value* m = v->find("message"); m && m->is_string()) return m->text;
-    if (const Value* d = v->find("detail"))
-      return d->is_string() ? d->text : pyjson::dumps(*d, false, true).substr(0, 400);
-  }
+  if (v.is_ok())
+    if (std::string m = error_message_of(*v); !m.empty()) return m;
   return body.substr(0, 200);
 }
 

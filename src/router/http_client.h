@@ -16,6 +16,10 @@
 
 #include "core/status.h"
 
+namespace fathom::pyjson {
+struct Value;
+}  // namespace fathom::pyjson
+
 namespace fathom::router {
 
 // Where a replica listens: http://HOST:PORT (an optional trailing slash; no path, no TLS).
@@ -81,9 +85,12 @@ std::string http_request_text(const Endpoint& to, std::string_view method, std::
 // Milliseconds from now until `deadline`; 0 once it has passed (a poll's or a timer's wait).
 int ms_until(std::chrono::steady_clock::time_point deadline);
 
-// The message of a replica's error body: {"error": {"message"}} (OpenAI, vLLM, SGLang,
-// Fathom), {"object": "error", "message"} (older vLLM), {"detail": ...} (FastAPI's 422); else
-// the body itself, shortened.
+// The message of an error answer or event: {"error": {"message"}} (OpenAI, vLLM >= 0.11,
+// SGLang, Fathom), {"error": "text"}, {"object": "error", "message"} (older vLLM), {"detail":
+// ...} (FastAPI's 422); "" when it has none of them.
+std::string error_message_of(const pyjson::Value& v);
+
+// error_message_of() of a replica's error body; else the body itself, shortened.
 std::string error_body_message(const std::string& body);
 
 // A blocking exchange on its own connection (the probes, the KV event followers, P's push).

@@ -9,6 +9,7 @@
 #include "api/structured_output.h"
 #include "core/py_json.h"
 #include "kv/prefix_cache.h"
+#include "router/http_client.h"
 
 namespace fathom::router {
 
@@ -135,15 +136,9 @@ Status malformed(std::string what) {
   return Status(StatusCode::kCorrupt, "malformed upstream answer: " + std::move(what));
 }
 
-// The message of an error event: {"error": {"message"}} (vLLM >= 0.11, SGLang, Fathom),
-// {"error": "text"}, or vLLM's older {"object": "error", "message"}.
 std::string event_error_message(const Value& v) {
-  const Value* e = v.find("error");
-  if (e && e->is_string()) return e->text;
-  if (e && e->is_object())
-    if (const Value* m = e->find("message"); m && m->is_string()) return m->text;
-  if (const Value* m = v.find("message"); m && m->is_string()) return m->text;
-  return "an error event without a message";
+  std::string m = error_message_of(v);
+  return m.empty() ? "an error event without a message" : m;
 }
 
 bool is_error_event(const Value& v) {

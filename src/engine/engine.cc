@@ -604,9 +604,9 @@ void Engine::store_block(const Sequence& s, int64_t b, const CachedBlock& block,
   // The objects of a block computed at or past the first one whose read failed at admission
   // are written whether or not the store says it holds them: a copy there may be damaged too
   // (only the first damaged one of a chain is seen), and past a miss they are rarely held, so
-  // the round trip to ask is saved. A block read at admission (recomputed for want of a
-  // window object below it) is held. Other blocks (past the hit rule's reach) are written
-  // where the store lacks them.
+  // the round trip to ask is saved. A block read at admission (recomputed because no block
+  // at or past it had a window side object) is held. Other blocks (past the hit rule's reach)
+  // are written where the store lacks them.
   const bool unread = computed && b >= s.store_unread_from;
   const bool read = b >= s.store_read_first && b <= s.store_read_last;
   if (!read && (unread || !opt_.store->contains(key)))

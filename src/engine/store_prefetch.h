@@ -35,8 +35,10 @@ class StorePrefetcher {
   };
   // Block objects read from the store, consecutive hits from first_block (1-based), and the
   // window side object of block window_block (0: none read), the deepest of those blocks the
-  // store held one for when it was read. The store held no window side object for blocks
-  // no_window_from through no_window_to (none when to < from) when it was asked.
+  // store held one for when it was read. The store did not say it held a window side object
+  // for blocks no_window_from through no_window_to (none when to < from) when it was asked
+  // (an unreadable store says no): the executor does not ask again. One written since, or
+  // unread then, costs only a shallower resume.
   struct Prefetched {
     int64_t first_block = 0;
     std::vector<std::string> bytes;

@@ -147,6 +147,7 @@ void CompileQueue::run() {
     std::string client;
     Result<std::shared_ptr<const CompiledGrammar>> r = cancelled("grammar compilation cancelled");
     std::vector<Job> jobs;
+    bool detached = false;  // c is out of the books (and its grammar let go)
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || waiting_ > 0; });
@@ -156,12 +157,13 @@ void CompileQueue::run() {
       if (abandoned_locked(*c)) {  // every job's client left before its turn
         skipped_ += c->jobs.size();
         jobs = detach_locked(c, client);
+        detached = true;
       } else {
         running_.push_back(c);
         watch_cv_.notify_one();
       }
     }
-    while (jobs.empty()) {
+    while (!detached) {
       std::shared_ptr<CancelToken> token;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -177,6 +179,7 @@ void CompileQueue::run() {
       }
       if (stop_ && !r.is_ok() && r.status().code() == StatusCode::kCancelled) r = stopping();
       jobs = detach_locked(c, client);
+      detached = true;
     }
     for (Job& j : jobs)
       j.done(raised(j.cancel) && r.is_ok() ? Result<std::shared_ptr<const CompiledGrammar>>(

@@ -48,7 +48,9 @@ std::vector<std::string_view> entries_of(std::string_view v) {
 }
 
 // The entries that are addresses, then `peer` (when it is one), the last kMaxEntries of
-// them joined with ", " (what forward() sends on).
+// them joined with ", " (what forward() sends on). forward() passes addresses only (a chain
+// is cut at the first entry that is not one); they are checked again here, as nothing else
+// may reach the header.
 std::string address_chain(std::span<const std::string_view> entries, std::string_view peer) {
   constexpr size_t kMaxEntries = 16;
   std::vector<std::string_view> kept;

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -112,8 +111,34 @@ class EngineKvStore : public ::testing::Test {
       if (f.path().extension() == ".fkv") out.push_back(f.path());
     return out;
   }
+  // Leaves the store holding p_'s chain extended to 8 blocks, with a window side object only at
+  // block 4 (the one at 8 removed); sets longer_ to that chain extended to 10 full blocks (170
+  // tokens) and returns its answer from an engine without cache or store.
+  std::vector<int32_t> chain_without_its_last_window() {
+    first_life();  // p_: blocks 1-4 and a window object at block 4
+    std::vector<int32_t> b8 = p_;
+    for (int i = 0; i < 60; ++i) b8.push_back(int32_t(200 + i));  // 130 tokens: blocks 5-8 too
+    longer_ = b8;
+    for (int i = 0; i < 40; ++i) longer_.push_back(int32_t(300 + i));
+    const kv::StoreKey window8 =
+        kv::store_key(tiny_runner().fingerprint(), kv::prefix_block_hashes(b8, 16, 0)[7],
+                      kv::ObjectKind::kWindow);
+    {
+      auto store = open();
+      Engine e(tiny_runner(), options(store.get()), -1);
+      ask(e, b8, false);
+      e.shutdown();
+      store->flush();
+      EXPECT_TRUE(store->contains(window8));
+      store->erase(window8);
+    }
+    EngineOptions o;
+    o.prefix_cache = false;
+    Engine cold(tiny_runner(), o, -1);
+    return ask(cold, longer_, false).tokens;
+  }
   fs::path dir_;
-  std::vector<int32_t> p_ = prompt(70), greedy_, seeded_;
+  std::vector<int32_t> p_ = prompt(70), greedy_, seeded_, longer_;
 };
 
 TEST_F(EngineKvStore, ARestartHitsTheStoreAndIsExact) {
@@ -138,14 +163,18 @@ class RecordingStore final : public kv::Store {
  public:
   explicit RecordingStore(kv::Store* inner) : inner_(inner) {}
   bool contains(const kv::StoreKey& key) override {
-    ++questions_;
+    ask();
     return inner_->contains(key);
   }
   std::vector<bool> contains_many(std::span<const kv::StoreKey> keys) override {
-    ++questions_;
+    ask();
     return inner_->contains_many(keys);
   }
-  int64_t questions() const { return questions_; }
+  // The questions asked, and the thread that asked each.
+  std::vector<std::thread::id> questions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return questions_;
+  }
   Result<std::string> get(const kv::StoreKey& key, kv::RetentionClass cls) override {
     note(key);
     return inner_->get(key, cls);
@@ -185,11 +214,15 @@ class RecordingStore final : public kv::Store {
     }
     cv_.notify_all();
   }
+  void ask() {
+    std::lock_guard<std::mutex> lock(mu_);
+    questions_.push_back(std::this_thread::get_id());
+  }
   kv::Store* const inner_;
-  std::atomic<int64_t> questions_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::vector<std::thread::id>> reads_;  // guarded by mu_
+  std::vector<std::thread::id> questions_;                     // guarded by mu_
 };
 
 // Prefetch: a request queued behind a running one (max_running 1) has its prompt blocks and the
@@ -274,51 +307,76 @@ TEST_F(EngineKvStore, ALongerPromptResumesFromTheLastBlockOfAnEarlierOne) {
   EXPECT_EQ(a.cached, 64);  // the earlier prompt's 4 full blocks
 }
 
-// The store holds a chain of 8 blocks with a window side object only at block 4 (the one at 8
-// is gone): a prompt that extends the chain resumes at block 4 with the answer of an engine
-// without cache or store, and its admission and prefill ask the store two questions (the
-// deepest window alone, then the rest in one batch) where they asked one per block: each is a
-// round trip on Redis, on the engine's executor.
+// A prompt extending a chain of 8 stored blocks whose only window side object is at block 4
+// resumes there with the answer of an engine without cache or store, and its admission and
+// prefill ask the store two questions (the deepest window alone, then the rest in one batch)
+// where they asked one per block: each is a round trip on Redis, on the engine's executor.
+// Blocks 5-8, recomputed, were just read (held); blocks 9-10 and the window at 10 come after
+// the first miss: written unasked.
 TEST_F(EngineKvStore, AResumeAsksTheStoreAFixedNumberOfQuestions) {
-  first_life();  // p_: blocks 1-4 and a window object at block 4
-  std::vector<int32_t> b8 = p_, longer;
-  for (int i = 0; i < 60; ++i) b8.push_back(int32_t(200 + i));  // 130 tokens: blocks 5-8 too
-  longer = b8;
-  for (int i = 0; i < 40; ++i) longer.push_back(int32_t(300 + i));  // 170 tokens: 10 blocks
-  const std::vector<uint64_t> hashes = kv::prefix_block_hashes(b8, 16, 0);
-  const kv::StoreKey window8 =
-      kv::store_key(tiny_runner().fingerprint(), hashes[7], kv::ObjectKind::kWindow);
-  {
-    auto store = open();
-    Engine e(tiny_runner(), options(store.get()), -1);
-    ask(e, b8, false);
-    e.shutdown();
-    store->flush();
-    ASSERT_TRUE(store->contains(window8));
-    store->erase(window8);
-  }
-  EngineOptions o;
-  o.prefix_cache = false;
-  Engine cold(tiny_runner(), o, -1);
-  const std::vector<int32_t> want = ask(cold, longer, false).tokens;
+  const std::vector<int32_t> want = chain_without_its_last_window();
   auto disk = open();
   RecordingStore store(disk.get());
   Engine e(tiny_runner(), options(&store), -1);
-  const Answer a = ask(e, longer, false);
+  const Answer a = ask(e, longer_, false);
   EXPECT_EQ(a.tokens, want);
   EXPECT_EQ(a.cached, 64);  // blocks 5-8 were read but have no window object to resume from
   EXPECT_EQ(e.stats().store_hit_blocks, 4);
-  // The window walk: block 8 alone, then 7 to 4 together. Blocks 5-8, recomputed, were just
-  // read (held); blocks 9-10 and the window at 10 come after the first miss: written unasked.
-  EXPECT_EQ(store.questions(), 2);
+  EXPECT_EQ(store.questions().size(), 2u);
   e.shutdown();
   disk->flush();
-  for (int b = 9; b <= 10; ++b) {
-    const std::vector<uint64_t> h = kv::prefix_block_hashes(longer, 16, 0);
+  const std::vector<uint64_t> h = kv::prefix_block_hashes(longer_, 16, 0);
+  for (int b = 9; b <= 10; ++b)
     EXPECT_TRUE(disk->contains(
         kv::store_key(tiny_runner().fingerprint(), h[size_t(b - 1)], kv::ObjectKind::kBlock)))
         << b;
+}
+
+// The same prompt queued behind a running request: the prefetch thread asks where the window
+// side object is while it waits, and the executor asks the store nothing at all.
+TEST_F(EngineKvStore, AQueuedResumeAsksTheStoreNothingOnTheExecutor) {
+  const std::vector<int32_t> want = chain_without_its_last_window();
+  auto disk = open();
+  RecordingStore store(disk.get());
+  EngineOptions o = options(&store);
+  o.max_running = 1;
+  Engine e(tiny_runner(), o, -1);
+  GenerationRequest busy;  // a prompt of its own (2 blocks, missed: written unasked)
+  busy.prompt = std::vector<int32_t>(40, 7);
+  busy.max_tokens = e.context_length() - 64;
+  busy.ignore_eos = true;
+  auto running = e.submit(busy);
+  ASSERT_TRUE(running.is_ok());
+  StreamEvent ev;
+  ASSERT_TRUE((*running)->next(&ev, 60000));
+  GenerationRequest r;
+  r.prompt = longer_;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  auto queued = e.submit(r);
+  ASSERT_TRUE(queued.is_ok());
+  const std::vector<uint64_t> h = kv::prefix_block_hashes(longer_, 16, 0);
+  const kv::StoreKey window4 =
+      kv::store_key(tiny_runner().fingerprint(), h[3], kv::ObjectKind::kWindow);
+  ASSERT_TRUE(store.wait_read({window4}));
+  EXPECT_EQ(e.stats().waiting, 1);
+  (*running)->cancel();
+  Answer a;
+  while ((*queued)->next(&ev, 60000)) {
+    a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    if (ev.finished) {
+      a.cached = ev.cached_tokens;
+      break;
+    }
   }
+  EXPECT_EQ(a.tokens, want);
+  EXPECT_EQ(a.cached, 64);
+  EXPECT_EQ(e.stats().store_prefetched_windows, 1);
+  const std::thread::id prefetcher = store.readers(window4).at(0);
+  const std::vector<std::thread::id> asked = store.questions();
+  EXPECT_EQ(asked.size(), 2u);
+  for (const std::thread::id& who : asked) EXPECT_EQ(who, prefetcher);
 }
 
 TEST_F(EngineKvStore, DamagedObjectsAreCountedRemovedAndRecomputed) {

@@ -97,19 +97,70 @@ TEST_F(TieredStoreTest, GetManyReadsFastestFirstAndCopiesUp) {
   EXPECT_TRUE(t.get_many({}, kDefaultRetention).empty());
 }
 
-// contains_many() says what contains() says, key by key: held by either tier or by neither.
-TEST_F(TieredStoreTest, ContainsManyAsksEveryTier) {
+// A tier that counts what it is asked: contains() calls, and the keys of each contains_many().
+class CountingTier final : public Store {
+ public:
+  explicit CountingTier(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
+  bool contains(const StoreKey& key) override {
+    ++contains_calls;
+    return inner_->contains(key);
+  }
+  std::vector<bool> contains_many(std::span<const StoreKey> keys) override {
+    batches.push_back(keys.size());
+    return inner_->contains_many(keys);
+  }
+  Result<std::string> get(const StoreKey& key, RetentionClass cls) override {
+    return inner_->get(key, cls);
+  }
+  std::vector<Result<std::string>> get_many(std::span<const StoreKey> keys,
+                                            RetentionClass cls) override {
+    return inner_->get_many(keys, cls);
+  }
+  bool put(const StoreKey& key, std::string value, RetentionClass cls) override {
+    return inner_->put(key, std::move(value), cls);
+  }
+  void erase(const StoreKey& key) override { inner_->erase(key); }
+  void flush() override { inner_->flush(); }
+  StoreStats stats() const override { return inner_->stats(); }
+  const char* tier_name() const override { return "counting"; }
+  int contains_calls = 0;
+  std::vector<size_t> batches;
+
+ private:
+  std::unique_ptr<Store> inner_;
+};
+
+// contains_many() says what contains() says, key by key (held by either tier or by neither),
+// in one batch to each tier: the slower one asked only for what the faster lacks. get() reads
+// without asking either tier whether it holds the object (a round trip of its own on Redis).
+TEST_F(TieredStoreTest, ContainsManyAsksEachTierOnceAndGetAsksNone) {
   f->put(key(1), object("one"), kDefaultRetention);
   sl->put(key(2), object("two"), kDefaultRetention);
   f->put(key(4), object("four"), kDefaultRetention);
   sl->put(key(4), object("four"), kDefaultRetention);
   f->flush();
   sl->flush();
-  std::unique_ptr<TieredStore> owner = tiered();
+  auto fast = std::make_unique<CountingTier>(std::move(fast_));
+  auto slow = std::make_unique<CountingTier>(std::move(slow_));
+  CountingTier* cf = fast.get();
+  CountingTier* cs = slow.get();
+  std::vector<std::unique_ptr<Store>> tiers;
+  tiers.push_back(std::move(fast));
+  tiers.push_back(std::move(slow));
+  TieredStore t(std::move(tiers));
   const std::vector<StoreKey> keys = {key(3), key(2), key(1), key(4), key(5)};
-  EXPECT_EQ(owner->contains_many(keys), (std::vector<bool>{false, true, true, true, false}));
-  for (const StoreKey& k : keys) EXPECT_EQ(owner->contains(k), f->contains(k) || sl->contains(k));
-  EXPECT_TRUE(owner->contains_many({}).empty());
+  EXPECT_EQ(t.contains_many(keys), (std::vector<bool>{false, true, true, true, false}));
+  EXPECT_EQ(cf->batches, std::vector<size_t>{5});
+  EXPECT_EQ(cs->batches, std::vector<size_t>{3});  // keys 3, 2 and 5
+  EXPECT_EQ(cf->contains_calls + cs->contains_calls, 0);
+  for (const StoreKey& k : keys) EXPECT_EQ(t.contains(k), f->contains(k) || sl->contains(k));
+  cf->contains_calls = cs->contains_calls = 0;
+  auto two = t.get(key(2), kDefaultRetention);
+  ASSERT_TRUE(two.is_ok());
+  EXPECT_EQ(*two, object("two"));
+  EXPECT_EQ(t.get(key(5), kDefaultRetention).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cf->contains_calls + cs->contains_calls, 0);
+  EXPECT_TRUE(t.contains_many({}).empty());
 }
 
 // A copy that fails its checks in the fast tier (a flipped byte, a truncation) is erased

@@ -184,7 +184,9 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   }
   stats_.store_on = opt_.store != nullptr;
   if (opt_.store) fingerprint_ = runner.fingerprint();
-  const bool l1_view = opt_.store && opt_.store_prefetch;
+  // The hashes the prefix cache holds, for the scheduler (a request waits for blocks another
+  // is computing) and the store's prefetch.
+  const bool l1_view = cache_on_;
   if (cache_on_ && opt_.kv_event_ring > 0) {
     kv_events_ = std::make_unique<kv::KvEventLog>(size_t(opt_.kv_event_ring));
     kv_pending_.reserve(1024);
@@ -203,13 +205,22 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
         l1_view_.erase(hash);
     });
   }
-  if (l1_view) prefetch_ = std::make_unique<StorePrefetcher>(opt_.store, StorePrefetcher::Limits{});
+  if (opt_.store && opt_.store_prefetch)
+    prefetch_ = std::make_unique<StorePrefetcher>(opt_.store, StorePrefetcher::Limits{});
   SchedulerOptions so;
   so.max_step_tokens = opt_.max_step_tokens;
   so.max_running = opt_.max_running;
   so.prefix_block = opt_.prefix_block;
   so.chunk_at_blocks = cache_on_;
-  scheduler_ = std::make_unique<Scheduler>(runner_, pool_.get(), so, &reservations_);
+  Scheduler::CachedChain cached;
+  if (l1_view)
+    cached = [this](std::span<const uint64_t> hashes) {
+      std::lock_guard<std::mutex> lock(l1_mu_);
+      int64_t n = 0;
+      while (size_t(n) < hashes.size() && l1_view_.count(hashes[size_t(n)])) ++n;
+      return n;
+    };
+  scheduler_ = std::make_unique<Scheduler>(runner_, pool_.get(), so, &reservations_, cached);
   executor_ = std::thread([this] { executor_loop(); });
   thread_ = std::thread([this] { scheduler_loop(); });
 }
@@ -501,7 +512,9 @@ void Engine::admit(Sequence& s) {
   s.prefilled = 0;
   s.cache_blocks = 0;
   const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
-  if (cache_on_ && s.block_hashes.empty())
+  // (The scheduler or submit() hashed it already, unless it is shorter than a block: not
+  // written again, as the scheduler thread may read it.)
+  if (cache_on_ && s.block_hashes.empty() && int64_t(s.req.prompt.size()) >= B)
     s.block_hashes = kv::prefix_block_hashes(s.req.prompt, B, s.req.cache_salt);
   const bool side = !opt_.swa_bounded_replay;
   const int64_t max_blocks = resumable_blocks(s);

@@ -292,7 +292,8 @@ class Engine : public Generator, public KvReserver {
   // executor's; published at the end of a step without waiting for a reader, else when idle).
   std::unique_ptr<kv::KvEventLog> kv_events_;
   std::vector<kv::KvBlockChange> kv_pending_;  // executor only
-  // The hashes cache_ holds, kept by its observer for submit()'s prefetch (any thread).
+  // The hashes cache_ holds, kept by its observer for submit()'s prefetch and the scheduler's
+  // admissions (any thread).
   std::mutex l1_mu_;
   std::unordered_set<uint64_t> l1_view_;                 // guarded by l1_mu_
   std::unique_ptr<StorePrefetcher> prefetch_;            // with a store and store_prefetch

@@ -2,11 +2,54 @@
 
 #include <algorithm>
 
+#include "kv/prefix_cache.h"
+
 namespace fathom::engine {
 
 Scheduler::Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options,
-                     const KvReservations* holds)
-    : runner_(runner), pool_(pool), opt_(options), holds_(holds), free_pages_(pool->max_pages()) {}
+                     const KvReservations* holds, CachedChain cached)
+    : runner_(runner),
+      pool_(pool),
+      opt_(options),
+      holds_(holds),
+      cached_(std::move(cached)),
+      free_pages_(pool->max_pages()) {}
+
+bool Scheduler::wait_for_shared_blocks(
+    Sequence& s, const std::vector<Report>& now, const std::vector<const Sequence*>& fresh,
+    const std::vector<std::shared_ptr<Sequence>>& admitted) const {
+  if (!cached_ || !opt_.chunk_at_blocks) return false;
+  if (s.block_hashes.empty())
+    s.block_hashes = kv::prefix_block_hashes(s.req.prompt, opt_.prefix_block, s.req.cache_salt);
+  const std::vector<uint64_t>& mine = s.block_hashes;
+  if (mine.empty()) return false;
+  const int64_t have = cached_(mine);
+  // The leading blocks `other` shares with s.
+  auto shared = [&](const Sequence& other) {
+    const std::vector<uint64_t>& theirs = other.block_hashes;
+    const size_t n = std::min(mine.size(), theirs.size());
+    int64_t k = 0;
+    while (size_t(k) < n && mine[size_t(k)] == theirs[size_t(k)]) ++k;
+    return k;
+  };
+  const int64_t B = opt_.prefix_block;
+  for (const Report& r : now) {
+    // A prefill that has not yet run past the blocks it shares with s beyond the cached chain.
+    // One the plan in flight admitted runs from its own cached chain to the next block at most
+    // (its chunks end at blocks), whatever the plan asked.
+    const int64_t prompt = int64_t(r.s->req.prompt.size());
+    int64_t prefilled = r.prefilled;
+    if (std::find(fresh.begin(), fresh.end(), r.s.get()) != fresh.end())
+      prefilled = std::min(prefilled, (cached_(r.s->block_hashes) + 1) * B);
+    if (prefilled >= prompt) continue;
+    const int64_t k = shared(*r.s);
+    if (k > have && prefilled < k * B) return true;
+  }
+  // Admitted beside it: they compute (from their own cached chain) what s would compute too.
+  for (const auto& a : admitted)
+    if (shared(*a) > have) return true;
+  return false;
+}
 
 int64_t Scheduler::chunk_size(const Sequence& s, int64_t prefilled, int64_t left,
                               int64_t want) const {
@@ -45,6 +88,7 @@ Plan Scheduler::plan(const Plan* in_flight) {
   // L tokens left leaves L - N, or 1 (the sampled token) when it completes the prompt.
   auto chunk = [&](const Report& r, int64_t n) { return chunk_size(*r.s, r.prefilled, r.left, n); };
   std::vector<Report> now = view_;
+  std::vector<const Sequence*> just_admitted;  // by the plan in flight: progress unknown
   if (in_flight) {
     for (const auto& [s, want] : in_flight->work) {
       auto it = std::find_if(now.begin(), now.end(), [&](const Report& r) { return r.s == s; });
@@ -56,8 +100,11 @@ Plan Scheduler::plan(const Plan* in_flight) {
       }
       // A sequence the plan in flight admits: not in the report yet (its resume point is the
       // executor's to find; assume none).
-      if (std::find(in_flight->admit.begin(), in_flight->admit.end(), s) != in_flight->admit.end())
+      if (std::find(in_flight->admit.begin(), in_flight->admit.end(), s) !=
+          in_flight->admit.end()) {
         now.push_back({s, std::max<int64_t>(1, s->resume_hint_at_plan - want), want});
+        just_admitted.push_back(s.get());
+      }
     }
   }
   Plan p;
@@ -73,10 +120,16 @@ Plan Scheduler::plan(const Plan* in_flight) {
     p.work.emplace_back(r.s, n);
     budget -= n;
   }
-  // Admissions, while the pool looks like it has room (the executor decides for good).
+  // Admissions in queue order, while the pool looks like it has room (the executor decides for
+  // good); one waiting for blocks another computes is passed over, and keeps its place.
   int64_t running = int64_t(now.size()), room = free_pages_;
-  while (!waiting_.empty() && running < opt_.max_running && budget > 0) {
-    const auto& s = waiting_.front();
+  for (auto it = waiting_.begin();
+       it != waiting_.end() && running < opt_.max_running && budget > 0;) {
+    const std::shared_ptr<Sequence> s = *it;
+    if (wait_for_shared_blocks(*s, now, just_admitted, p.admit)) {
+      ++it;
+      continue;
+    }
     const int64_t left = std::max<int64_t>(1, s->resume_hint);
     auto fresh = runner_.new_sequence(pool_);
     const int64_t need = runner_.pages_needed(*fresh, std::min(left, budget));
@@ -92,7 +145,7 @@ Plan Scheduler::plan(const Plan* in_flight) {
     p.work.emplace_back(s, n);
     budget -= n;
     ++running;
-    waiting_.pop_front();
+    it = waiting_.erase(it);
   }
   return p;
 }

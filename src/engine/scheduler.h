@@ -1,6 +1,10 @@
 // Scheduler: the waiting queue and the plan of each step — one decode token for every
 // running sequence, then prefill chunks (cut at prefix-cache block boundaries) and
-// admissions under the step's token budget, while the pool looks like it has room. It sees
+// admissions under the step's token budget, while the pool looks like it has room. A queued
+// request whose next prompt blocks (past what the prefix cache holds) another request is
+// computing now, or is admitted in the same step to compute, waits until they are computed
+// and resumes from them, and the queue behind it goes on: a burst of requests sharing a new
+// prefix computes it once, not once per request admitted beside the first. It sees
 // the running sequences only through the executor's last Outcome and projects the plan still
 // in flight (asynchronous scheduling); the executor checks every intent against its own
 // bookkeeping and decides admission and preemption for good.
@@ -11,7 +15,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/kv_reservations.h"
@@ -30,12 +36,17 @@ struct SchedulerOptions {
 
 class Scheduler {
  public:
+  // The leading blocks of a prompt's chained block hashes the prefix cache holds now (callable
+  // from the scheduler thread).
+  using CachedChain = std::function<int64_t(std::span<const uint64_t>)>;
+
   // `runner` and `pool` must outlive the scheduler; the pool only sizes the page estimates of
   // admissions (the scheduler allocates nothing from it). `holds` (null: none), when given,
   // must outlive it too: an admission looks for room beside the pages held for other P/D
-  // hand-offs.
+  // hand-offs. `cached` (null: no prefix cache) lets a request wait for blocks another is
+  // computing.
   Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options,
-            const KvReservations* holds = nullptr);
+            const KvReservations* holds = nullptr, CachedChain cached = nullptr);
 
   // Tokens the executor runs for an intent of `want` on a sequence with `left` tokens to go
   // after `prefilled`: prefill chunks end at the next prefix-cache block of the prompt and at
@@ -60,10 +71,18 @@ class Scheduler {
   std::deque<std::shared_ptr<Sequence>> take_waiting();
 
  private:
+  // Whether `s` should wait: blocks of its prompt past the cached chain are being computed by a
+  // running sequence of `now` (projected past the step in flight; those in `fresh` were admitted
+  // by it) or by one `admitted` to this plan.
+  bool wait_for_shared_blocks(Sequence& s, const std::vector<Report>& now,
+                              const std::vector<const Sequence*>& fresh,
+                              const std::vector<std::shared_ptr<Sequence>>& admitted) const;
+
   const ModelRunner& runner_;
   kv::PagePool* const pool_;
   const SchedulerOptions opt_;
   const KvReservations* const holds_;
+  const CachedChain cached_;
   std::deque<std::shared_ptr<Sequence>> waiting_;
   std::vector<Report> view_;  // the executor's running sequences as last reported
   int64_t free_pages_ = 0;    // as last reported

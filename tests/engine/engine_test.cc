@@ -167,6 +167,38 @@ TEST(Engine, PrefixHitWithWindowSideObjectsIsExact) {
   EXPECT_EQ(third.cached_tokens, 0);
 }
 
+// Requests submitted together that share a new prefix: the first computes it, the others wait
+// for its blocks and resume from them (where they used to compute it beside the first), with
+// the model's own greedy chain, with and without asynchronous scheduling; one that shares none
+// is admitted past them.
+TEST(Engine, RequestsSharingANewPrefixComputeItOnce) {
+  const std::vector<int32_t> prefix = prompt(64, 5);  // 4 blocks of 16
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> p = prefix;
+    for (int j = 0; j < 20; ++j) p.push_back(int32_t(500 + 40 * i + j));
+    reqs.push_back(greedy(p, 4));
+  }
+  reqs.push_back(greedy(prompt(50, 9), 4));  // shares nothing
+  for (bool async : {true, false}) {
+    EngineOptions o;
+    o.prefix_block = 16;
+    o.async_scheduling = async;
+    Engine e(tiny_runner(), o, -1);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& r : reqs) streams.push_back(*e.submit(r));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      StreamEvent last;
+      EXPECT_EQ(drain(*streams[i], &last), argmax_chain(reqs[i].prompt, 4))
+          << "async " << async << " request " << i;
+      // The first computes the prefix; the others resume from its 4 blocks.
+      EXPECT_EQ(last.cached_tokens, i == 0 || i == 3 ? 0 : 64)
+          << "async " << async << " request " << i;
+    }
+    EXPECT_EQ(idle_stats(e).running, 0);
+  }
+}
+
 TEST(Engine, PrefixHitWithBoundedReplayReplaysTheLastWindow) {
   EngineOptions o;
   o.prefix_block = 16;

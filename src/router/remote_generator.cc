@@ -207,8 +207,27 @@ struct RemoteGenerator::Driver {
   // it runs, and on its failure added to the replicas the request passes over.
   static Awaitable<bool> try_on(RemoteGenerator& g, Job& job, const Choice& c, int a,
                                 const std::string& room, int choice);
-  // Routing bookkeeping for attempt number `a` on c.
-  static void routed(RemoteGenerator& g, const Job& job, const Choice& c, int a);
+  // Routing bookkeeping for attempt number `a` on c; true when the policy counts c's prompt
+  // blocks as the replica's while the attempt is in flight (then a Settle ends that).
+  static bool routed(RemoteGenerator& g, const Job& job, const Choice& c, int a);
+  // Ends, when it goes out of scope, what routed() started counting for an attempt (nothing
+  // when `counted` is false), so no way out of an attempt leaves its blocks counted.
+  class Settle {
+   public:
+    Settle(RemoteGenerator& g, const Choice& c, bool counted) : g_(g), c_(c), counted_(counted) {}
+    ~Settle() {
+      if (!counted_) return;
+      std::lock_guard<std::mutex> lock(g_.mu_);
+      g_.policy_.settled(c_.replica, c_.block_hashes);
+    }
+    Settle(const Settle&) = delete;
+    Settle& operator=(const Settle&) = delete;
+
+   private:
+    RemoteGenerator& g_;
+    const Choice& c_;
+    const bool counted_;
+  };
   // The request's final events and counts, once no coroutine of it runs.
   static void finish(RemoteGenerator& g, Job& job);
 };
@@ -331,9 +350,9 @@ void RemoteGenerator::Driver::finish(RemoteGenerator& g, Job& job) {
   }
 }
 
-void RemoteGenerator::Driver::routed(RemoteGenerator& g, const Job& job, const Choice& c, int a) {
+bool RemoteGenerator::Driver::routed(RemoteGenerator& g, const Job& job, const Choice& c, int a) {
   std::lock_guard<std::mutex> lock(g.mu_);
-  g.policy_.routed(c.replica, c.block_hashes);
+  const bool counted = g.policy_.routed(c.replica, c.block_hashes);
   ++g.stats_.attempts;
   if (a > 0) ++g.stats_.retries;
   if (a > 0 && job.any_tokens()) ++g.stats_.continuations;
@@ -341,6 +360,7 @@ void RemoteGenerator::Driver::routed(RemoteGenerator& g, const Job& job, const C
     g.stats_.prompt_blocks += c.prompt_blocks;
     g.stats_.predicted_hit_blocks += c.predicted_hit_blocks;
   }
+  return counted;
 }
 
 Choice RemoteGenerator::Driver::pick(RemoteGenerator& g, const Job& job,
@@ -351,7 +371,7 @@ Choice RemoteGenerator::Driver::pick(RemoteGenerator& g, const Job& job,
 
 Awaitable<bool> RemoteGenerator::Driver::try_on(RemoteGenerator& g, Job& job, const Choice& c,
                                                 int a, const std::string& room, int choice) {
-  routed(g, job, c, a);
+  const Settle settle(g, c, routed(g, job, c, a));
   {
     InFlight flight(*g.replicas_, c.replica);
     if (co_await attempt(g, job, c.replica, room, choice)) {
@@ -487,12 +507,14 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
     co_return Handoff{};
   }
   Choice p;
+  bool counted = false;
   {
     std::lock_guard<std::mutex> lock(g.mu_);
     p = g.policy_.pick(prompt, job.req.cache_salt, prefill);
-    g.policy_.routed(p.replica, p.block_hashes);
+    counted = g.policy_.routed(p.replica, p.block_hashes);
     ++g.stats_.pd_disaggregated;
   }
+  const Settle settle(g, p, counted);
   Result<PdPrefillResult> r = internal_error("no prefill");
   bool left = false;
   {
@@ -742,7 +764,8 @@ std::string RemoteGenerator::kv_index_json(std::string_view query) const {
     out += "{\"replica\":" + std::to_string(i) + ",\"url\":\"" + replicas_->endpoint(i).url +
            "\",\"source\":\"" + (policy_.event_fed(i) ? "events" : "predicted") +
            "\",\"last_event_id\":" + std::to_string(kv_[i].last_event_id) +
-           ",\"index_blocks\":" + std::to_string(policy_.indexed_blocks(i)) + ",\"blocks\":[";
+           ",\"index_blocks\":" + std::to_string(policy_.indexed_blocks(i)) +
+           ",\"in_flight_blocks\":" + std::to_string(policy_.in_flight_blocks(i)) + ",\"blocks\":[";
     for (size_t b = 0; b < blocks.size(); ++b) {
       if (b > 0) out += ',';
       out += '"' + kv::block_hash_hex(blocks[b]) + '"';

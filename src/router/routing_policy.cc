@@ -31,7 +31,7 @@ const char* policy_name(Policy p) {
 }
 
 RoutingPolicy::RoutingPolicy(size_t replicas, RoutingOptions options)
-    : opt_(options), index_(replicas), exact_(replicas), fed_(replicas, 0) {}
+    : opt_(options), index_(replicas), exact_(replicas), fed_(replicas, 0), in_flight_(replicas) {}
 
 std::vector<uint64_t> RoutingPolicy::block_hashes(std::span<const int32_t> prompt,
                                                   uint64_t salt) const {
@@ -64,8 +64,20 @@ void RoutingPolicy::set_predicted(size_t replica) {
   exact_.clear(replica);
 }
 
+int64_t RoutingPolicy::in_flight_matched(size_t replica,
+                                         const std::vector<uint64_t>& hashes) const {
+  // A chained hash names its whole prefix, and a request in flight counts every block of its
+  // prompt: the first block no request has ends the chain.
+  const auto& f = in_flight_[replica];
+  if (f.empty()) return 0;
+  int64_t m = 0;
+  while (size_t(m) < hashes.size() && f.count(hashes[size_t(m)])) ++m;
+  return m;
+}
+
 int64_t RoutingPolicy::matched(size_t replica, const std::vector<uint64_t>& hashes) const {
-  if (fed_[replica]) return exact_.matched(replica, hashes);
+  if (fed_[replica])
+    return std::max(exact_.matched(replica, hashes), in_flight_matched(replica, hashes));
   // The chain: block b can only be cached after blocks 0..b-1, so the first miss ends it.
   const auto& idx = index_[replica];
   int64_t m = 0;
@@ -125,8 +137,9 @@ Choice RoutingPolicy::pick(std::span<const int32_t> prompt, uint64_t salt,
       double best = 0;
       for (size_t k = 0; k < c.size(); ++k) {
         const size_t i = (start + k) % c.size();
-        const int64_t m =
-            fed_[c[i].replica] ? matched_scratch_[c[i].replica] : matched(c[i].replica, hashes);
+        const size_t r = c[i].replica;
+        const int64_t m = fed_[r] ? std::max(matched_scratch_[r], in_flight_matched(r, hashes))
+                                  : matched(r, hashes);
         const double cost = opt_.alpha * double(int64_t(hashes.size()) - m) + double(c[i].load);
         if (k == 0 || cost < best) best = cost, pick = i, out.predicted_hit_blocks = m;
       }
@@ -142,16 +155,29 @@ Choice RoutingPolicy::pick(std::span<const int32_t> prompt, uint64_t salt,
   return out;
 }
 
-void RoutingPolicy::routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt) {
-  if (opt_.policy != Policy::kCacheAware) return;
-  routed(replica, block_hashes(prompt, salt));
+bool RoutingPolicy::routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt) {
+  if (opt_.policy != Policy::kCacheAware) return false;
+  return routed(replica, block_hashes(prompt, salt));
 }
 
-void RoutingPolicy::routed(size_t replica, std::span<const uint64_t> hashes) {
-  if (opt_.policy != Policy::kCacheAware || fed_[replica]) return;
+bool RoutingPolicy::routed(size_t replica, std::span<const uint64_t> hashes) {
+  if (opt_.policy != Policy::kCacheAware) return false;
+  if (fed_[replica]) {
+    for (uint64_t h : hashes) ++in_flight_[replica][h];
+    return true;
+  }
   auto& idx = index_[replica];
   for (uint64_t h : hashes) idx[h] = ++tick_;
   if (int64_t(idx.size()) > opt_.max_blocks_per_replica) forget_oldest(replica);
+  return false;
+}
+
+void RoutingPolicy::settled(size_t replica, std::span<const uint64_t> hashes) {
+  auto& f = in_flight_[replica];
+  for (uint64_t h : hashes) {
+    auto it = f.find(h);
+    if (it != f.end() && --it->second <= 0) f.erase(it);
+  }
 }
 
 void RoutingPolicy::forget_oldest(size_t replica) {

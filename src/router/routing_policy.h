@@ -8,7 +8,12 @@
 // SGLang, or a Fathom replica before its first snapshot) the view is the router's prediction:
 // the chained hashes of the 128-token prompt blocks it has sent there (a bounded map per
 // replica, the least recently routed blocks forgotten first). Both use the replica's own block
-// key (kv::prefix_block_hashes with replica_block_salt, upstream.h).
+// key (kv::prefix_block_hashes with replica_block_salt, upstream.h). An event-fed view also
+// counts the prompt blocks of the requests in flight there (from routed() to settled()): the
+// replica computes them now, and its events say so only once they are cached, so requests
+// routed at once with a shared new prefix go where it is being computed (where the engine
+// has them wait for it, engine/scheduler.h) instead of spreading to compute it on every
+// replica.
 // Cost of replica r = alpha * (prompt blocks r lacks) + load_r; when the loads differ by more
 // than `imbalance_abs` requests and the most loaded has over `imbalance_rel` times the least,
 // the least loaded wins whatever its cache (the imbalance override).
@@ -62,11 +67,16 @@ class RoutingPolicy {
   // REQUIRES: candidates is not empty. `salt` separates tenants' prefixes (the cache salt).
   Choice pick(std::span<const int32_t> prompt, uint64_t salt,
               std::span<const Candidate> candidates);
-  // The request went to `replica`: its prompt blocks are now expected in its cache (recorded
-  // only where the view is predicted). The second form takes the hashes pick() returned
-  // (Choice::block_hashes) instead of hashing again.
-  void routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt);
-  void routed(size_t replica, std::span<const uint64_t> hashes);
+  // The request went to `replica`: its prompt blocks are now expected in its cache. A predicted
+  // view records them; an exact one counts them while the request is in flight, and the
+  // result is true: call settled() with the same hashes when it ends (answered, failed or
+  // left). The second form takes the hashes pick() returned (Choice::block_hashes) instead
+  // of hashing again.
+  bool routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt);
+  bool routed(size_t replica, std::span<const uint64_t> hashes);
+  void settled(size_t replica, std::span<const uint64_t> hashes);
+  // Distinct prompt blocks of the requests in flight on `replica` that routed() counted.
+  int64_t in_flight_blocks(size_t replica) const { return int64_t(in_flight_[replica].size()); }
 
   // The chained hash of each full 128-token block of `prompt`: the keys a Fathom replica's
   // prefix cache gives them for a request of tenant hash `salt`.
@@ -87,12 +97,16 @@ class RoutingPolicy {
 
  private:
   int64_t matched(size_t replica, const std::vector<uint64_t>& hashes) const;
+  // The leading blocks of `hashes` that requests in flight on `replica` are computing.
+  int64_t in_flight_matched(size_t replica, const std::vector<uint64_t>& hashes) const;
   void forget_oldest(size_t replica);
 
   RoutingOptions opt_;
   std::vector<std::unordered_map<uint64_t, uint64_t>> index_;  // per replica: hash -> last use
   KvIndex exact_;                                              // event-fed replicas' blocks
   std::vector<char> fed_;  // per replica: its view is exact_ (else index_)
+  // Per replica: prompt block hash -> requests in flight with it (counted where exact).
+  std::vector<std::unordered_map<uint64_t, int32_t>> in_flight_;
   std::vector<int64_t> matched_scratch_;
   uint64_t tick_ = 0;
   uint64_t rr_ = 0;

@@ -10,6 +10,9 @@
 //     equals B's snapshot again, and the evicted prefix is no longer predicted as a hit.
 //   - B SIGKILLed: its view is dropped; restarted on its port: the router reloads its snapshot
 //     (a new instance) and follows its events again.
+//   - Three requests sent at once with a shared new 2-block prefix: the router counts the
+//     first's prompt blocks as its replica's while it is in flight, so all three go there, and
+//     that replica computes the prefix once (cached tokens 0, 256, 256).
 // Usage: node kv_events_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
@@ -152,6 +155,23 @@ async function feedLines(port, query, until) {
       assert.ok(metric(m1, `fathom_router_kv_snapshot_loads_total{replica="${urlB}"}`) > loads0);
       assert.equal(metric(m1, `fathom_router_kv_event_fed{replica="${urlB}"}`), 1);
       assert.equal(metric(m1, `fathom_router_index_blocks{replica="${urlB}"}`), 2);
+    });
+
+    await check('requests sent at once with a shared new prefix go to one replica and compute it once', async () => {
+      const prefix = randomPrompt(21, 2 * 128);
+      const m0 = await metrics(router.port);
+      const usages = await Promise.all([0, 1, 2].map((i) => complete(router.port, prefix.concat(randomPrompt(30 + i, 9)))));
+      const m1 = await metrics(router.port);
+      const routed = [a.port, b.port].map((port) => {
+        const name = `fathom_router_replica_routed_total{replica="http://127.0.0.1:${port}"}`;
+        return metric(m1, name) - metric(m0, name);
+      });
+      assert.deepEqual([...routed].sort(), [0, 3], `routed to A, B: ${routed}`);
+      // The first computes the prefix; the others wait for its blocks and resume from them.
+      const cached = usages.map((u) => u.prompt_tokens_details.cached_tokens).sort((x, y) => x - y);
+      assert.deepEqual(cached, [0, 256, 256]);
+      await waitFor(async () => (await routerView(router.port, routed[0] === 3 ? 0 : 1)).in_flight_blocks === 0,
+        'nothing left counted in flight');
     });
   } catch (e) {
     t.failures++;

@@ -163,7 +163,10 @@ bool RoutingPolicy::routed(size_t replica, std::span<const int32_t> prompt, uint
 bool RoutingPolicy::routed(size_t replica, std::span<const uint64_t> hashes) {
   if (opt_.policy != Policy::kCacheAware) return false;
   if (fed_[replica]) {
-    for (uint64_t h : hashes) ++in_flight_[replica][h];
+    // Bounded as a predicted view is: past the bound a request's blocks are not counted.
+    auto& f = in_flight_[replica];
+    if (int64_t(f.size() + hashes.size()) > opt_.max_blocks_per_replica) return false;
+    for (uint64_t h : hashes) ++f[h];
     return true;
   }
   auto& idx = index_[replica];

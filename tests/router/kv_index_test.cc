@@ -165,6 +165,13 @@ TEST(KvIndex, RequestsInFlightCountTheirPromptBlocksUntilTheySettle) {
   // Settling twice, or what was never counted, changes nothing.
   p.settled(busy, second.block_hashes);
   EXPECT_EQ(p.in_flight_blocks(busy), 0);
+  // Bounded as a predicted view is: a request past the bound is not counted.
+  o.max_blocks_per_replica = 8;
+  RoutingPolicy small(1, o);
+  small.load_snapshot(0, kv::KvSnapshot{});
+  EXPECT_TRUE(small.routed(0, first.block_hashes));
+  EXPECT_FALSE(small.routed(0, second.block_hashes));
+  EXPECT_EQ(small.in_flight_blocks(0), 6);
 }
 
 }  // namespace

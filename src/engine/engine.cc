@@ -212,15 +212,19 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   so.max_running = opt_.max_running;
   so.prefix_block = opt_.prefix_block;
   so.chunk_at_blocks = cache_on_;
-  Scheduler::CachedChain cached;
-  if (l1_view)
-    cached = [this](std::span<const uint64_t> hashes) {
+  Scheduler::PrefixView prefix;
+  if (l1_view) {
+    prefix.cached_chain = [this](std::span<const uint64_t> hashes) {
       std::lock_guard<std::mutex> lock(l1_mu_);
       int64_t n = 0;
       while (size_t(n) < hashes.size() && l1_view_.count(hashes[size_t(n)])) ++n;
       return n;
     };
-  scheduler_ = std::make_unique<Scheduler>(runner_, pool_.get(), so, &reservations_, cached);
+    // Reads only the sequence's tokens and immutable options.
+    prefix.resumable_blocks = [this](const Sequence& s) { return resumable_blocks(s); };
+  }
+  scheduler_ =
+      std::make_unique<Scheduler>(runner_, pool_.get(), so, &reservations_, std::move(prefix));
   executor_ = std::thread([this] { executor_loop(); });
   thread_ = std::thread([this] { scheduler_loop(); });
 }

@@ -7,24 +7,30 @@
 namespace fathom::engine {
 
 Scheduler::Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options,
-                     const KvReservations* holds, CachedChain cached)
+                     const KvReservations* holds, PrefixView prefix)
     : runner_(runner),
       pool_(pool),
       opt_(options),
       holds_(holds),
-      cached_(std::move(cached)),
+      prefix_(std::move(prefix)),
       free_pages_(pool->max_pages()) {}
 
 bool Scheduler::wait_for_shared_blocks(
     Sequence& s, const std::vector<Report>& now, const std::vector<const Sequence*>& fresh,
     const std::vector<std::shared_ptr<Sequence>>& admitted) const {
-  if (!cached_ || !opt_.chunk_at_blocks) return false;
+  if (!prefix_.cached_chain || !prefix_.resumable_blocks || !opt_.chunk_at_blocks) return false;
   if (s.block_hashes.empty())
     s.block_hashes = kv::prefix_block_hashes(s.req.prompt, opt_.prefix_block, s.req.cache_salt);
-  const std::vector<uint64_t>& mine = s.block_hashes;
-  if (mine.empty()) return false;
-  const int64_t have = cached_(mine);
-  // The leading blocks `other` shares with s.
+  // Only blocks s may resume from are worth waiting for.
+  const int64_t reach =
+      std::min<int64_t>(prefix_.resumable_blocks(s), int64_t(s.block_hashes.size()));
+  if (reach <= 0) return false;
+  if (holds_ != nullptr && !holds_->empty() &&
+      holds_->held() > holds_->held_except(KvReservations::key_of(s.req.prompt, s.req.cache_salt)))
+    return false;
+  const std::span<const uint64_t> mine = std::span(s.block_hashes).first(size_t(reach));
+  const int64_t have = prefix_.cached_chain(mine);
+  // The leading blocks `other` shares with s (within its reach).
   auto shared = [&](const Sequence& other) {
     const std::vector<uint64_t>& theirs = other.block_hashes;
     const size_t n = std::min(mine.size(), theirs.size());
@@ -40,7 +46,7 @@ bool Scheduler::wait_for_shared_blocks(
     const int64_t prompt = int64_t(r.s->req.prompt.size());
     int64_t prefilled = r.prefilled;
     if (std::find(fresh.begin(), fresh.end(), r.s.get()) != fresh.end())
-      prefilled = std::min(prefilled, (cached_(r.s->block_hashes) + 1) * B);
+      prefilled = std::min(prefilled, (prefix_.cached_chain(r.s->block_hashes) + 1) * B);
     if (prefilled >= prompt) continue;
     const int64_t k = shared(*r.s);
     if (k > have && prefilled < k * B) return true;
@@ -121,15 +127,12 @@ Plan Scheduler::plan(const Plan* in_flight) {
     budget -= n;
   }
   // Admissions in queue order, while the pool looks like it has room (the executor decides for
-  // good); one waiting for blocks another computes is passed over, and keeps its place.
+  // good). One waiting for blocks another computes is passed over and keeps its place: its slot
+  // and pages are set aside, so the requests behind it take only what is left.
   int64_t running = int64_t(now.size()), room = free_pages_;
   for (auto it = waiting_.begin();
        it != waiting_.end() && running < opt_.max_running && budget > 0;) {
     const std::shared_ptr<Sequence> s = *it;
-    if (wait_for_shared_blocks(*s, now, just_admitted, p.admit)) {
-      ++it;
-      continue;
-    }
     const int64_t left = std::max<int64_t>(1, s->resume_hint);
     auto fresh = runner_.new_sequence(pool_);
     const int64_t need = runner_.pages_needed(*fresh, std::min(left, budget));
@@ -139,12 +142,16 @@ Plan Scheduler::plan(const Plan* in_flight) {
             : holds_->held_except(KvReservations::key_of(s->req.prompt, s->req.cache_salt));
     if (running > 0 && need + held > room) break;
     room -= need;
+    ++running;
+    if (wait_for_shared_blocks(*s, now, just_admitted, p.admit)) {
+      ++it;
+      continue;
+    }
     const int64_t n = std::min(left, budget);
     s->resume_hint_at_plan = left;
     p.admit.push_back(s);
     p.work.emplace_back(s, n);
     budget -= n;
-    ++running;
     it = waiting_.erase(it);
   }
   return p;

@@ -3,8 +3,9 @@
 // admissions under the step's token budget, while the pool looks like it has room. A queued
 // request whose next prompt blocks (past what the prefix cache holds) another request is
 // computing now, or is admitted in the same step to compute, waits until they are computed
-// and resumes from them, and the queue behind it goes on: a burst of requests sharing a new
-// prefix computes it once, not once per request admitted beside the first. It sees
+// and resumes from them, keeping its place (its slot and pages are set aside) while the
+// queue behind it goes on: a burst of requests sharing a new prefix computes it once, not
+// once per request admitted beside the first. It sees
 // the running sequences only through the executor's last Outcome and projects the plan still
 // in flight (asynchronous scheduling); the executor checks every intent against its own
 // bookkeeping and decides admission and preemption for good.
@@ -36,17 +37,21 @@ struct SchedulerOptions {
 
 class Scheduler {
  public:
-  // The leading blocks of a prompt's chained block hashes the prefix cache holds now (callable
-  // from the scheduler thread).
-  using CachedChain = std::function<int64_t(std::span<const uint64_t>)>;
+  // The prefix cache as the scheduler sees it (callable from the scheduler thread): the leading
+  // blocks of a prompt's chained block hashes it holds now, and the most blocks a sequence
+  // may resume from (the engine's hit rule).
+  struct PrefixView {
+    std::function<int64_t(std::span<const uint64_t>)> cached_chain;
+    std::function<int64_t(const Sequence&)> resumable_blocks;
+  };
 
   // `runner` and `pool` must outlive the scheduler; the pool only sizes the page estimates of
   // admissions (the scheduler allocates nothing from it). `holds` (null: none), when given,
   // must outlive it too: an admission looks for room beside the pages held for other P/D
-  // hand-offs. `cached` (null: no prefix cache) lets a request wait for blocks another is
+  // hand-offs. `prefix` (empty: no prefix cache) lets a request wait for blocks another is
   // computing.
   Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options,
-            const KvReservations* holds = nullptr, CachedChain cached = nullptr);
+            const KvReservations* holds = nullptr, PrefixView prefix = {});
 
   // Tokens the executor runs for an intent of `want` on a sequence with `left` tokens to go
   // after `prefilled`: prefill chunks end at the next prefix-cache block of the prompt and at
@@ -71,9 +76,10 @@ class Scheduler {
   std::deque<std::shared_ptr<Sequence>> take_waiting();
 
  private:
-  // Whether `s` should wait: blocks of its prompt past the cached chain are being computed by a
-  // running sequence of `now` (projected past the step in flight; those in `fresh` were admitted
-  // by it) or by one `admitted` to this plan.
+  // Whether `s` should wait: blocks of its prompt it may resume from, past the cached chain, are
+  // being computed by a running sequence of `now` (projected past the step in flight; those in
+  // `fresh` were admitted by it) or by one `admitted` to this plan. Never for a request with a
+  // KV hold (a P/D hand-off brings its blocks).
   bool wait_for_shared_blocks(Sequence& s, const std::vector<Report>& now,
                               const std::vector<const Sequence*>& fresh,
                               const std::vector<std::shared_ptr<Sequence>>& admitted) const;
@@ -82,7 +88,7 @@ class Scheduler {
   kv::PagePool* const pool_;
   const SchedulerOptions opt_;
   const KvReservations* const holds_;
-  const CachedChain cached_;
+  const PrefixView prefix_;
   std::deque<std::shared_ptr<Sequence>> waiting_;
   std::vector<Report> view_;  // the executor's running sequences as last reported
   int64_t free_pages_ = 0;    // as last reported

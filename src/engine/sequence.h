@@ -18,7 +18,9 @@ namespace fathom::engine {
 
 // One request. `id`, `req`, `stream` and `submitted` are set at submit() and then only read;
 // every other field belongs to the executor thread (the scheduler reads `resume_hint` only
-// for a sequence the executor has handed back).
+// for a sequence the executor has handed back), but `block_hashes`: set at submit() (with a
+// store prefetch) or by the scheduler thread while the request waits, and only read once the
+// executor has it.
 struct Sequence {
   uint64_t id = 0;
   GenerationRequest req;

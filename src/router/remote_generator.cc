@@ -196,38 +196,60 @@ struct RemoteGenerator::Driver {
   // header).
   static Awaitable<Handoff> handoff(RemoteGenerator& g, Job& job, const Choice& d,
                                     const std::vector<ReplicaState>& states);
+  // The prompt blocks RoutingPolicy::hold() counted as a replica's for one attempt, released
+  // once: at release() (the replica sent its first token: its prefill is done), or when
+  // destroyed, however the attempt ends. Neither happens while g.mu_ is held.
+  class HeldBlocks {
+   public:
+    HeldBlocks() = default;
+    HeldBlocks(RemoteGenerator* g, size_t replica, std::vector<uint64_t> hashes)
+        : g_(g), replica_(replica), hashes_(std::move(hashes)) {}
+    HeldBlocks(HeldBlocks&& o) noexcept
+        : g_(std::exchange(o.g_, nullptr)), replica_(o.replica_), hashes_(std::move(o.hashes_)) {}
+    HeldBlocks& operator=(HeldBlocks&& o) noexcept {
+      if (this != &o) {
+        release();
+        g_ = std::exchange(o.g_, nullptr);
+        replica_ = o.replica_;
+        hashes_ = std::move(o.hashes_);
+      }
+      return *this;
+    }
+    ~HeldBlocks() { release(); }
+    void release() {
+      if (g_ == nullptr) return;
+      std::lock_guard<std::mutex> lock(g_->mu_);
+      g_->policy_.release(replica_, hashes_);
+      g_ = nullptr;
+    }
+
+   private:
+    RemoteGenerator* g_ = nullptr;
+    size_t replica_ = 0;
+    std::vector<uint64_t> hashes_;
+  };
+  // A choice, and its prompt blocks held on its replica.
+  struct Picked {
+    Choice c;
+    HeldBlocks held;
+  };
   // One attempt on `replica` for every choice (choice < 0), or for one choice continued on
   // its own: true when it ended there (finished or failed for good); false when the replica
-  // failed and the request (or the choice) should go elsewhere.
+  // failed and the request (or the choice) should go elsewhere. `prefill_blocks` is released
+  // at the first token.
   static Awaitable<bool> attempt(RemoteGenerator& g, Job& job, size_t replica,
-                                 const std::string& room, int choice);
-  // The policy's choice among `cands` for the request.
-  static Choice pick(RemoteGenerator& g, const Job& job, std::span<const Candidate> cands);
+                                 const std::string& room, int choice, HeldBlocks* prefill_blocks);
+  // The policy's choice among `cands` for the request, its blocks held there in the same
+  // critical section (so requests picked at once see each other's).
+  static Picked pick(RemoteGenerator& g, const Job& job, std::span<const Candidate> cands);
+  // c's blocks held on its replica (a choice made earlier, taken again).
+  static HeldBlocks hold(RemoteGenerator& g, const Choice& c);
   // Attempt number `a` on c (see attempt()), counted: routed, in flight on the replica while
   // it runs, and on its failure added to the replicas the request passes over.
   static Awaitable<bool> try_on(RemoteGenerator& g, Job& job, const Choice& c, int a,
-                                const std::string& room, int choice);
-  // Routing bookkeeping for attempt number `a` on c; true when the policy counts c's prompt
-  // blocks as the replica's while the attempt is in flight (then a Settle ends that).
-  static bool routed(RemoteGenerator& g, const Job& job, const Choice& c, int a);
-  // Ends, when it goes out of scope, what routed() started counting for an attempt (nothing
-  // when `counted` is false), so no way out of an attempt leaves its blocks counted.
-  class Settle {
-   public:
-    Settle(RemoteGenerator& g, const Choice& c, bool counted) : g_(g), c_(c), counted_(counted) {}
-    ~Settle() {
-      if (!counted_) return;
-      std::lock_guard<std::mutex> lock(g_.mu_);
-      g_.policy_.settled(c_.replica, c_.block_hashes);
-    }
-    Settle(const Settle&) = delete;
-    Settle& operator=(const Settle&) = delete;
-
-   private:
-    RemoteGenerator& g_;
-    const Choice& c_;
-    const bool counted_;
-  };
+                                const std::string& room, int choice, HeldBlocks held);
+  // Routing bookkeeping for attempt number `a` on c.
+  static void routed(RemoteGenerator& g, const Job& job, const Choice& c, int a);
   // The request's final events and counts, once no coroutine of it runs.
   static void finish(RemoteGenerator& g, Job& job);
 };
@@ -350,9 +372,9 @@ void RemoteGenerator::Driver::finish(RemoteGenerator& g, Job& job) {
   }
 }
 
-bool RemoteGenerator::Driver::routed(RemoteGenerator& g, const Job& job, const Choice& c, int a) {
+void RemoteGenerator::Driver::routed(RemoteGenerator& g, const Job& job, const Choice& c, int a) {
   std::lock_guard<std::mutex> lock(g.mu_);
-  const bool counted = g.policy_.routed(c.replica, c.block_hashes);
+  g.policy_.routed(c.replica, c.block_hashes);
   ++g.stats_.attempts;
   if (a > 0) ++g.stats_.retries;
   if (a > 0 && job.any_tokens()) ++g.stats_.continuations;
@@ -360,21 +382,32 @@ bool RemoteGenerator::Driver::routed(RemoteGenerator& g, const Job& job, const C
     g.stats_.prompt_blocks += c.prompt_blocks;
     g.stats_.predicted_hit_blocks += c.predicted_hit_blocks;
   }
-  return counted;
 }
 
-Choice RemoteGenerator::Driver::pick(RemoteGenerator& g, const Job& job,
-                                     std::span<const Candidate> cands) {
+RemoteGenerator::Driver::Picked RemoteGenerator::Driver::pick(RemoteGenerator& g, const Job& job,
+                                                              std::span<const Candidate> cands) {
+  Picked out;
   std::lock_guard<std::mutex> lock(g.mu_);
-  return g.policy_.pick(job.req.prompt, job.req.cache_salt, cands);
+  out.c = g.policy_.pick(job.req.prompt, job.req.cache_salt, cands);
+  if (g.policy_.hold(out.c.replica, out.c.block_hashes))
+    out.held = HeldBlocks(&g, out.c.replica, out.c.block_hashes);
+  return out;
+}
+
+RemoteGenerator::Driver::HeldBlocks RemoteGenerator::Driver::hold(RemoteGenerator& g,
+                                                                  const Choice& c) {
+  std::lock_guard<std::mutex> lock(g.mu_);
+  if (!g.policy_.hold(c.replica, c.block_hashes)) return {};
+  return HeldBlocks(&g, c.replica, c.block_hashes);
 }
 
 Awaitable<bool> RemoteGenerator::Driver::try_on(RemoteGenerator& g, Job& job, const Choice& c,
-                                                int a, const std::string& room, int choice) {
-  const Settle settle(g, c, routed(g, job, c, a));
+                                                int a, const std::string& room, int choice,
+                                                HeldBlocks held) {
+  routed(g, job, c, a);
   {
     InFlight flight(*g.replicas_, c.replica);
-    if (co_await attempt(g, job, c.replica, room, choice)) {
+    if (co_await attempt(g, job, c.replica, room, choice, &held)) {
       flight.ok();
       co_return true;
     }
@@ -392,32 +425,35 @@ Awaitable<void> RemoteGenerator::Driver::attempts(RemoteGenerator& g, std::share
       if (job->last_error.empty()) job->last_error = "no replica is up";
       co_return;
     }
-    Choice c = pick(g, *job, cands);
+    Picked pk = pick(g, *job, cands);
     std::string room;
     if (a == 0) {
       // A decode replica without room for the request is passed over for the next-best
       // replica; when every one refuses, the first prefills the request itself.
-      const Choice first = c;
+      const Choice first = pk.c;
       for (;;) {
-        Handoff h = co_await handoff(g, *job, c, states);
+        Handoff h = co_await handoff(g, *job, pk.c, states);
         if (!h.refused) {
           room = std::move(h.room);
           break;
         }
-        std::erase_if(cands, [&](const Candidate& x) { return x.replica == c.replica; });
+        std::erase_if(cands, [&](const Candidate& x) { return x.replica == pk.c.replica; });
         if (cands.empty()) {
-          c = first;
+          pk.held.release();
+          pk.c = first;
+          pk.held = hold(g, first);
           std::lock_guard<std::mutex> lock(g.mu_);
           ++g.stats_.pd_local;
           break;
         }
-        c = pick(g, *job, cands);
+        pk.held.release();
+        pk = pick(g, *job, cands);
       }
       // The client left during the hand-off: no request for D to prefill or decode for no one
       // (its room ends with its lease).
       if (g.stopping_.load() || job->all_cancelled()) co_return;
     }
-    if (co_await try_on(g, *job, c, a, room, -1)) co_return;
+    if (co_await try_on(g, *job, pk.c, a, room, -1, std::move(pk.held))) co_return;
     if (job->n > 1 && job->any_tokens()) {
       co_await continue_choices(g, job, a + 1);
       co_return;
@@ -456,7 +492,8 @@ Awaitable<void> RemoteGenerator::Driver::continue_choice(
         if (job->last_error.empty()) job->last_error = "no replica is up";
         break;
       }
-      if (co_await try_on(g, *job, pick(g, *job, cands), a, "", int(choice))) break;
+      Picked pk = pick(g, *job, cands);
+      if (co_await try_on(g, *job, pk.c, a, "", int(choice), std::move(pk.held))) break;
     }
   } catch (const std::exception& e) {
     job->last_error = std::string("internal error: ") + e.what();
@@ -506,15 +543,14 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
     // D cannot be reached: the attempt finds out (and the request moves on).
     co_return Handoff{};
   }
-  Choice p;
-  bool counted = false;
+  // P's blocks count as its own until its prefill ends (with the hand-off).
+  const Picked pp = pick(g, job, prefill);
+  const Choice& p = pp.c;
   {
     std::lock_guard<std::mutex> lock(g.mu_);
-    p = g.policy_.pick(prompt, job.req.cache_salt, prefill);
-    counted = g.policy_.routed(p.replica, p.block_hashes);
+    g.policy_.routed(p.replica, p.block_hashes);
     ++g.stats_.pd_disaggregated;
   }
-  const Settle settle(g, p, counted);
   Result<PdPrefillResult> r = internal_error("no prefill");
   bool left = false;
   {
@@ -543,7 +579,8 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
 }
 
 Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, size_t replica,
-                                                 const std::string& room, int choice) {
+                                                 const std::string& room, int choice,
+                                                 HeldBlocks* prefill_blocks) {
   const RemoteGeneratorOptions& opt = g.opt_;
   const Endpoint& ep = g.replicas_->endpoint(replica);
   // One choice continued on its own (n > 1 after a failure), or every choice of the request.
@@ -656,6 +693,8 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
       job.last_error = ep.url + ": " + fed.message();
       co_return false;
     }
+    // Tokens: the replica's prefill is done, and its events carry the blocks it cached.
+    if (prefill_blocks != nullptr && !updates.empty()) prefill_blocks->release();
     for (UpstreamStreamReader::Update& up : updates) {
       const size_t i = one ? ci : up.choice;
       job.generated[i].insert(job.generated[i].end(), up.tokens.begin(), up.tokens.end());

@@ -66,7 +66,7 @@ void RoutingPolicy::set_predicted(size_t replica) {
 
 int64_t RoutingPolicy::in_flight_matched(size_t replica,
                                          const std::vector<uint64_t>& hashes) const {
-  // A chained hash names its whole prefix, and a request in flight counts every block of its
+  // A chained hash names its whole prefix, and a held request counts every block of its
   // prompt: the first block no request has ends the chain.
   const auto& f = in_flight_[replica];
   if (f.empty()) return 0;
@@ -155,27 +155,28 @@ Choice RoutingPolicy::pick(std::span<const int32_t> prompt, uint64_t salt,
   return out;
 }
 
-bool RoutingPolicy::routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt) {
-  if (opt_.policy != Policy::kCacheAware) return false;
-  return routed(replica, block_hashes(prompt, salt));
+void RoutingPolicy::routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt) {
+  if (opt_.policy != Policy::kCacheAware) return;
+  routed(replica, block_hashes(prompt, salt));
 }
 
-bool RoutingPolicy::routed(size_t replica, std::span<const uint64_t> hashes) {
-  if (opt_.policy != Policy::kCacheAware) return false;
-  if (fed_[replica]) {
-    // Bounded as a predicted view is: past the bound a request's blocks are not counted.
-    auto& f = in_flight_[replica];
-    if (int64_t(f.size() + hashes.size()) > opt_.max_blocks_per_replica) return false;
-    for (uint64_t h : hashes) ++f[h];
-    return true;
-  }
+void RoutingPolicy::routed(size_t replica, std::span<const uint64_t> hashes) {
+  if (opt_.policy != Policy::kCacheAware || fed_[replica]) return;
   auto& idx = index_[replica];
   for (uint64_t h : hashes) idx[h] = ++tick_;
   if (int64_t(idx.size()) > opt_.max_blocks_per_replica) forget_oldest(replica);
-  return false;
 }
 
-void RoutingPolicy::settled(size_t replica, std::span<const uint64_t> hashes) {
+bool RoutingPolicy::hold(size_t replica, std::span<const uint64_t> hashes) {
+  if (opt_.policy != Policy::kCacheAware || !fed_[replica] || hashes.empty()) return false;
+  // Bounded as a predicted view is: past the bound a request's blocks are not counted.
+  auto& f = in_flight_[replica];
+  if (int64_t(f.size() + hashes.size()) > opt_.max_blocks_per_replica) return false;
+  for (uint64_t h : hashes) ++f[h];
+  return true;
+}
+
+void RoutingPolicy::release(size_t replica, std::span<const uint64_t> hashes) {
   auto& f = in_flight_[replica];
   for (uint64_t h : hashes) {
     auto it = f.find(h);

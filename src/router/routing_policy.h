@@ -9,8 +9,9 @@
 // the chained hashes of the 128-token prompt blocks it has sent there (a bounded map per
 // replica, the least recently routed blocks forgotten first). Both use the replica's own block
 // key (kv::prefix_block_hashes with replica_block_salt, upstream.h). An event-fed view also
-// counts the prompt blocks of the requests in flight there (from routed() to settled()): the
-// replica computes them now, and its events say so only once they are cached, so requests
+// counts the prompt blocks of the requests whose prefill runs there (from hold() to
+// release()): the replica computes them now, and its events say so only once they are
+// cached, so requests
 // routed at once with a shared new prefix go where it is being computed (where the engine
 // has them wait for it, engine/scheduler.h) instead of spreading to compute it on every
 // replica.
@@ -67,15 +68,19 @@ class RoutingPolicy {
   // REQUIRES: candidates is not empty. `salt` separates tenants' prefixes (the cache salt).
   Choice pick(std::span<const int32_t> prompt, uint64_t salt,
               std::span<const Candidate> candidates);
-  // The request went to `replica`: its prompt blocks are now expected in its cache. A predicted
-  // view records them; an exact one counts them while the request is in flight, and the
-  // result is true: call settled() with the same hashes when it ends (answered, failed or
-  // left). The second form takes the hashes pick() returned (Choice::block_hashes) instead
-  // of hashing again.
-  bool routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt);
-  bool routed(size_t replica, std::span<const uint64_t> hashes);
-  void settled(size_t replica, std::span<const uint64_t> hashes);
-  // Distinct prompt blocks of the requests in flight on `replica` that routed() counted.
+  // The request went to `replica`: its prompt blocks are now expected in its cache (recorded
+  // only where the view is predicted). The second form takes the hashes pick() returned
+  // (Choice::block_hashes) instead of hashing again.
+  void routed(size_t replica, std::span<const int32_t> prompt, uint64_t salt);
+  void routed(size_t replica, std::span<const uint64_t> hashes);
+  // Where the view of `replica` is exact: counts a request's prompt blocks as the replica's
+  // while it computes them (call it with pick() under the same lock, so that requests picked
+  // at once see each other) and returns true; call release() with the same hashes once its
+  // prefill is done or it ended, when the replica's events carry what it cached. False (and
+  // nothing counted) where the view is predicted, or past max_blocks_per_replica.
+  bool hold(size_t replica, std::span<const uint64_t> hashes);
+  void release(size_t replica, std::span<const uint64_t> hashes);
+  // Distinct prompt blocks hold() counts on `replica` now.
   int64_t in_flight_blocks(size_t replica) const { return int64_t(in_flight_[replica].size()); }
 
   // The chained hash of each full 128-token block of `prompt`: the keys a Fathom replica's
@@ -105,7 +110,7 @@ class RoutingPolicy {
   std::vector<std::unordered_map<uint64_t, uint64_t>> index_;  // per replica: hash -> last use
   KvIndex exact_;                                              // event-fed replicas' blocks
   std::vector<char> fed_;  // per replica: its view is exact_ (else index_)
-  // Per replica: prompt block hash -> requests in flight with it (counted where exact).
+  // Per replica: prompt block hash -> held requests with it (hold(), where the view is exact).
   std::vector<std::unordered_map<uint64_t, int32_t>> in_flight_;
   std::vector<int64_t> matched_scratch_;
   uint64_t tick_ = 0;

@@ -199,6 +199,33 @@ TEST(Engine, RequestsSharingANewPrefixComputeItOnce) {
   }
 }
 
+// A request that waits for another's blocks keeps its place: with two slots, the first
+// request computing the shared prefix and the second waiting for it, an unrelated request
+// queued behind them does not take the second's slot (it starts only once one ends).
+TEST(Engine, ARequestWaitingForSharedBlocksKeepsItsPlace) {
+  const std::vector<int32_t> prefix = prompt(64, 6);
+  std::vector<int32_t> a = prefix, b = prefix;
+  for (int j = 0; j < 20; ++j) a.push_back(int32_t(600 + j)), b.push_back(int32_t(700 + j));
+  EngineOptions o;
+  o.prefix_block = 16;
+  o.max_running = 2;
+  o.async_scheduling = false;
+  Engine e(tiny_runner(), o, -1);
+  auto sa = *e.submit(greedy(a, 6));
+  auto sb = *e.submit(greedy(b, 6));
+  auto sc = *e.submit(greedy(prompt(40, 11), 6));
+  StreamEvent ev;
+  ASSERT_TRUE(sc->next(&ev, 60000));  // C's first token
+  StreamEvent bev;
+  EXPECT_TRUE(sb->try_next(&bev)) << "B had no token when C started";
+  StreamEvent last;
+  drain(*sa, &last);
+  EXPECT_EQ(last.cached_tokens, 0);
+  drain(*sb, &last);
+  EXPECT_EQ(last.cached_tokens, 64);
+  drain(*sc, &last);
+}
+
 TEST(Engine, PrefixHitWithBoundedReplayReplaysTheLastWindow) {
   EngineOptions o;
   o.prefix_block = 16;

@@ -10,9 +10,9 @@
 //     equals B's snapshot again, and the evicted prefix is no longer predicted as a hit.
 //   - B SIGKILLed: its view is dropped; restarted on its port: the router reloads its snapshot
 //     (a new instance) and follows its events again.
-//   - Three requests sent at once with a shared new 2-block prefix: the router counts the
-//     first's prompt blocks as its replica's while it is in flight, so all three go there, and
-//     that replica computes the prefix once (cached tokens 0, 256, 256).
+//   - Three requests sent at once with a shared new 3-block prefix: the router counts the
+//     first's prompt blocks as its replica's while it prefills, so all three go there, and
+//     that replica computes the prefix once (cached tokens 0, 384, 384).
 // Usage: node kv_events_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
@@ -158,7 +158,8 @@ async function feedLines(port, query, until) {
     });
 
     await check('requests sent at once with a shared new prefix go to one replica and compute it once', async () => {
-      const prefix = randomPrompt(21, 2 * 128);
+      // 3 blocks: a replica lacking them costs 3, more than the busy one's load can reach (2).
+      const prefix = randomPrompt(21, 3 * 128);
       const m0 = await metrics(router.port);
       const usages = await Promise.all([0, 1, 2].map((i) => complete(router.port, prefix.concat(randomPrompt(30 + i, 9)))));
       const m1 = await metrics(router.port);
@@ -169,7 +170,7 @@ async function feedLines(port, query, until) {
       assert.deepEqual([...routed].sort(), [0, 3], `routed to A, B: ${routed}`);
       // The first computes the prefix; the others wait for its blocks and resume from them.
       const cached = usages.map((u) => u.prompt_tokens_details.cached_tokens).sort((x, y) => x - y);
-      assert.deepEqual(cached, [0, 256, 256]);
+      assert.deepEqual(cached, [0, 384, 384]);
       await waitFor(async () => (await routerView(router.port, routed[0] === 3 ? 0 : 1)).in_flight_blocks === 0,
         'nothing left counted in flight');
     });

@@ -105,12 +105,13 @@ TEST(KvIndex, CacheAwareFollowsTheExactView) {
   Choice c = p.pick(prompt, salt, both);
   EXPECT_EQ(c.replica, 1u);
   EXPECT_EQ(c.predicted_hit_blocks, 3);
-  // An event-fed view records no prediction: it counts the request's blocks while it is in
-  // flight, and forgets them when it settles.
-  EXPECT_TRUE(p.routed(1, c.block_hashes));
+  // An event-fed view records no prediction; it holds the request's blocks while it
+  // prefills, and forgets them when released.
+  p.routed(1, c.block_hashes);
   EXPECT_EQ(p.indexed_blocks(1), 3);
+  EXPECT_TRUE(p.hold(1, c.block_hashes));
   EXPECT_EQ(p.in_flight_blocks(1), 4);
-  p.settled(1, c.block_hashes);
+  p.release(1, c.block_hashes);
   EXPECT_EQ(p.in_flight_blocks(1), 0);
   // The replica evicted block 2 (and so 3): the view says one block.
   kv::KvEvent ev;
@@ -120,7 +121,8 @@ TEST(KvIndex, CacheAwareFollowsTheExactView) {
   p.apply_event(1, ev);
   EXPECT_EQ(p.pick(prompt, salt, both).predicted_hit_blocks, 1);
   // Replica 0, predicted, is sent the whole prompt: its prediction now beats 1's real block.
-  EXPECT_FALSE(p.routed(0, h));
+  EXPECT_FALSE(p.hold(0, h));  // a predicted view holds nothing: it records what is routed
+  p.routed(0, h);
   c = p.pick(prompt, salt, both);
   EXPECT_EQ(c.replica, 0u);
   EXPECT_EQ(c.predicted_hit_blocks, 4);
@@ -132,12 +134,12 @@ TEST(KvIndex, CacheAwareFollowsTheExactView) {
   EXPECT_FALSE(p.event_fed(1));
 }
 
-// Requests routed at once with a shared new prefix: while the first is in flight on an
-// event-fed replica (whose events cannot show the blocks yet), its prompt blocks count as that
-// replica's, so the second goes there too although another replica has less load; several in
-// flight with a block keep it counted until the last settles; a settled request's blocks count
-// no more. Prefixes only: a prompt that diverges stops matching at its first block of its own.
-TEST(KvIndex, RequestsInFlightCountTheirPromptBlocksUntilTheySettle) {
+// Requests picked at once with a shared new prefix: while the first prefills on an event-fed
+// replica (whose events cannot show the blocks yet), its held prompt blocks count as that
+// replica's, so the second goes there too although another replica has less load; two held
+// requests keep a shared block counted until both are released; released blocks count no
+// more. Prefixes only: a prompt that diverges stops matching at its first block of its own.
+TEST(KvIndex, HeldRequestsCountTheirPromptBlocksUntilReleased) {
   RoutingOptions o;
   RoutingPolicy p(2, o);
   for (size_t r = 0; r < 2; ++r) p.load_snapshot(r, kv::KvSnapshot{});
@@ -146,31 +148,28 @@ TEST(KvIndex, RequestsInFlightCountTheirPromptBlocksUntilTheySettle) {
   b = a;
   for (size_t i = 128 * 4; i < b.size(); ++i) b[i] = int32_t(2000 + i % 100);  // 4 shared blocks
   const Choice first = p.pick(a, 0, std::vector<Candidate>{{0, 0}, {1, 0}});
-  ASSERT_TRUE(p.routed(first.replica, first.block_hashes));
+  ASSERT_TRUE(p.hold(first.replica, first.block_hashes));
   const size_t busy = first.replica, idle = 1 - first.replica;
   // The busy replica has one request in flight; the idle one none, and lacks all 6 blocks.
   const std::vector<Candidate> loads = {{busy, 1}, {idle, 0}};
   Choice second = p.pick(b, 0, loads);
   EXPECT_EQ(second.replica, busy);
   EXPECT_EQ(second.predicted_hit_blocks, 4);
-  ASSERT_TRUE(p.routed(second.replica, second.block_hashes));
+  ASSERT_TRUE(p.hold(second.replica, second.block_hashes));
   EXPECT_EQ(p.in_flight_blocks(busy), 8);  // 4 shared, 2 of each
-  p.settled(busy, first.block_hashes);
+  p.release(busy, first.block_hashes);
   EXPECT_EQ(p.in_flight_blocks(busy), 6);  // the second still holds the shared 4
   EXPECT_EQ(p.pick(a, 0, std::vector<Candidate>{{busy, 1}, {idle, 0}}).predicted_hit_blocks, 4);
-  p.settled(busy, second.block_hashes);
+  p.release(busy, second.block_hashes);
   EXPECT_EQ(p.in_flight_blocks(busy), 0);
-  // Nothing in flight, nothing cached (no events came): the load decides.
+  // Nothing held, nothing cached (no events came): the load decides.
   EXPECT_EQ(p.pick(a, 0, std::vector<Candidate>{{busy, 1}, {idle, 0}}).replica, idle);
-  // Settling twice, or what was never counted, changes nothing.
-  p.settled(busy, second.block_hashes);
-  EXPECT_EQ(p.in_flight_blocks(busy), 0);
   // Bounded as a predicted view is: a request past the bound is not counted.
   o.max_blocks_per_replica = 8;
   RoutingPolicy small(1, o);
   small.load_snapshot(0, kv::KvSnapshot{});
-  EXPECT_TRUE(small.routed(0, first.block_hashes));
-  EXPECT_FALSE(small.routed(0, second.block_hashes));
+  EXPECT_TRUE(small.hold(0, first.block_hashes));
+  EXPECT_FALSE(small.hold(0, second.block_hashes));
   EXPECT_EQ(small.in_flight_blocks(0), 6);
 }
 

@@ -43,7 +43,8 @@ struct Answer {
   int64_t cached = 0;
 };
 
-Answer ask(Engine& e, const std::vector<int32_t>& p, bool seeded) {
+// Submits 8 tokens of `p`, greedy or seeded.
+std::shared_ptr<RequestStream> submit(Engine& e, const std::vector<int32_t>& p, bool seeded) {
   GenerationRequest r;
   r.prompt = p;
   r.max_tokens = 8;
@@ -55,9 +56,13 @@ Answer ask(Engine& e, const std::vector<int32_t>& p, bool seeded) {
   }
   auto s = e.submit(r);
   EXPECT_TRUE(s.is_ok());
+  return s.is_ok() ? *s : nullptr;
+}
+
+Answer drain(RequestStream& s) {
   Answer a;
   StreamEvent ev;
-  while ((*s)->next(&ev, 60000)) {
+  while (s.next(&ev, 60000)) {
     a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
     if (ev.finished) {
       a.cached = ev.cached_tokens;
@@ -65,6 +70,27 @@ Answer ask(Engine& e, const std::vector<int32_t>& p, bool seeded) {
     }
   }
   return a;
+}
+
+Answer ask(Engine& e, const std::vector<int32_t>& p, bool seeded) {
+  auto s = submit(e, p, seeded);
+  return s ? drain(*s) : Answer{};
+}
+
+// A request of a prompt of its own (2 blocks of 16) that generates until cancelled, once it
+// runs: with max_running 1, what is submitted after it queues.
+std::shared_ptr<RequestStream> keep_busy(Engine& e) {
+  GenerationRequest busy;
+  busy.prompt = std::vector<int32_t>(40, 7);
+  busy.max_tokens = e.context_length() - 64;
+  busy.ignore_eos = true;
+  auto running = e.submit(busy);
+  EXPECT_TRUE(running.is_ok());
+  if (!running.is_ok()) return nullptr;
+  StreamEvent ev;
+  EXPECT_TRUE((*running)->next(&ev, 60000));
+  EXPECT_FALSE(ev.finished);
+  return *running;
 }
 
 EngineOptions options(kv::Store* store) {
@@ -236,16 +262,8 @@ TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   EngineOptions o = options(&store);
   o.max_running = 1;
   Engine e(tiny_runner(), o, -1);
-  // The running request: another prompt, generating until cancelled.
-  GenerationRequest busy;
-  busy.prompt = std::vector<int32_t>(40, 7);
-  busy.max_tokens = e.context_length() - 64;
-  busy.ignore_eos = true;
-  auto running = e.submit(busy);
-  ASSERT_TRUE(running.is_ok());
-  StreamEvent ev;
-  ASSERT_TRUE((*running)->next(&ev, 60000));
-  ASSERT_FALSE(ev.finished);
+  auto running = keep_busy(e);
+  ASSERT_TRUE(running);
 
   // p_'s resumable blocks: 4 of 16 (the last token always runs).
   const std::vector<uint64_t> hashes = kv::prefix_block_hashes(p_, 16, 0);
@@ -253,13 +271,8 @@ TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   for (int b = 0; b < 4; ++b)
     keys.push_back(
         kv::store_key(tiny_runner().fingerprint(), hashes[size_t(b)], kv::ObjectKind::kBlock));
-  GenerationRequest r;
-  r.prompt = p_;
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  r.sampling.temperature = 0.0f;
-  auto queued = e.submit(r);
-  ASSERT_TRUE(queued.is_ok());
+  auto queued = submit(e, p_, false);
+  ASSERT_TRUE(queued);
   const kv::StoreKey window =
       kv::store_key(tiny_runner().fingerprint(), hashes[3], kv::ObjectKind::kWindow);
   ASSERT_TRUE(store.contains(window));
@@ -269,16 +282,9 @@ TEST_F(EngineKvStore, AQueuedRequestsBlocksAreReadWhileItWaits) {
   EXPECT_EQ(e.stats().running, 1);
   EXPECT_EQ(e.stats().waiting, 1);
   EXPECT_EQ(e.stats().store_hit_blocks, 0);
-  (*running)->cancel();
+  running->cancel();
 
-  Answer a;
-  while ((*queued)->next(&ev, 60000)) {
-    a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-    if (ev.finished) {
-      a.cached = ev.cached_tokens;
-      break;
-    }
-  }
+  const Answer a = drain(*queued);
   EXPECT_EQ(a.tokens, greedy_);
   EXPECT_EQ(a.cached, 64);
   EXPECT_EQ(e.stats().store_hit_blocks, 4);
@@ -341,35 +347,17 @@ TEST_F(EngineKvStore, AQueuedResumeAsksTheStoreNothingOnTheExecutor) {
   EngineOptions o = options(&store);
   o.max_running = 1;
   Engine e(tiny_runner(), o, -1);
-  GenerationRequest busy;  // a prompt of its own (2 blocks, missed: written unasked)
-  busy.prompt = std::vector<int32_t>(40, 7);
-  busy.max_tokens = e.context_length() - 64;
-  busy.ignore_eos = true;
-  auto running = e.submit(busy);
-  ASSERT_TRUE(running.is_ok());
-  StreamEvent ev;
-  ASSERT_TRUE((*running)->next(&ev, 60000));
-  GenerationRequest r;
-  r.prompt = longer_;
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  r.sampling.temperature = 0.0f;
-  auto queued = e.submit(r);
-  ASSERT_TRUE(queued.is_ok());
+  auto running = keep_busy(e);  // its 2 blocks are missed: written unasked
+  ASSERT_TRUE(running);
+  auto queued = submit(e, longer_, false);
+  ASSERT_TRUE(queued);
   const std::vector<uint64_t> h = kv::prefix_block_hashes(longer_, 16, 0);
   const kv::StoreKey window4 =
       kv::store_key(tiny_runner().fingerprint(), h[3], kv::ObjectKind::kWindow);
   ASSERT_TRUE(store.wait_read({window4}));
   EXPECT_EQ(e.stats().waiting, 1);
-  (*running)->cancel();
-  Answer a;
-  while ((*queued)->next(&ev, 60000)) {
-    a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-    if (ev.finished) {
-      a.cached = ev.cached_tokens;
-      break;
-    }
-  }
+  running->cancel();
+  const Answer a = drain(*queued);
   EXPECT_EQ(a.tokens, want);
   EXPECT_EQ(a.cached, 64);
   EXPECT_EQ(e.stats().store_prefetched_windows, 1);

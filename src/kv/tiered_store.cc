@@ -23,23 +23,34 @@ bool TieredStore::contains(const StoreKey& key) {
   return false;
 }
 
-std::vector<bool> TieredStore::contains_many(std::span<const StoreKey> keys) {
-  std::vector<bool> out(keys.size(), false);
+namespace {
+
+// The tiers asked in turn, fastest first, each for the keys no faster tier settled: ask(t, keys)
+// is tier t's answers for `keys` (in order); take(t, i, answer) takes key i's answer and says
+// whether it is settled (no slower tier is asked for it).
+template <typename Ask, typename Take>
+void ask_tiers_in_turn(size_t tiers, std::span<const StoreKey> keys, Ask ask, Take take) {
   std::vector<size_t> left(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) left[i] = i;
-  for (size_t t = 0; t < tiers_.size() && !left.empty(); ++t) {
-    std::vector<StoreKey> ask;
-    for (size_t i : left) ask.push_back(keys[i]);
-    const std::vector<bool> held = tiers_[t]->contains_many(ask);
+  for (size_t t = 0; t < tiers && !left.empty(); ++t) {
+    std::vector<StoreKey> asked;
+    for (size_t i : left) asked.push_back(keys[i]);
+    auto got = ask(t, std::span<const StoreKey>(asked));
     std::vector<size_t> still;
-    for (size_t j = 0; j < left.size(); ++j) {
-      if (held[j])
-        out[left[j]] = true;
-      else
-        still.push_back(left[j]);
-    }
+    for (size_t j = 0; j < left.size(); ++j)
+      if (!take(t, left[j], got[j])) still.push_back(left[j]);
     left = std::move(still);
   }
+}
+
+}  // namespace
+
+std::vector<bool> TieredStore::contains_many(std::span<const StoreKey> keys) {
+  std::vector<bool> out(keys.size(), false);
+  ask_tiers_in_turn(
+      tiers_.size(), keys,
+      [&](size_t t, std::span<const StoreKey> ask) { return tiers_[t]->contains_many(ask); },
+      [&](size_t, size_t i, bool held) { return out[i] = held; });
   return out;
 }
 
@@ -53,30 +64,23 @@ std::vector<Result<std::string>> TieredStore::get_many(std::span<const StoreKey>
                                                        RetentionClass cls) {
   std::vector<Result<std::string>> out;
   for (const StoreKey& k : keys) out.push_back(not_found("no KV object " + k.hex()));
-  std::vector<size_t> left(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) left[i] = i;
-  for (size_t t = 0; t < tiers_.size() && !left.empty(); ++t) {
-    std::vector<StoreKey> ask;
-    for (size_t i : left) ask.push_back(keys[i]);
-    std::vector<Result<std::string>> got = tiers_[t]->get_many(ask, cls);
-    std::vector<size_t> still;
-    for (size_t j = 0; j < left.size(); ++j) {
-      const size_t i = left[j];
-      if (got[j].is_ok())
-        if (Status bad = check(t, keys[i], *got[j]); !bad.is_ok()) got[j] = std::move(bad);
-      if (!got[j].is_ok()) {
-        // A tier's failure outranks another's plain miss in what the caller hears.
-        if (got[j].status().code() != StatusCode::kNotFound ||
-            out[i].status().code() == StatusCode::kNotFound)
-          out[i] = got[j].status();
-        still.push_back(i);
-        continue;
-      }
-      for (size_t f = 0; f < t; ++f) tiers_[f]->put(keys[i], *got[j], cls);
-      out[i] = std::move(got[j]);
-    }
-    left = std::move(still);
-  }
+  ask_tiers_in_turn(
+      tiers_.size(), keys,
+      [&](size_t t, std::span<const StoreKey> ask) { return tiers_[t]->get_many(ask, cls); },
+      [&](size_t t, size_t i, Result<std::string>& got) {
+        if (got.is_ok())
+          if (Status bad = check(t, keys[i], *got); !bad.is_ok()) got = std::move(bad);
+        if (!got.is_ok()) {
+          // A tier's failure outranks another's plain miss in what the caller hears.
+          if (got.status().code() != StatusCode::kNotFound ||
+              out[i].status().code() == StatusCode::kNotFound)
+            out[i] = got.status();
+          return false;
+        }
+        for (size_t f = 0; f < t; ++f) tiers_[f]->put(keys[i], *got, cls);
+        out[i] = std::move(got);
+        return true;
+      });
   return out;
 }
 

@@ -214,12 +214,7 @@ Engine::Engine(const ModelRunner& runner, EngineOptions options, int32_t eos_id)
   so.chunk_at_blocks = cache_on_;
   Scheduler::PrefixView prefix;
   if (l1_view) {
-    prefix.cached_chain = [this](std::span<const uint64_t> hashes) {
-      std::lock_guard<std::mutex> lock(l1_mu_);
-      int64_t n = 0;
-      while (size_t(n) < hashes.size() && l1_view_.count(hashes[size_t(n)])) ++n;
-      return n;
-    };
+    prefix.cached_chain = [this](std::span<const uint64_t> hashes) { return l1_chain(hashes); };
     // Reads only the sequence's tokens and immutable options.
     prefix.resumable_blocks = [this](const Sequence& s) { return resumable_blocks(s); };
   }
@@ -329,9 +324,13 @@ Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(GenerationR
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const auto& s : seqs) streams.push_back(s->stream);
   std::shared_ptr<Sequence> lead = seqs[0];
-  if (prefetch_)
+  // Hashed here, once, for every reader: the prefetch, the scheduler (while it waits) and the
+  // executor (its samples share the prompt).
+  if (cache_on_) {
     lead->block_hashes =
         kv::prefix_block_hashes(lead->req.prompt, opt_.prefix_block, lead->req.cache_salt);
+    for (size_t i = 1; i < seqs.size(); ++i) seqs[i]->block_hashes = lead->block_hashes;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Status(StatusCode::kResourceExhausted, "the engine is shutting down");
@@ -516,10 +515,6 @@ void Engine::admit(Sequence& s) {
   s.prefilled = 0;
   s.cache_blocks = 0;
   const int64_t B = opt_.prefix_block, L = int64_t(s.all.size());
-  // (The scheduler or submit() hashed it already, unless it is shorter than a block: not
-  // written again, as the scheduler thread may read it.)
-  if (cache_on_ && s.block_hashes.empty() && int64_t(s.req.prompt.size()) >= B)
-    s.block_hashes = kv::prefix_block_hashes(s.req.prompt, B, s.req.cache_salt);
   const bool side = !opt_.swa_bounded_replay;
   const int64_t max_blocks = resumable_blocks(s);
   s.store_unread_from = std::numeric_limits<int64_t>::max();
@@ -553,13 +548,16 @@ int64_t Engine::resumable_blocks(const Sequence& s) const {
   return std::max<int64_t>(0, limit) / opt_.prefix_block;
 }
 
+int64_t Engine::l1_chain(std::span<const uint64_t> hashes) {
+  std::lock_guard<std::mutex> lock(l1_mu_);
+  int64_t n = 0;
+  while (size_t(n) < hashes.size() && l1_view_.count(hashes[size_t(n)])) ++n;
+  return n;
+}
+
 void Engine::prefetch(const Sequence& s) {
   const int64_t max_blocks = std::min<int64_t>(resumable_blocks(s), int64_t(s.block_hashes.size()));
-  int64_t l1 = 0;
-  {
-    std::lock_guard<std::mutex> lock(l1_mu_);
-    while (l1 < max_blocks && l1_view_.count(s.block_hashes[size_t(l1)])) ++l1;
-  }
+  const int64_t l1 = l1_chain(std::span(s.block_hashes).first(size_t(max_blocks)));
   std::vector<kv::StoreKey> keys, window_keys;
   for (int64_t b = l1 + 1; b <= max_blocks; ++b) {
     const uint64_t hash = s.block_hashes[size_t(b - 1)];
@@ -808,7 +806,6 @@ void Engine::fork_siblings(Sequence& s, size_t row, int64_t pages_promised,
     x.state = std::move(*forked);
     x.prefilled = s.prefilled;
     x.cached = s.cached;
-    x.block_hashes = s.block_hashes;
     x.cache_blocks = s.cache_blocks;
     std::copy_n(&hidden_[row * D], D, &hidden_[heads.size() * D]);
     heads.push_back(&x);

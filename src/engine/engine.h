@@ -37,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -220,6 +221,8 @@ class Engine : public Generator, public KvReserver {
   void load_from_store(Sequence& s, int64_t max_blocks);
   // The prompt blocks a resume of `s` may cover (the hit rule), at most its full blocks.
   int64_t resumable_blocks(const Sequence& s) const;
+  // The leading blocks of `hashes` the prefix cache holds (l1_view_; any thread).
+  int64_t l1_chain(std::span<const uint64_t> hashes);
   // Starts the store reads of `s`'s blocks past the prefix cache's chain (l1_view_).
   void prefetch(const Sequence& s);
   // Queues block `b` (1-based) of `s`'s prompt, just cached as `block`, for the store:

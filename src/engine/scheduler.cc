@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "kv/prefix_cache.h"
-
 namespace fathom::engine {
 
 Scheduler::Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOptions options,
@@ -16,18 +14,13 @@ Scheduler::Scheduler(const ModelRunner& runner, kv::PagePool* pool, SchedulerOpt
       free_pages_(pool->max_pages()) {}
 
 bool Scheduler::wait_for_shared_blocks(
-    Sequence& s, const std::vector<Report>& now, const std::vector<const Sequence*>& fresh,
+    const Sequence& s, const std::vector<Report>& now, const std::vector<const Sequence*>& fresh,
     const std::vector<std::shared_ptr<Sequence>>& admitted) const {
   if (!prefix_.cached_chain || !prefix_.resumable_blocks || !opt_.chunk_at_blocks) return false;
-  if (s.block_hashes.empty())
-    s.block_hashes = kv::prefix_block_hashes(s.req.prompt, opt_.prefix_block, s.req.cache_salt);
   // Only blocks s may resume from are worth waiting for.
   const int64_t reach =
       std::min<int64_t>(prefix_.resumable_blocks(s), int64_t(s.block_hashes.size()));
   if (reach <= 0) return false;
-  if (holds_ != nullptr && !holds_->empty() &&
-      holds_->held() > holds_->held_except(KvReservations::key_of(s.req.prompt, s.req.cache_salt)))
-    return false;
   const std::span<const uint64_t> mine = std::span(s.block_hashes).first(size_t(reach));
   const int64_t have = prefix_.cached_chain(mine);
   // The leading blocks `other` shares with s (within its reach).
@@ -136,14 +129,18 @@ Plan Scheduler::plan(const Plan* in_flight) {
     const int64_t left = std::max<int64_t>(1, s->resume_hint);
     auto fresh = runner_.new_sequence(pool_);
     const int64_t need = runner_.pages_needed(*fresh, std::min(left, budget));
-    const int64_t held =
-        holds_ == nullptr || holds_->empty()
-            ? 0
-            : holds_->held_except(KvReservations::key_of(s->req.prompt, s->req.cache_salt));
+    // Pages held for other P/D hand-offs; one held for this request means its blocks come
+    // with it (it never waits for another's).
+    int64_t held = 0;
+    bool own_hold = false;
+    if (holds_ != nullptr && !holds_->empty()) {
+      held = holds_->held_except(KvReservations::key_of(s->req.prompt, s->req.cache_salt));
+      own_hold = holds_->held() > held;
+    }
     if (running > 0 && need + held > room) break;
     room -= need;
     ++running;
-    if (wait_for_shared_blocks(*s, now, just_admitted, p.admit)) {
+    if (!own_hold && wait_for_shared_blocks(*s, now, just_admitted, p.admit)) {
       ++it;
       continue;
     }

@@ -78,9 +78,9 @@ class Scheduler {
  private:
   // Whether `s` should wait: blocks of its prompt it may resume from, past the cached chain, are
   // being computed by a running sequence of `now` (projected past the step in flight; those in
-  // `fresh` were admitted by it) or by one `admitted` to this plan. Never for a request with a
-  // KV hold (a P/D hand-off brings its blocks).
-  bool wait_for_shared_blocks(Sequence& s, const std::vector<Report>& now,
+  // `fresh` were admitted by it) or by one `admitted` to this plan. (plan() never asks for a
+  // request with a KV hold: a P/D hand-off brings its blocks.)
+  bool wait_for_shared_blocks(const Sequence& s, const std::vector<Report>& now,
                               const std::vector<const Sequence*>& fresh,
                               const std::vector<std::shared_ptr<Sequence>>& admitted) const;
 

@@ -16,11 +16,9 @@
 
 namespace fathom::engine {
 
-// One request. `id`, `req`, `stream` and `submitted` are set at submit() and then only read;
-// every other field belongs to the executor thread (the scheduler reads `resume_hint` only
-// for a sequence the executor has handed back), but `block_hashes`: set at submit() (with a
-// store prefetch) or by the scheduler thread while the request waits, and only read once the
-// executor has it.
+// One request. `id`, `req`, `stream`, `submitted` and `block_hashes` are set at submit() and
+// then only read; every other field belongs to the executor thread (the scheduler reads
+// `resume_hint` only for a sequence the executor has handed back).
 struct Sequence {
   uint64_t id = 0;
   GenerationRequest req;
@@ -28,7 +26,7 @@ struct Sequence {
   std::unique_ptr<RunnerSequence> state;
   std::vector<int32_t> all;  // prompt + generated
   std::vector<int32_t> generated;
-  std::vector<uint64_t> block_hashes;  // chained hash after each full prompt block
+  std::vector<uint64_t> block_hashes;  // chained hash after each full prompt block (cache on)
   int64_t prefilled = 0;               // tokens of `all` in the state
   int64_t cached = 0;                  // prompt tokens served by the prefix cache
   int64_t cache_blocks = 0;            // of them, blocks already cached (no re-insert)

@@ -244,6 +244,8 @@ struct RemoteGenerator::Driver {
   static Picked pick(RemoteGenerator& g, const Job& job, std::span<const Candidate> cands);
   // c's blocks held on its replica (a choice made earlier, taken again).
   static HeldBlocks hold(RemoteGenerator& g, const Choice& c);
+  // hold() with g.mu_ held.
+  static HeldBlocks hold_locked(RemoteGenerator& g, const Choice& c);
   // Attempt number `a` on c (see attempt()), counted: routed, in flight on the replica while
   // it runs, and on its failure added to the replicas the request passes over.
   static Awaitable<bool> try_on(RemoteGenerator& g, Job& job, const Choice& c, int a,
@@ -389,14 +391,18 @@ RemoteGenerator::Driver::Picked RemoteGenerator::Driver::pick(RemoteGenerator& g
   Picked out;
   std::lock_guard<std::mutex> lock(g.mu_);
   out.c = g.policy_.pick(job.req.prompt, job.req.cache_salt, cands);
-  if (g.policy_.hold(out.c.replica, out.c.block_hashes))
-    out.held = HeldBlocks(&g, out.c.replica, out.c.block_hashes);
+  out.held = hold_locked(g, out.c);
   return out;
 }
 
 RemoteGenerator::Driver::HeldBlocks RemoteGenerator::Driver::hold(RemoteGenerator& g,
                                                                   const Choice& c) {
   std::lock_guard<std::mutex> lock(g.mu_);
+  return hold_locked(g, c);
+}
+
+RemoteGenerator::Driver::HeldBlocks RemoteGenerator::Driver::hold_locked(RemoteGenerator& g,
+                                                                         const Choice& c) {
   if (!g.policy_.hold(c.replica, c.block_hashes)) return {};
   return HeldBlocks(&g, c.replica, c.block_hashes);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "api/errors.h"
@@ -103,6 +104,11 @@ constexpr std::string_view kMessagesFields[] = {
     // Fathom
     "retention"
 };
+// The parameters of POST /v1/messages/count_tokens.
+constexpr std::string_view kCountTokensFields[] = {
+    "model", "messages", "system", "thinking", "tools", "tool_choice", "output_config",
+    "cache_control", "speed"
+};
 // clang-format on
 
 }  // namespace
@@ -111,7 +117,9 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
                                                    const MessagesOptions& opt) {
   FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
   FATHOM_RETURN_IF_ERROR(
-      reject_unknown_fields(r, kMessagesFields, opt.caller_fields, /*anthropic=*/true));
+      opt.count_tokens
+          ? reject_unknown_fields(r, kCountTokensFields, {}, /*anthropic=*/true)
+          : reject_unknown_fields(r, kMessagesFields, opt.caller_fields, /*anthropic=*/true));
   ConversationRequest req;
   req.include_usage = true;
   if (const Value* m = field(r, "model")) {
@@ -138,11 +146,15 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     if (s->kind != Value::Kind::kBool) return bad("stream: must be a boolean");
     req.stream = s->boolean;
   }
-  const Value* mt = field(r, "max_tokens");
-  if (mt == nullptr) return bad("max_tokens: Field required");
-  FATHOM_ASSIGN_OR_RETURN(int64_t max_tokens, integer(*mt, "max_tokens"));
-  if (max_tokens <= 0) return bad("max_tokens: must be positive");
-  req.sampling.max_tokens = max_tokens;
+  // A count has no max_tokens (nor a thinking budget's bound from it).
+  int64_t max_tokens = std::numeric_limits<int64_t>::max();
+  if (!opt.count_tokens) {
+    const Value* mt = field(r, "max_tokens");
+    if (mt == nullptr) return bad("max_tokens: Field required");
+    FATHOM_ASSIGN_OR_RETURN(max_tokens, integer(*mt, "max_tokens"));
+    if (max_tokens <= 0) return bad("max_tokens: must be positive");
+    req.sampling.max_tokens = max_tokens;
+  }
   // The tenant: metadata.user_id (Anthropic's end-user id).
   if (const Value* m = field(r, "metadata"); m && m->is_object())
     if (const Value* u = field(*m, "user_id"); u && u->is_string() && !u->text.empty())

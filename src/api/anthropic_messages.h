@@ -28,6 +28,12 @@ struct MessagesOptions {
   // Top-level fields the caller reads from the body itself (the server's test hooks), so they
   // are not reported as unknown.
   std::span<const std::string_view> caller_fields;
+  // A body of POST /v1/messages/count_tokens: only the fields that shape the prompt (model,
+  // messages, system, tools, tool_choice, thinking, output_config, cache_control, speed) are
+  // parameters, so max_tokens is not required and a generation field (max_tokens, stream,
+  // temperature, ...) is a 400 naming it, as Anthropic's API answers. Everything else is read
+  // and checked as for a generation, so the prompt is the one that request would have.
+  bool count_tokens = false;
 };
 
 Result<ConversationRequest> parse_messages_request(std::string_view body,

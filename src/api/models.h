@@ -32,8 +32,12 @@ std::vector<ServedModel> served_models_with_deepseek_aliases(std::string name,
 Result<const ServedModel*> resolve_model(const std::vector<ServedModel>& models,
                                          std::string_view requested);
 
-// GET /v1/models: {"object": "list", "data": [{"id", "object": "model", "created",
-// "owned_by"}]}.
+// One served model as OpenAI's model object: {"id", "object": "model", "created",
+// "owned_by"} (GET /v1/models/{model}).
+std::string model_json(const ServedModel& model, int64_t created,
+                       std::string_view owned_by = "fathom");
+
+// GET /v1/models: {"object": "list", "data": [model_json of each]}.
 std::string models_list_json(const std::vector<ServedModel>& models, int64_t created,
                              std::string_view owned_by = "fathom");
 

@@ -138,6 +138,11 @@ constexpr std::string_view kResponsesFields[] = {
     // vLLM (cache_salt), Fathom (retention)
     "cache_salt", "retention"
 };
+// The parameters of POST /v1/responses/input_tokens.
+constexpr std::string_view kInputTokensFields[] = {
+    "model", "input", "instructions", "reasoning", "text", "tools", "tool_choice",
+    "parallel_tool_calls", "truncation", "previous_response_id", "conversation", "personality"
+};
 // clang-format on
 
 }  // namespace
@@ -145,7 +150,10 @@ constexpr std::string_view kResponsesFields[] = {
 Result<ConversationRequest> parse_responses_request(std::string_view body,
                                                     const ResponsesOptions& opt) {
   FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
-  FATHOM_RETURN_IF_ERROR(reject_unknown_fields(r, kResponsesFields, opt.caller_fields));
+  FATHOM_RETURN_IF_ERROR(opt.input_tokens
+                             ? reject_unknown_fields(r, kInputTokensFields, {})
+                             : reject_unknown_fields(r, kResponsesFields, opt.caller_fields));
+  if (opt.input_tokens) FATHOM_RETURN_IF_ERROR(reject_fields(r, {"personality"}));
   if (field(r, "previous_response_id"))
     return bad("'previous_response_id' is not supported; send the whole conversation");
   ConversationRequest req;

@@ -31,6 +31,12 @@ struct ResponsesOptions {
   // Top-level fields the caller reads from the body itself (the server's test hooks), so they
   // are not reported as unknown.
   std::span<const std::string_view> caller_fields;
+  // A body of POST /v1/responses/input_tokens: only the fields that shape the prompt (model,
+  // input, instructions, reasoning, text, tools, tool_choice, parallel_tool_calls, truncation,
+  // previous_response_id, conversation, personality) are parameters; a generation field (stream,
+  // max_output_tokens, temperature, ...) is a 400 naming it. Everything else is read and
+  // checked as for a generation, so the prompt is the one that request would have.
+  bool input_tokens = false;
 };
 
 Result<ConversationRequest> parse_responses_request(std::string_view body,

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -126,10 +127,26 @@ Status read_test_hooks(std::string_view body, const ServerOptions& opt,
   return Status::ok();
 }
 
+// `s` as JavaScript's encodeURIComponent writes it (as clients build a path from a name).
+std::string percent_encoded(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || std::strchr("-_.!~*'()", c) != nullptr) {
+      out += c;
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", u);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 // The JSON body of an error the transport answers itself (unknown path, wrong method, body
 // too large, ...), in the shape of the API behind the path.
 std::string transport_error_json(std::string_view path, int status, const std::string& message) {
-  const bool anthropic = path == "/v1/messages";
+  const bool anthropic = path == "/v1/messages" || path.starts_with("/v1/messages/");
   const char* type = "invalid_request_error";
   const char* code = "invalid_request";
   switch (status) {
@@ -509,6 +526,7 @@ struct Server::Impl {
   }
 
   Reply route(Protocol p, const Request& req);
+  Reply count_tokens(Protocol p, const Request& req);
   Reply completions(const Request& req);
   const char* role_name() const;
   Reply generate(const Request& req);
@@ -1083,6 +1101,41 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
                          std::move(submit), stream_error);
 }
 
+// POST /v1/messages/count_tokens (Anthropic) and POST /v1/responses/input_tokens (OpenAI): the
+// prompt a generation request with these fields would have, rendered and encoded as route()
+// does, counted (what that request's usage would report as its input tokens, cached or not).
+// Not counted as a request of the protocol in /metrics.
+Reply Server::Impl::count_tokens(Protocol p, const Request& req) {
+  if (auto r = unauthorized(p, req)) return std::move(*r);
+  auto fail = [&](const Status& s) {
+    return Reply::of(Response::json(error_status(p, s), error_body(p, s)));
+  };
+  Result<api::ConversationRequest> conv = invalid_argument("unreachable");
+  if (p == Protocol::kMessages) {
+    api::MessagesOptions o;
+    o.count_tokens = true;
+    o.max_body_bytes = opt.max_body_bytes;
+    o.models = &served;
+    conv = api::parse_messages_request(req.body, o);
+  } else {
+    api::ResponsesOptions o;
+    o.input_tokens = true;
+    o.max_body_bytes = opt.max_body_bytes;
+    o.models = &served;
+    conv = api::parse_responses_request(req.body, o);
+  }
+  if (!conv.is_ok()) return fail(conv.status());
+  auto rendered = api::render_api(*conv, api::PromptFormat::kV41);
+  if (!rendered.is_ok()) return fail(rendered.status());
+  auto ids = encoder.encode(*rendered);
+  if (!ids.is_ok()) return fail(ids.status());
+  const std::string n = std::to_string(ids->size());
+  return Reply::of(Response::json(
+      200, p == Protocol::kMessages
+               ? "{\"input_tokens\":" + n + "}"
+               : "{\"object\":\"response.input_tokens\",\"input_tokens\":" + n + "}"));
+}
+
 // OpenAI (legacy) Completions: `prompt` is a string or a list of token ids; the text is
 // continued as is (no chat template).
 Reply Server::Impl::completions(const Request& req) {
@@ -1303,6 +1356,10 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
           [im](const Request& q) { return im->route(Protocol::kMessages, q); });
   h.route("POST", "/v1/responses",
           [im](const Request& q) { return im->route(Protocol::kResponses, q); });
+  h.route("POST", "/v1/messages/count_tokens",
+          [im](const Request& q) { return im->count_tokens(Protocol::kMessages, q); });
+  h.route("POST", "/v1/responses/input_tokens",
+          [im](const Request& q) { return im->count_tokens(Protocol::kResponses, q); });
   h.route("POST", "/v1/completions", [im](const Request& q) { return im->completions(q); });
   h.route("POST", "/generate", [im](const Request& q) { return im->generate(q); });
   h.route(
@@ -1312,6 +1369,18 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
         return Reply::of(Response::json(200, api::models_list_json(im->served, im->started)));
       },
       http::Dispatch::kInline);
+  // GET /v1/models/{model} (OpenAI's retrieve) for each served name, as written and as a client
+  // percent-encodes it (encodeURIComponent: a name with '/' arrives as %2F). Any other name
+  // is the transport's 404.
+  for (const api::ServedModel& m : im->served) {
+    auto model = [im, m](const Request& q) {
+      if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
+      return Reply::of(Response::json(200, api::model_json(m, im->started)));
+    };
+    h.route("GET", "/v1/models/" + m.name, model, http::Dispatch::kInline);
+    if (const std::string e = percent_encoded(m.name); e != m.name)
+      h.route("GET", "/v1/models/" + e, model, http::Dispatch::kInline);
+  }
   // vLLM-style /tokenize and /detokenize (text with added-token matching <-> ids).
   h.route("POST", "/tokenize", [im](const Request& q) {
     if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);

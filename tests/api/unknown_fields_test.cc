@@ -6,6 +6,7 @@
 // linear time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -115,12 +116,75 @@ TEST(UnknownFields, AreA400NamingTheField) {
   }
 }
 
-TEST(UnknownFields, EveryFieldOfTheOfficialClientsIsKnown) {
+// The token-count endpoints (POST /v1/responses/input_tokens, /v1/messages/count_tokens):
+// `create` names the generation request of the same API in sdk_request_fields.json.
+struct TokenCount {
+  const char* name;
+  const char* create;
+  std::string base;
+  bool anthropic;
+  std::function<Status(const std::string&)> parse;
+};
+
+std::vector<TokenCount> token_counts() {
+  return {
+      {"responses_input_tokens", "responses", R"({"model":"m","input":"hi")", false,
+       [](const std::string& b) {
+         ResponsesOptions o;
+         o.input_tokens = true;
+         return parse_responses_request(b, o).status();
+       }},
+      {"messages_count_tokens", "messages",
+       R"({"model":"m","messages":[{"role":"user","content":"hi"}])", true,
+       [](const std::string& b) {
+         MessagesOptions o;
+         o.count_tokens = true;
+         return parse_messages_request(b, o).status();
+       }},
+  };
+}
+
+json sdk_fields() {
   std::ifstream in(std::string(FATHOM_TEST_DATA) + "/api/sdk_request_fields.json");
-  ASSERT_TRUE(in.good());
+  EXPECT_TRUE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();
-  const json sdk = json::parse(ss.str());
+  return json::parse(ss.str());
+}
+
+// Each count takes every field its official client sends, and no field that only the
+// generation request has (max_tokens, stream, temperature, ...): that is a 400 naming it, as
+// the APIs answer.
+TEST(UnknownFields, TokenCountsTakeTheirClientsFieldsAndNoGenerationField) {
+  const json sdk = sdk_fields();
+  for (const TokenCount& c : token_counts()) {
+    SCOPED_TRACE(c.name);
+    ASSERT_TRUE(c.parse(c.base + "}").is_ok()) << c.parse(c.base + "}").message();
+    const json& count = sdk.at(c.name);
+    ASSERT_GE(count.size(), 8u);
+    for (const json& f : count) {
+      const std::string name = f;
+      for (const char* value : {"1", "\"x\"", "true", "{}", "[]"}) {
+        Status s = c.parse(c.base + ",\"" + name + "\":" + value + "}");
+        EXPECT_FALSE(says_unknown(s)) << name << ": " << s.message();
+      }
+    }
+    int generation_only = 0;
+    for (const json& f : sdk.at(c.create)) {
+      const std::string name = f;
+      if (std::find(count.begin(), count.end(), f) != count.end()) continue;
+      ++generation_only;
+      Status s = c.parse(c.base + ",\"" + name + "\":1}");
+      EXPECT_TRUE(says_unknown(s)) << name << ": " << s.message();
+      EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
+      EXPECT_EQ(c.anthropic ? anthropic_http_status_of(s) : http_status_of(s), 400);
+    }
+    EXPECT_GE(generation_only, 5) << "max_tokens, stream, ...";
+  }
+}
+
+TEST(UnknownFields, EveryFieldOfTheOfficialClientsIsKnown) {
+  const json sdk = sdk_fields();
   for (const Protocol& p : protocols()) {
     const json& fields = sdk.at(p.name);
     ASSERT_GT(fields.size(), 10u) << p.name;

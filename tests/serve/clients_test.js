@@ -3,6 +3,7 @@
 // the error shapes, authentication, /v1/completions, /metrics and client disconnects.
 // Usage: node clients_test.js FATHOM NODE_MODULES
 'use strict';
+const fs = require('fs');
 const path = require('path');
 const { startServer, checker } = require('./start_server.js');
 const assert = require('assert');
@@ -164,6 +165,57 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
         model: 'fathom-demo', messages: [{ role: 'user', content: 'Other ' + i }], max_tokens: 10 + i, temperature: 0.9 }));
       const [again] = await Promise.all([openai.chat.completions.create(req), ...others]);
       assert.deepEqual(again.choices[0].message, alone);
+    });
+    await check('token counts (both SDKs) are the prompt a generation would have; models.retrieve', async () => {
+      // Golden: DeepSeek's encoder's prompt for a system + user conversation, thinking off
+      // (tests/data/encoding/v41, case v41-dev-0060); its tokens are what both counts must say.
+      const golden = fs.readFileSync(path.join(__dirname, '../data/encoding/v41/cases_dev.jsonl'), 'utf8')
+        .split('\n').filter(Boolean).map(JSON.parse).find((c) => c.id === 'v41-dev-0060');
+      const [system, user] = golden.messages.map((m) => m.content);
+      const tk = await (await fetch(base + '/tokenize', { method: 'POST', headers: { Authorization: 'Bearer ' + KEY },
+        body: JSON.stringify({ prompt: golden.prompt }) })).json();
+      const a = await anthropic.messages.countTokens({ model: 'deepseek-chat', system,
+        messages: [{ role: 'user', content: user }] });
+      assert.deepEqual(a, { input_tokens: tk.count });
+      const o = await openai.responses.inputTokens.count({ model: 'deepseek-chat', instructions: system, input: user });
+      assert.deepEqual(o, { object: 'response.input_tokens', input_tokens: tk.count });
+      // A conversation with tools, thinking and a tool round trip: the count is what the
+      // generation's usage reports (Anthropic: input plus cache reads and writes).
+      const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object',
+        properties: { city: { type: 'string' } }, required: ['city'] } }];
+      const messages = [{ role: 'user', content: 'Weather in Paris? ' + longText },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '21 C' }] }];
+      const shape = { model: 'fathom-demo', system: [{ type: 'text', text: 'Be brief.' }], tools, messages,
+        thinking: { type: 'enabled', budget_tokens: 2048 } };
+      const counted = (await anthropic.messages.countTokens(shape)).input_tokens;
+      for (let i = 0; i < 2; i++) {  // cold, then from the prefix cache
+        const u = (await anthropic.messages.create({ ...shape, max_tokens: 4096 + 2, stream: false })).usage;
+        assert.equal(counted, u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, JSON.stringify(u));
+      }
+      const input = [{ role: 'user', content: 'Weather in Paris? ' + longText },
+        { type: 'function_call', call_id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' },
+        { type: 'function_call_output', call_id: 'call_1', output: '21 C' }];
+      const oshape = { model: 'fathom-demo', instructions: 'Be brief.', input, reasoning: { effort: 'high' },
+        tools: [{ type: 'function', name: 'get_weather', parameters: tools[0].input_schema }] };
+      const ocount = (await openai.responses.inputTokens.count(oshape)).input_tokens;
+      const r = await openai.responses.create({ ...oshape, max_output_tokens: 2 });
+      assert.equal(ocount, r.usage.input_tokens);
+      assert.notEqual(ocount, counted);
+      // Generation fields are not parameters of a count: a 400 naming them, in each shape.
+      await assert.rejects(anthropic.messages.countTokens({ ...shape, max_tokens: 5 }),
+        (e) => e.status === 400 && e.error.error.type === 'invalid_request_error' && /max_tokens/.test(e.error.error.message));
+      await assert.rejects(openai.responses.inputTokens.count({ ...oshape, max_output_tokens: 5 }),
+        (e) => e.status === 400 && e.error.param === 'max_output_tokens');
+      await assert.rejects(anthropic.messages.countTokens({ model: 'nope', messages: [{ role: 'user', content: 'a' }] }),
+        (e) => e.status === 404 && e.error.error.type === 'not_found_error');
+      const unauthorized = new Anthropic({ apiKey: 'wrong', baseURL: base, maxRetries: 0 });
+      await assert.rejects(unauthorized.messages.countTokens({ model: 'fathom-demo', messages: [{ role: 'user', content: 'a' }] }),
+        (e) => e.status === 401 && e.error.error.type === 'authentication_error');
+      const m = await openai.models.retrieve('deepseek-reasoner');
+      assert.equal(m.id, 'deepseek-reasoner');
+      assert.equal(m.object, 'model');
+      await assert.rejects(openai.models.retrieve('no-such-model'), (e) => e.status === 404);
     });
     await check('errors come in each protocol\'s shape', async () => {
       await assert.rejects(openai.chat.completions.create({ model: 'fathom-demo', messages: [] }),

@@ -1,6 +1,7 @@
 // Writes sdk_request_fields.json: the top-level body fields of the official clients'
-// request types (openai's ChatCompletionCreateParamsBase, CompletionCreateParamsBase and
-// ResponseCreateParamsBase; @anthropic-ai/sdk's MessageCreateParamsBase, body params only),
+// request types (openai's ChatCompletionCreateParamsBase, CompletionCreateParamsBase,
+// ResponseCreateParamsBase and InputTokenCountParams; @anthropic-ai/sdk's
+// MessageCreateParamsBase and MessageCountTokensParams, body params only),
 // read from the type declarations of the versions scripts/fetch-oracles.sh installs.
 // Usage: node make_sdk_request_fields.js [NODE_MODULES] > sdk_request_fields.json
 'use strict';
@@ -41,5 +42,9 @@ const result = {
   responses: members('openai/resources/responses/responses.d.ts', 'ResponseCreateParamsBase'),
   messages: members('@anthropic-ai/sdk/resources/messages/messages.d.ts',
                     'MessageCreateParamsBase'),
+  responses_input_tokens: members('openai/resources/responses/input-tokens.d.ts',
+                                  'InputTokenCountParams'),
+  messages_count_tokens: members('@anthropic-ai/sdk/resources/messages/messages.d.ts',
+                                 'MessageCountTokensParams'),
 };
 process.stdout.write(JSON.stringify(result, null, 1) + '\n');

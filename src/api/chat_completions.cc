@@ -98,6 +98,12 @@ constexpr std::string_view kChatFields[] = {
     // DeepSeek (thinking), Fathom (retention)
     "thinking", "retention"
 };
+// The parameters of vLLM's TokenizeChatRequest (POST /tokenize with messages).
+constexpr std::string_view kTokenizeChatFields[] = {
+    "model", "messages", "tools", "chat_template_kwargs", "add_generation_prompt",
+    "continue_final_message", "chat_template", "mm_processor_kwargs", "media_io_kwargs",
+    "add_special_tokens", "return_token_strs"
+};
 // clang-format on
 
 // OpenAI and vLLM request fields this build does not implement (a 400 naming the field), and
@@ -105,10 +111,10 @@ constexpr std::string_view kChatFields[] = {
 // output by definition (metadata, user, safety_identifier, prompt_cache_key) are accepted.
 Status reject_unimplemented(const Value& r) {
   FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r));
-  FATHOM_RETURN_IF_ERROR(
-      reject_fields(r, {"audio", "prediction", "web_search_options", "functions", "function_call",
-                        "best_of", "chat_template", "documents", "mm_processor_kwargs",
-                        "moderation", "prompt_cache_options", "prompt_cache_retention"}));
+  FATHOM_RETURN_IF_ERROR(reject_fields(
+      r, {"audio", "prediction", "web_search_options", "functions", "function_call", "best_of",
+          "chat_template", "documents", "mm_processor_kwargs", "media_io_kwargs", "moderation",
+          "prompt_cache_options", "prompt_cache_retention"}));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "parallel_tool_calls", true));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "store", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "echo", false));
@@ -139,7 +145,8 @@ Status reject_unimplemented(const Value& r) {
 
 Result<ConversationRequest> parse_chat_request(std::string_view body, const ChatOptions& opt) {
   FATHOM_ASSIGN_OR_RETURN(const Value r, parse_body_object(body, opt.max_body_bytes));
-  FATHOM_RETURN_IF_ERROR(reject_unknown_fields(r, kChatFields, opt.caller_fields));
+  FATHOM_RETURN_IF_ERROR(opt.tokenize ? reject_unknown_fields(r, kTokenizeChatFields, {})
+                                      : reject_unknown_fields(r, kChatFields, opt.caller_fields));
   ConversationRequest req;
   FATHOM_RETURN_IF_ERROR(read_model_and_stream(r, req));
   FATHOM_ASSIGN_OR_RETURN(const bool default_thinking,

@@ -28,6 +28,13 @@ struct ChatOptions {
   // Top-level fields the caller reads from the body itself (the server's test hooks), so they
   // are not reported as unknown.
   std::span<const std::string_view> caller_fields;
+  // A conversation body of vLLM's POST /tokenize (its TokenizeChatRequest): only its fields
+  // (model, messages, tools, chat_template_kwargs, add_generation_prompt,
+  // continue_final_message, chat_template, mm_processor_kwargs, media_io_kwargs, and
+  // add_special_tokens and return_token_strs, which api/tokenize.h reads) are parameters;
+  // the rest is read and checked as for a generation, so the prompt is the one that request
+  // would have.
+  bool tokenize = false;
 };
 
 Result<ConversationRequest> parse_chat_request(std::string_view body, const ChatOptions& options);

@@ -24,6 +24,7 @@
 #include "api/openai_responses.h"
 #include "api/sglang_generate.h"
 #include "api/stop_matcher.h"
+#include "api/tokenize.h"
 #include "core/json_write.h"
 #include "core/py_json.h"
 #include "core/utf8.h"
@@ -527,6 +528,8 @@ struct Server::Impl {
 
   Reply route(Protocol p, const Request& req);
   Reply count_tokens(Protocol p, const Request& req);
+  Reply tokenize(const Request& req);
+  Reply detokenize(const Request& req);
   Reply completions(const Request& req);
   const char* role_name() const;
   Reply generate(const Request& req);
@@ -1136,6 +1139,50 @@ Reply Server::Impl::count_tokens(Protocol p, const Request& req) {
                : "{\"object\":\"response.input_tokens\",\"input_tokens\":" + n + "}"));
 }
 
+// vLLM's POST /tokenize: a prompt's ids (added tokens matched, the post-processor's template
+// when add_special_tokens), or a conversation's as a Chat Completions request renders it.
+Reply Server::Impl::tokenize(const Request& req) {
+  const Protocol p = Protocol::kCompletions;
+  if (auto r = unauthorized(p, req)) return std::move(*r);
+  auto fail = [&](const Status& s) {
+    return Reply::of(Response::json(error_status(p, s), error_body(p, s)));
+  };
+  api::ChatOptions o;
+  o.max_body_bytes = opt.max_body_bytes;
+  o.models = &served;
+  auto tr = api::parse_tokenize_request(req.body, o);
+  if (!tr.is_ok()) return fail(tr.status());
+  Result<std::vector<int32_t>> ids = invalid_argument("unreachable");
+  if (tr->chat) {
+    auto rendered = api::render_api(*tr->chat, api::PromptFormat::kV41);
+    if (!rendered.is_ok()) return fail(rendered.status());
+    ids = encoder.encode(*rendered);
+  } else {
+    ids = tok.encode(tr->prompt, {.add_special_tokens = tr->add_special_tokens});
+  }
+  if (!ids.is_ok()) return fail(ids.status());
+  std::vector<std::string_view> strs;
+  if (tr->return_token_strs)
+    for (int32_t id : *ids) strs.push_back(tok.spelling(id));
+  return Reply::of(
+      Response::json(200, api::tokenize_response_json(*ids, opt.context_length,
+                                                      tr->return_token_strs ? &strs : nullptr)));
+}
+
+// vLLM's POST /detokenize: the ids' text (HF's ByteLevel decoding).
+Reply Server::Impl::detokenize(const Request& req) {
+  const Protocol p = Protocol::kCompletions;
+  if (auto r = unauthorized(p, req)) return std::move(*r);
+  api::ChatOptions o;
+  o.max_body_bytes = opt.max_body_bytes;
+  o.models = &served;
+  auto ids = api::parse_detokenize_request(req.body, o);
+  Result<std::string> text = ids.is_ok() ? tok.decode(*ids) : Result<std::string>(ids.status());
+  if (!text.is_ok())
+    return Reply::of(Response::json(error_status(p, text.status()), error_body(p, text.status())));
+  return Reply::of(Response::json(200, "{\"prompt\":" + quote(*text) + "}"));
+}
+
 // OpenAI (legacy) Completions: `prompt` is a string or a list of token ids; the text is
 // continued as is (no chat template).
 Reply Server::Impl::completions(const Request& req) {
@@ -1381,38 +1428,9 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
     if (const std::string e = percent_encoded(m.name); e != m.name)
       h.route("GET", "/v1/models/" + e, model, http::Dispatch::kInline);
   }
-  // vLLM-style /tokenize and /detokenize (text with added-token matching <-> ids).
-  h.route("POST", "/tokenize", [im](const Request& q) {
-    if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
-    auto body = pyjson::parse(q.body);
-    const Value* t = body.is_ok() && body->is_object() ? body->find("prompt") : nullptr;
-    if (t == nullptr || !t->is_string())
-      return im->send_error(Protocol::kCompletions, invalid_argument("'prompt' must be a string"));
-    auto ids = im->tok.encode(t->text);
-    if (!ids.is_ok()) return im->send_error(Protocol::kCompletions, ids.status());
-    std::string out = "{\"tokens\":";
-    json::append_int_array(out, *ids);
-    out += ",\"count\":" + std::to_string(ids->size()) + "}";
-    return Reply::of(Response::json(200, std::move(out)));
-  });
-  h.route("POST", "/detokenize", [im](const Request& q) {
-    if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
-    auto body = pyjson::parse(q.body);
-    const Value* t = body.is_ok() && body->is_object() ? body->find("tokens") : nullptr;
-    std::vector<int32_t> ids;
-    bool ok = t != nullptr && t->is_array();
-    for (size_t i = 0; ok && i < t->items.size(); ++i) {
-      int64_t x = 0;
-      ok = t->items[i].int_fits_int64(&x) && x >= 0 && x <= INT32_MAX;
-      ids.push_back(int32_t(x));
-    }
-    if (!ok)
-      return im->send_error(Protocol::kCompletions,
-                            invalid_argument("'tokens' must be a list of token ids"));
-    auto text = im->tok.decode(ids);
-    if (!text.is_ok()) return im->send_error(Protocol::kCompletions, text.status());
-    return Reply::of(Response::json(200, "{\"prompt\":" + quote(*text) + "}"));
-  });
+  // vLLM's /tokenize (a prompt with added-token matching, or a conversation) and /detokenize.
+  h.route("POST", "/tokenize", [im](const Request& q) { return im->tokenize(q); });
+  h.route("POST", "/detokenize", [im](const Request& q) { return im->detokenize(q); });
   // Served on the io threads: never behind the workers, and they only read the engine's
   // counters (a short lock).
   h.route(

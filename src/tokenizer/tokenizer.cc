@@ -295,6 +295,13 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
   return impl_->id_bytes[size_t(id)];
 }
 
+std::string_view Tokenizer::spelling(int32_t id) const {
+  if (const tok::AddedToken* a = impl_->added.by_id(id)) return a->content;
+  const auto& sp = impl_->bpe->id_spelling();
+  if (id < 0 || size_t(id) >= sp.size()) return {};
+  return sp[size_t(id)];
+}
+
 bool Tokenizer::is_added(int32_t id) const {
   return id >= 0 && size_t(id) < impl_->id_kind.size() && impl_->id_kind[size_t(id)] >= 2;
 }

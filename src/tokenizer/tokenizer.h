@@ -75,6 +75,9 @@ class Tokenizer {
   int32_t id_of(std::string_view spelling) const;
   // The raw bytes id decodes to (empty for an unknown id).
   std::string_view token_bytes(int32_t id) const;
+  // The token as tokenizer.json spells it (HF's id_to_token, vLLM's token_strs): an added
+  // token's content, else the vocabulary entry as written (empty for an unknown id).
+  std::string_view spelling(int32_t id) const;
   bool is_added(int32_t id) const;
   bool is_special(int32_t id) const;
   // One past the largest id.

@@ -18,6 +18,7 @@
 #include "api/completions.h"
 #include "api/errors.h"
 #include "api/openai_responses.h"
+#include "api/tokenize.h"
 
 namespace fathom::api {
 namespace {
@@ -181,6 +182,49 @@ TEST(UnknownFields, TokenCountsTakeTheirClientsFieldsAndNoGenerationField) {
     }
     EXPECT_GE(generation_only, 5) << "max_tokens, stream, ...";
   }
+}
+
+// vLLM's POST /tokenize takes the fields of its TokenizeCompletionRequest (a prompt) or
+// TokenizeChatRequest (a conversation), as vllm/entrypoints/serve/tokenize/protocol.py
+// defines them, and nothing else: a generation field is a 400 naming it.
+TEST(UnknownFields, TokenizeTakesVllmsFieldsAndNoGenerationField) {
+  const std::string prompt = R"({"model":"m","prompt":"hi")";
+  const std::string chat = R"({"model":"m","messages":[{"role":"user","content":"hi"}])";
+  auto parse = [](const std::string& b) {
+    return parse_tokenize_request(b, ChatOptions{}).status();
+  };
+  ASSERT_TRUE(parse(prompt + "}").is_ok());
+  ASSERT_TRUE(parse(chat + "}").is_ok());
+  for (const char* f : {"model", "prompt", "add_special_tokens", "return_token_strs"})
+    for (const char* value : {"1", "\"x\"", "true", "{}", "[]"})
+      EXPECT_FALSE(says_unknown(parse(prompt + ",\"" + f + "\":" + value + "}"))) << f;
+  for (const char* f : {"model", "messages", "add_generation_prompt", "return_token_strs",
+                        "continue_final_message", "add_special_tokens", "chat_template",
+                        "chat_template_kwargs", "media_io_kwargs", "mm_processor_kwargs", "tools"})
+    for (const char* value : {"1", "\"x\"", "true", "{}", "[]"})
+      EXPECT_FALSE(says_unknown(parse(chat + ",\"" + f + "\":" + value + "}"))) << f;
+  for (const char* f : {"max_tokens", "temperature", "stream", "n", "seed", "messages_x"}) {
+    for (const std::string& base : {prompt, chat}) {
+      Status s = parse(base + ",\"" + f + "\":1}");
+      EXPECT_TRUE(says_unknown(s)) << f << ": " << s.message();
+      EXPECT_EQ(json::parse(openai_error_json(s))["error"]["param"], f);
+    }
+  }
+  // /detokenize: vLLM's DetokenizeRequest (model, tokens).
+  auto detok = [](const std::string& b) { return parse_detokenize_request(b, ChatOptions{}); };
+  EXPECT_EQ(*detok(R"({"model":"m","tokens":[1,2]})"), (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(says_unknown(detok(R"({"tokens":[1],"skip_special_tokens":true})").status()));
+  EXPECT_FALSE(detok(R"({"tokens":[-1]})").is_ok());
+  EXPECT_FALSE(detok(R"({"tokens":[1.5]})").is_ok());
+  // vLLM's defaults: add_special_tokens true for a prompt, false for a conversation.
+  EXPECT_TRUE(parse_tokenize_request(prompt + "}", {})->add_special_tokens);
+  EXPECT_FALSE(
+      parse_tokenize_request(prompt + R"(,"add_special_tokens":false})", {})->add_special_tokens);
+  auto c = parse_tokenize_request(chat + R"(,"return_token_strs":true})", {});
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE(c->chat.has_value());
+  EXPECT_TRUE(c->return_token_strs);
+  EXPECT_FALSE(c->add_special_tokens);
 }
 
 TEST(UnknownFields, EveryFieldOfTheOfficialClientsIsKnown) {

@@ -166,7 +166,7 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       const [again] = await Promise.all([openai.chat.completions.create(req), ...others]);
       assert.deepEqual(again.choices[0].message, alone);
     });
-    await check('token counts (both SDKs) are the prompt a generation would have; models.retrieve', async () => {
+    await check('token counts (both SDKs, vLLM /tokenize) are the prompt a generation would have; models.retrieve', async () => {
       // Golden: DeepSeek's encoder's prompt for a system + user conversation, thinking off
       // (tests/data/encoding/v41, case v41-dev-0060); its tokens are what both counts must say.
       const golden = fs.readFileSync(path.join(__dirname, '../data/encoding/v41/cases_dev.jsonl'), 'utf8')
@@ -179,6 +179,25 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       assert.deepEqual(a, { input_tokens: tk.count });
       const o = await openai.responses.inputTokens.count({ model: 'deepseek-chat', instructions: system, input: user });
       assert.deepEqual(o, { object: 'response.input_tokens', input_tokens: tk.count });
+      // vLLM's /tokenize of the conversation: the golden prompt's ids, which the Chat
+      // generation's usage counts too.
+      const tokenize = async (body) => (await fetch(base + '/tokenize', { method: 'POST',
+        headers: { Authorization: 'Bearer ' + KEY }, body: JSON.stringify(body) })).json();
+      const chatMessages = [{ role: 'system', content: system }, { role: 'user', content: user }];
+      const tc = await tokenize({ model: 'deepseek-chat', messages: chatMessages });
+      assert.deepEqual(tc.tokens, tk.tokens);
+      assert.equal(tc.count, tk.count);
+      assert.ok(tc.max_model_len > tc.count && tc.token_strs === null, JSON.stringify(tc));
+      const cu = (await openai.chat.completions.create({ model: 'deepseek-chat', messages: chatMessages, max_tokens: 1 })).usage;
+      assert.equal(cu.prompt_tokens, tc.count);
+      // token_strs in the byte-level alphabet (a space is 'Ġ'), one per id.
+      const ts = await tokenize({ prompt: 'Hello tokenizer world', return_token_strs: true });
+      assert.equal(ts.token_strs.length, ts.count);
+      assert.equal(ts.token_strs.join('').replace(/\u0120/g, ' '), 'Hello tokenizer world');
+      const bad = await fetch(base + '/tokenize', { method: 'POST', headers: { Authorization: 'Bearer ' + KEY },
+        body: JSON.stringify({ messages: chatMessages, max_tokens: 3 }) });
+      assert.equal(bad.status, 400);
+      assert.equal((await bad.json()).error.param, 'max_tokens');
       // A conversation with tools, thinking and a tool round trip: the count is what the
       // generation's usage reports (Anthropic: input plus cache reads and writes).
       const tools = [{ name: 'get_weather', description: 'Weather', input_schema: { type: 'object',

@@ -2,6 +2,8 @@
 // (tests/data/tokenizer, copied from shared/golden/tokenizer).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "core/utf8.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/test_util.h"
@@ -50,6 +52,25 @@ TEST(GoldenTokenizer, EncodePlainMatchesHfWithoutAddedTokens) {
       if (++bad > 10) break;
     }
   }
+}
+
+// spelling() is the file's own spelling of every id (HF's id_to_token): an added token's
+// content, else the vocabulary entry; nothing for an id the file does not have.
+TEST(GoldenTokenizer, SpellingIsTheFilesEntryForEveryId) {
+  const Tokenizer& tok = deepseek();
+  const nlohmann::json file = nlohmann::json::parse(deepseek_json());
+  std::map<int64_t, std::string> want;
+  for (const auto& [text, id] : file["model"]["vocab"].items()) want[id.get<int64_t>()] = text;
+  for (const auto& a : file["added_tokens"]) want[a["id"].get<int64_t>()] = a["content"];
+  ASSERT_GT(want.size(), 128000u);
+  size_t bad = 0;
+  for (const auto& [id, text] : want) {
+    if (tok.spelling(int32_t(id)) != text && ++bad <= 5)
+      ADD_FAILURE() << id << ": " << tok.spelling(int32_t(id)) << " != " << text;
+  }
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(tok.spelling(-1), "");
+  EXPECT_EQ(tok.spelling(int32_t(tok.vocab_size()) + 5), "");
 }
 
 TEST(GoldenTokenizer, EncodePlainIntoAppends) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "kernels/argmax.h"
@@ -24,13 +25,17 @@ const float* penalized(const float* logits, int64_t vocab, const SamplingParams&
   scratch.logits.assign(logits, logits + vocab);
   float* l = scratch.logits.data();
   if (p.repetition_penalty != 1.0f) {
-    // Each id seen in the prompt or the output once, marked and unmarked in place.
+    // Each id seen in the prompt or the output once, marked and unmarked in place. A penalty
+    // too small for a float (the API's (0, 10] read as a float can be 0 or subnormal) is the
+    // smallest normal one, and a logit it divides stays finite: the largest float, not inf,
+    // so the softmax below never subtracts inf from inf.
+    const float rp = std::max(p.repetition_penalty, std::numeric_limits<float>::min());
     std::vector<uint8_t>& seen = scratch.seen;
     if (int64_t(seen.size()) < vocab) seen.assign(size_t(vocab), 0);
     auto penalize = [&](int32_t t) {
       if (t < 0 || t >= vocab || seen[size_t(t)]) return;
       seen[size_t(t)] = 1;
-      l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
+      l[t] = l[t] > 0 ? std::min(l[t] / rp, std::numeric_limits<float>::max()) : l[t] * rp;
     };
     for (int32_t t : prompt) penalize(t);
     for (int32_t t : generated) penalize(t);
@@ -52,13 +57,20 @@ const float* penalized(const float* logits, int64_t vocab, const SamplingParams&
   return l;
 }
 
+// Whether p samples greedily: temperature 0, or one so small that 1/T is not a finite float
+// (its limit: softmax(l / T) puts all the mass on the maximum, where exp((l - top) / T)
+// would compute 0 * inf).
+bool greedy(const SamplingParams& p) {
+  return p.temperature <= 0.0f || !std::isfinite(1.0f / p.temperature);
+}
+
 }  // namespace
 
 void token_logprob(const float* logits, int64_t vocab, const SamplingParams& p,
                    std::span<const int32_t> prompt, std::span<const int32_t> generated,
                    int32_t token, int top_n, SamplerScratch& scratch, TokenLogprob* out) {
   const float* l = penalized(logits, vocab, p, prompt, generated, scratch);
-  const double scale = p.temperature > 0.0f ? 1.0 / double(p.temperature) : 1.0;
+  const double scale = greedy(p) ? 1.0 : 1.0 / double(p.temperature);
   float top = l[0];
   for (int64_t i = 1; i < vocab; ++i) top = std::max(top, l[i]);
   double sum = 0;
@@ -96,7 +108,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
                      uint64_t request, uint64_t position, SamplerScratch& scratch,
                      std::span<const int32_t> allowed) {
   const float* l = penalized(logits, vocab, p, prompt, generated, scratch);
-  if (p.temperature <= 0.0f) {
+  if (greedy(p)) {
     if (!allowed.empty()) {
       int32_t best = allowed[0];
       for (int32_t i : allowed)
@@ -155,7 +167,8 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
       std::partial_sort(order.begin(), order.begin() + k, order.end(), by_prob);
       double acc = 0;
       size_t keep = 0;
-      while (keep < k && acc < want) acc += prob[order[keep++]];
+      // At least the most likely id: a top_p too small for a float is 0 (want 0).
+      while (keep < k && (keep == 0 || acc < want)) acc += prob[order[keep++]];
       if (acc >= want || k == order.size()) {
         // The kept ids in descending order, gathered into the spare buffers.
         scratch.cand2.resize(keep);

@@ -13,7 +13,8 @@
 namespace fathom::engine {
 
 struct SamplingParams {
-  float temperature = 1.0f;         // 0 = greedy (argmax, ties to the lower id)
+  float temperature = 1.0f;         // 0 = greedy (argmax, ties to the lower id); so is a T
+                                    // whose 1/T overflows a float (the limit)
   int top_k = 0;                    // 0 = off
   float top_p = 1.0f;               // 1 = off
   float min_p = 0.0f;               // 0 = off

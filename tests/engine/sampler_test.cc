@@ -89,6 +89,48 @@ TEST(Sampler, PenaltiesChangeTheLogitsByTheirRules) {
   EXPECT_EQ(sample_token(l.data(), 3, r, prompt, {}, 0, 0, scratch), 2);
 }
 
+// Parameters at the edge of a float (the API reads them as doubles: top_p 1e-300 or
+// temperature 1e-40 are valid there): each draw is the parameter's limit, never a crash or
+// NaN. top_p -> 0 keeps only the most likely id (a nucleus holds at least one); T -> 0 is the
+// argmax; a repetition penalty -> 0 sends a positive seen logit to the top (finitely).
+TEST(Sampler, ParametersTooSmallForAFloatSampleTheirLimit) {
+  std::vector<float> l = {1.0f, 3.0f, 2.0f, -1.0f, 2.5f};
+  SamplerScratch scratch;
+  for (int i = 0; i < 50; ++i) {
+    SamplingParams p;
+    p.seed = uint64_t(i);
+    p.top_p = float(1e-300);  // 0 as a float
+    EXPECT_EQ(sample_token(l.data(), 5, p, {}, {}, 0, uint64_t(i), scratch), 1);
+    p.top_p = 1.0f;
+    p.min_p = 0.5f;
+    p.temperature = 1e-40f;  // subnormal: 1/T overflows
+    EXPECT_EQ(sample_token(l.data(), 5, p, {}, {}, 0, uint64_t(i), scratch), 1);
+    p.temperature = 1e-30f;  // 1/T finite: exp((l - top) / T) is 1 at the top, 0 elsewhere
+    EXPECT_EQ(sample_token(l.data(), 5, p, {}, {}, 0, uint64_t(i), scratch), 1);
+  }
+  // Repetition penalty 1e-300 (0 as a float) on the prompt's token 2 (logit 2 > 0): it goes
+  // to the top, greedy or sampled; a seen negative logit goes to 0.
+  SamplingParams r;
+  r.repetition_penalty = float(1e-300);
+  std::vector<int32_t> prompt = {2, 3};
+  r.temperature = 0;
+  EXPECT_EQ(sample_token(l.data(), 5, r, prompt, {}, 0, 0, scratch), 2);
+  r.temperature = 1.0f;
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(sample_token(l.data(), 5, r, prompt, {}, 0, uint64_t(i), scratch), 2);
+  TokenLogprob lp;
+  token_logprob(l.data(), 5, r, prompt, {}, 2, 5, scratch, &lp);
+  EXPECT_EQ(lp.logprob, 0.0f);  // all the mass
+  ASSERT_EQ(lp.top_count, 5);
+  EXPECT_EQ(lp.top[0].first, 2);
+  for (int k = 1; k < 5; ++k) EXPECT_LT(lp.top[size_t(k)].second, -1e30f);  // no NaN
+  // A temperature whose 1/T overflows takes the logits as they are, as greedy does.
+  SamplingParams tiny;
+  tiny.temperature = 1e-40f;
+  token_logprob(l.data(), 5, tiny, {}, {}, 1, 0, scratch, &lp);
+  EXPECT_NEAR(lp.logprob, std::log(softmax(l, 1.0)[1]), 1e-6);
+}
+
 TEST(Sampler, DrawsDependOnlyOnSeedRequestAndPosition) {
   EXPECT_EQ(counter_uniform(5, 1, 9), counter_uniform(5, 1, 9));
   EXPECT_NE(counter_uniform(5, 1, 9), counter_uniform(5, 1, 10));

@@ -199,6 +199,34 @@ function logSoftmaxAt(row, i) {
       assert.equal(ok.object, 'chat.completion');
     });
 
+    await check('parameters too small for a float sample their limit on every protocol (no crash)', async () => {
+      // Valid as JSON doubles, 0 or subnormal as the engine's floats: top_p -> 0 keeps only the
+      // most likely token and T -> 0 is greedy, so both answer what temperature 0 answers; a
+      // repetition penalty -> 0 still answers. The server stays up for every protocol.
+      const messages = [{ role: 'user', content: 'Count to five' }];
+      const greedy = (await openai.chat.completions.create({ model: 'deepseek-chat', messages, max_tokens: 8,
+        temperature: 0 })).choices[0].message.content;
+      for (const extra of [{ temperature: 1, top_p: 1e-300, seed: 3 }, { temperature: 1e-40, seed: 3 },
+                           { temperature: 1e-40, min_p: 0.5, seed: 3 }]) {
+        const r = await openai.chat.completions.create({ model: 'deepseek-chat', messages, max_tokens: 8, ...extra });
+        assert.equal(r.choices[0].message.content, greedy, JSON.stringify(extra));
+      }
+      const small = { top_p: 1e-50, repetition_penalty: 1e-300 };
+      for (const [p, body] of [
+        ['/v1/chat/completions', { model: 'deepseek-chat', messages, max_tokens: 4, ...small, logprobs: true, top_logprobs: 3 }],
+        ['/v1/completions', { model: 'fathom-demo', prompt: 'abc', max_tokens: 4, ...small }],
+        ['/v1/messages', { model: 'deepseek-chat', messages, max_tokens: 4, top_p: 1e-50, temperature: 1e-45 }],
+        ['/v1/responses', { model: 'deepseek-chat', input: 'abc', max_output_tokens: 4, top_p: 1e-46 }],
+        ['/generate', { text: 'abc', sampling_params: { max_new_tokens: 4, ...small } }]]) {
+        const r = await post(p, body);
+        assert.equal(r.status, 200, p + ' ' + await r.text());
+        const j = await r.json();
+        if (p === '/v1/chat/completions')
+          for (const c of j.choices[0].logprobs.content) assert.ok(Number.isFinite(c.logprob), JSON.stringify(c));
+      }
+      assert.equal((await fetch(base + '/health')).status, 200);
+    });
+
     await check('unsupported inputs are a 400 naming them, never dropped', async () => {
       const image = { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } };
       await assert.rejects(openai.chat.completions.create({ model: 'deepseek-chat', max_tokens: 2,

@@ -138,6 +138,9 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     return bad("speed: only \"standard\" is supported by this server");
   if (const Value* m = field(r, "metadata"); m && !m->is_object())
     return bad("metadata: must be an object");
+  if (const Value* m = field(r, "metadata"); m && m->is_object())
+    if (const Value* u = field(*m, "user_id"); u && !u->is_null() && !u->is_string())
+      return bad("metadata.user_id: Input should be a valid string");
   if (const Value* t = field(r, "service_tier")) {
     if (!t->is_string() || (t->text != "auto" && t->text != "standard_only"))
       return bad("service_tier: must be \"auto\" or \"standard_only\"");
@@ -162,6 +165,9 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   FATHOM_RETURN_IF_ERROR(read_cache_controls(r, req.sampling.cache_control_ttl_ms));
   FATHOM_RETURN_IF_ERROR(read_retention(r, req.sampling, true));
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
+  // Anthropic's range is [0, 1] (OpenAI's [0, 2]).
+  if (req.sampling.temperature && *req.sampling.temperature > 1)
+    return bad("temperature: Input should be less than or equal to 1");
   if (const Value* v = field(r, "top_k")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "top_k"));
     if (k < 0) return bad("top_k: must not be negative");
@@ -386,6 +392,11 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
       continue;
     }
     if (!content->is_array()) return bad(where + ".content: must be a string or a list of blocks");
+    // An empty list would drop the turn from the prompt (Anthropic's API refuses it too).
+    if (content->items.empty())
+      return bad(where +
+                 ": all messages must have non-empty content except for the optional final "
+                 "assistant message");
     Value user_blocks = Value::array();
     auto flush_user = [&]() {
       if (user_blocks.items.empty()) return;

@@ -1,5 +1,6 @@
 #include "api/openai_responses.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -116,10 +117,33 @@ Status reject_unimplemented(const Value& r) {
       }
     }
   }
-  if (const Value* text = field(r, "text")) {
-    const Value* v = text->is_object() ? field(*text, "verbosity") : nullptr;
-    if (v != nullptr && (!v->is_string() || v->text != "medium"))
+  // `text` and `reasoning` are objects of known keys (a wrong type or a misspelt key was
+  // silently ignored before).
+  auto object_of = [](const Value& v, const std::string& where,
+                      std::initializer_list<std::string_view> keys) -> Status {
+    if (!v.is_object()) return bad("'" + where + "' must be an object");
+    for (const std::string& k : v.keys)
+      if (std::find(keys.begin(), keys.end(), k) == keys.end())
+        return bad("'" + where + "." + k.substr(0, 64) + "' is not a parameter of this API");
+    return Status::ok();
+  };
+  if (const Value* text = field(r, "text"); text && !text->is_null()) {
+    FATHOM_RETURN_IF_ERROR(object_of(*text, "text", {"format", "verbosity"}));
+    const Value* v = field(*text, "verbosity");
+    if (v != nullptr && !v->is_null() && (!v->is_string() || v->text != "medium"))
       return bad("'text.verbosity' other than \"medium\" is not supported by this server");
+    if (const Value* f = field(*text, "format"); f && !f->is_null())
+      FATHOM_RETURN_IF_ERROR(
+          object_of(*f, "text.format", {"type", "name", "schema", "description", "strict"}));
+  }
+  if (const Value* rs = field(r, "reasoning"); rs && !rs->is_null()) {
+    FATHOM_RETURN_IF_ERROR(object_of(*rs, "reasoning", {"effort", "summary", "generate_summary"}));
+    for (const char* k : {"summary", "generate_summary"}) {
+      const Value* v = field(*rs, k);
+      if (v != nullptr && !v->is_null() &&
+          (!v->is_string() || (v->text != "auto" && v->text != "concise" && v->text != "detailed")))
+        return bad("'reasoning." + std::string(k) + "' must be auto, concise or detailed");
+    }
   }
   return Status::ok();
 }
@@ -172,7 +196,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
   req.thinking = default_thinking;
   if (const Value* rs = field(r, "reasoning")) {
-    if (const Value* e = rs->is_object() ? field(*rs, "effort") : nullptr) {
+    if (const Value* e = rs->is_object() ? field(*rs, "effort") : nullptr; e && !e->is_null()) {
       if (!e->is_string()) return bad("'reasoning.effort' must be a string");
       const std::string& n = e->text;
       if (n == "none") {
@@ -192,7 +216,7 @@ Result<ConversationRequest> parse_responses_request(std::string_view body,
     }
   }
   if (const Value* text = field(r, "text")) {
-    if (const Value* f = text->is_object() ? field(*text, "format") : nullptr) {
+    if (const Value* f = text->is_object() ? field(*text, "format") : nullptr; f && !f->is_null()) {
       const Value* type = f->is_object() ? field(*f, "type") : nullptr;
       if (type == nullptr || !type->is_string()) return bad("'text.format.type' is required");
       if (type->text == "json_object") {

@@ -39,6 +39,15 @@ TEST(MessagesRequest, ValidationRules) {
                   "max_tokens: Field required");
   expect_rejected(body(R"("max_tokens": 0)"), "max_tokens");
   expect_rejected(body(R"("temperature": 3)"), "temperature");
+  expect_rejected(body(R"("temperature": 1.5)"),
+                  "temperature: Input should be less than or equal to 1");
+  expect_rejected(body(R"("metadata": {"user_id": 5})"), "metadata.user_id");
+  expect_rejected(body("", R"([{"role":"user","content":[]}])"), "non-empty content");
+  expect_rejected(
+      body(
+          "",
+          R"([{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":[]}])"),
+      "messages.2: all messages must have non-empty content");
   expect_rejected(body(R"("top_p": 0)"), "top_p");
   expect_rejected(body(R"("stop_sequences": [""])"), "non-empty string");
   expect_rejected(

@@ -52,6 +52,26 @@ TEST(ResponsesRequest, ValidationRules) {
   expect_rejected(R"({"input":[{"role":"tool","content":"x"}]})", "unsupported role");
   expect_rejected(R"({"input":[{"type":"web_search_call"}]})", "unsupported input item type");
   expect_rejected(R"({"input":"see <｜deepseek_image｜>"})", "is not allowed");
+  // text and reasoning are objects of OpenAI's keys (ResponseTextConfig, Reasoning).
+  for (const char* v : {"\"x\"", "5", "[]", "true"}) {
+    expect_rejected(std::string(R"({"input":"hi","text":)") + v + "}", "'text' must be an object");
+    expect_rejected(std::string(R"({"input":"hi","reasoning":)") + v + "}",
+                    "'reasoning' must be an object");
+  }
+  expect_rejected(R"({"input":"hi","text":{"bogus":1}})", "'text.bogus'");
+  expect_rejected(R"({"input":"hi","text":{"format":"json"}})", "'text.format' must be an object");
+  expect_rejected(R"({"input":"hi","text":{"format":{"type":"text","bogus":1}}})",
+                  "'text.format.bogus'");
+  expect_rejected(R"({"input":"hi","reasoning":{"effort":"high","bogus":1}})", "'reasoning.bogus'");
+  expect_rejected(R"({"input":"hi","reasoning":{"summary":"verbose"}})", "'reasoning.summary'");
+  for (
+      const char* ok :
+      {R"({"input":"hi","text":null,"reasoning":null})",
+       R"({"input":"hi","text":{"format":null,"verbosity":null},"reasoning":{"effort":null}})",
+       R"({"input":"hi","reasoning":{"effort":"high","summary":"auto"},"text":{"verbosity":"medium"}})",
+       R"({"input":"json please","text":{"format":{"type":"json_schema","name":"x","strict":true,"description":"d","schema":{"type":"object"}}}})"})
+    EXPECT_TRUE(parse_responses_request(ok, {}).is_ok())
+        << ok << ": " << parse_responses_request(ok, {}).status().message();
 }
 
 TEST(ResponsesRequest, GroupsCallsAndFlattensTools) {

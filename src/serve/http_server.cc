@@ -84,6 +84,15 @@ struct Wakeup : std::enable_shared_from_this<Wakeup> {
   }
 };
 
+// A request the parser refused (a bad request line, header, length or chunk), as opposed to
+// a connection that closed, timed out or failed: the client is there to read a 400.
+bool malformed(const error_code& ec) {
+  return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
+         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
+         ec != bhttp::error::need_more && ec != bhttp::error::body_limit &&
+         ec != bhttp::error::header_limit;
+}
+
 }  // namespace
 
 std::string_view Request::path() const {
@@ -318,16 +327,62 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
       co_await close_after_error(*c);
       break;
     }
-    if (ec) break;  // closed, timed out or garbage
+    if (ec && malformed(ec)) {
+      co_await write_response(
+          *c, Response::json(400, error_json(path, 400, "malformed HTTP request: " + ec.message())),
+          false);
+      co_await close_after_error(*c);
+      break;
+    }
+    if (ec) break;  // closed or timed out
+    // Bodies are read as they come: a compressed one, or a transfer coding other than chunked,
+    // is refused (415 / 501) rather than parsed as JSON.
+    if (const auto ce = parser.get()[bhttp::field::content_encoding];
+        !ce.empty() && !iequals(ce, "identity")) {
+      co_await write_response(
+          *c,
+          Response::json(415, error_json(path, 415,
+                                         "Content-Encoding '" + std::string(ce.substr(0, 64)) +
+                                             "' is not supported: send the body uncompressed")),
+          false);
+      co_await close_after_error(*c);
+      break;
+    }
+    if (const auto te = parser.get()[bhttp::field::transfer_encoding];
+        !te.empty() && !iequals(te, "chunked")) {
+      co_await write_response(
+          *c,
+          Response::json(501, error_json(path, 501,
+                                         "Transfer-Encoding '" + std::string(te.substr(0, 64)) +
+                                             "' is not supported (only chunked)")),
+          false);
+      co_await close_after_error(*c);
+      break;
+    }
     if (iequals(parser.get()[bhttp::field::expect], "100-continue")) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       co_await asio::async_write(c->stream, asio::buffer(kContinue, sizeof kContinue - 1),
                                  asio::redirect_error(use_awaitable, ec));
       if (ec) break;
     }
-    c->stream.expires_after(seconds(opt.body_timeout_s));
-    co_await bhttp::async_read(c->stream, buf, parser, asio::redirect_error(use_awaitable, ec));
+    // The body's deadline on a timer of its own that cancels the read: the stream's own
+    // expiry closes the socket, and the 408 below could never be sent.
+    struct BodyDeadline {
+      bool armed = true, passed = false;
+    };
+    auto deadline = std::make_shared<BodyDeadline>();
+    asio::steady_timer body_timer(c->stream.get_executor(), seconds(opt.body_timeout_s));
+    body_timer.async_wait([deadline, c](error_code e) {
+      if (e || !deadline->armed) return;
+      deadline->passed = true;
+      error_code ignored;
+      c->stream.socket().cancel(ignored);
+    });
     c->stream.expires_never();
+    co_await bhttp::async_read(c->stream, buf, parser, asio::redirect_error(use_awaitable, ec));
+    deadline->armed = false;
+    body_timer.cancel();
+    if (deadline->passed && ec == asio::error::operation_aborted) ec = beast::error::timeout;
     if (ec == bhttp::error::body_limit) {
       Request probe;
       probe.target = path;
@@ -343,6 +398,14 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
       co_await write_response(
           *c, Response::json(408, error_json(probe.path(), 408, "the request body timed out")),
           false);
+      co_await close_after_error(*c);
+      break;
+    }
+    if (ec && malformed(ec)) {  // e.g. bad chunk framing
+      co_await write_response(
+          *c, Response::json(400, error_json(path, 400, "malformed HTTP request: " + ec.message())),
+          false);
+      co_await close_after_error(*c);
       break;
     }
     if (ec) break;

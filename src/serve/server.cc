@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -165,6 +166,12 @@ std::string transport_error_json(std::string_view path, int status, const std::s
       type = anthropic ? "request_too_large" : "invalid_request_error";
       code = "request_too_large";
       break;
+    case 415:
+      code = "unsupported_media_type";
+      break;
+    case 501:  // a transfer coding the server does not implement: the request's fault
+      code = "not_implemented";
+      break;
     case 431:
       code = "request_header_fields_too_large";
       break;
@@ -298,7 +305,16 @@ struct Server::Impl {
 
   // Whether the request carries API key `k` (Authorization: Bearer, or x-api-key).
   static bool carries_key(const Request& req, const std::string& k) {
-    return req.header("Authorization") == "Bearer " + k || req.header("x-api-key") == k;
+    // The scheme is case-insensitive (RFC 9110 11.1); the key is not.
+    const std::string_view auth = req.header("Authorization");
+    constexpr std::string_view kBearer = "bearer ";
+    const bool bearer = auth.size() == kBearer.size() + k.size() &&
+                        std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
+                                   [](char a, char b) {
+                                     return a == std::tolower(static_cast<unsigned char>(b));
+                                   }) &&
+                        auth.substr(kBearer.size()) == k;
+    return bearer || req.header("x-api-key") == k;
   }
 
   // Nothing when the request carries one of the API keys (or none is configured); otherwise the

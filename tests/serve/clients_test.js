@@ -231,6 +231,9 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       const unauthorized = new Anthropic({ apiKey: 'wrong', baseURL: base, maxRetries: 0 });
       await assert.rejects(unauthorized.messages.countTokens({ model: 'fathom-demo', messages: [{ role: 'user', content: 'a' }] }),
         (e) => e.status === 401 && e.error.error.type === 'authentication_error');
+      // The Authorization scheme is case-insensitive (RFC 9110); the key is not.
+      for (const [auth, status] of [['bearer ' + KEY, 200], ['BEARER ' + KEY, 200], ['Bearer ' + KEY.toUpperCase(), 401]])
+        assert.equal((await fetch(base + '/v1/models', { headers: { Authorization: auth } })).status, status, auth);
       const m = await openai.models.retrieve('deepseek-reasoner');
       assert.equal(m.id, 'deepseek-reasoner');
       assert.equal(m.object, 'model');

@@ -80,7 +80,8 @@ function streamRequest(base, maxTokens) {
 }
 
 (async () => {
-  const { proc, port } = await startServer(fathom, ['--header-timeout', '2', '--max-connections', '16']);
+  const { proc, port } = await startServer(fathom, ['--header-timeout', '2', '--max-connections', '16',
+                                                     '--body-timeout', '2']);
   const base = `http://127.0.0.1:${port}`;
   try {
     await check('a second server on the same port exits 2 with a clear message', async () => {
@@ -124,6 +125,32 @@ function streamRequest(base, maxTokens) {
       j = await r.json();
       assert.equal(j.type, 'error');
       assert.equal(j.error.type, 'request_too_large');
+    });
+
+    await check('malformed HTTP is a 400, a compressed body 415, a transfer coding 501, a stalled body 408: JSON, then close', async () => {
+      // [request, status, whether the body is Anthropic's shape]
+      const cases = [
+        ['GARBAGE\r\n\r\n', 400, false],
+        ['PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 400, false],
+        ['POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n', 400, true],
+        ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}', 400, false],
+        ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nab\r\n0\r\n\r\n', 400, false],
+        ['POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}', 415, false],
+        ['POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n', 501, true],
+        ['POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"pro', 408, false],
+      ];
+      for (const [text, status, anthropic] of cases) {
+        const t0 = Date.now();
+        const out = await rawRequest(port, text);
+        const took = Date.now() - t0;
+        assert.ok(out.startsWith(`HTTP/1.1 ${status} `), JSON.stringify(text) + ' -> ' + JSON.stringify(out.slice(0, 200)));
+        assert.ok(/\r\nConnection: close\r\n/i.test(out), out.slice(0, 300));
+        const body = JSON.parse(out.slice(out.indexOf('\r\n\r\n') + 4));
+        if (anthropic) assert.equal(body.type, 'error', JSON.stringify(body));
+        else assert.equal(typeof body.error.message, 'string', JSON.stringify(body));
+        if (status === 408) assert.ok(took >= 1900, 'took ' + took);  // not before --body-timeout
+      }
+      assert.equal((await fetch(base + '/health')).status, 200);
     });
 
     await check('a client dribbling its headers is dropped at --header-timeout; /health stays fast', async () => {

@@ -32,13 +32,14 @@ std::vector<ServedModel> served_models_with_deepseek_aliases(std::string name,
 Result<const ServedModel*> resolve_model(const std::vector<ServedModel>& models,
                                          std::string_view requested);
 
-// One served model as OpenAI's model object: {"id", "object": "model", "created",
-// "owned_by"} (GET /v1/models/{model}).
-std::string model_json(const ServedModel& model, int64_t created,
+// One served model as OpenAI's model object, {"id", "object": "model", "created",
+// "owned_by"}, with vLLM's and SGLang's "root" (the name) and, when positive,
+// "max_model_len" (the context length) (GET /v1/models/{model}).
+std::string model_json(const ServedModel& model, int64_t created, int64_t max_model_len = 0,
                        std::string_view owned_by = "fathom");
 
 // GET /v1/models: {"object": "list", "data": [model_json of each]}.
 std::string models_list_json(const std::vector<ServedModel>& models, int64_t created,
-                             std::string_view owned_by = "fathom");
+                             int64_t max_model_len = 0, std::string_view owned_by = "fathom");
 
 }  // namespace fathom::api

@@ -1429,7 +1429,8 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
       "GET", "/v1/models",
       [im](const Request& q) {
         if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
-        return Reply::of(Response::json(200, api::models_list_json(im->served, im->started)));
+        return Reply::of(Response::json(
+            200, api::models_list_json(im->served, im->started, im->opt.context_length)));
       },
       http::Dispatch::kInline);
   // GET /v1/models/{model} (OpenAI's retrieve) for each served name, as written and as a client
@@ -1438,7 +1439,8 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
   for (const api::ServedModel& m : im->served) {
     auto model = [im, m](const Request& q) {
       if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
-      return Reply::of(Response::json(200, api::model_json(m, im->started)));
+      return Reply::of(
+          Response::json(200, api::model_json(m, im->started, im->opt.context_length)));
     };
     h.route("GET", "/v1/models/" + m.name, model, http::Dispatch::kInline);
     if (const std::string e = percent_encoded(m.name); e != m.name)

@@ -208,11 +208,12 @@ TEST(ServedModels, ResolveAndDeepSeekAliases) {
   auto unknown = resolve_model(models, "gpt-4o");
   ASSERT_FALSE(unknown.is_ok());
   EXPECT_TRUE(is_model_not_found(unknown.status()));
-  json list = json::parse(models_list_json(models, 42));
+  json list = json::parse(models_list_json(models, 42, 65536));
   EXPECT_EQ(list["object"], "list");
   ASSERT_EQ(list["data"].size(), 3u);
   EXPECT_EQ(list["data"][2], json::parse(R"({"id":"deepseek-reasoner","object":"model",)"
-                                         R"("created":42,"owned_by":"fathom"})"));
+                                         R"("created":42,"owned_by":"fathom",)"
+                                         R"("root":"deepseek-reasoner","max_model_len":65536})"));
 }
 
 TEST(ServedModels, ParsersApplyTheModelsThinkingDefault) {

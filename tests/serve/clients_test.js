@@ -237,6 +237,8 @@ const longText = Array.from({ length: 60 }, (_, i) => `Paragraph ${i}: the quick
       const m = await openai.models.retrieve('deepseek-reasoner');
       assert.equal(m.id, 'deepseek-reasoner');
       assert.equal(m.object, 'model');
+      assert.ok(m.max_model_len > 0, JSON.stringify(m));  // vLLM's field: the context length
+      assert.equal(tc.max_model_len, m.max_model_len);
       await assert.rejects(openai.models.retrieve('no-such-model'), (e) => e.status === 404);
     });
     await check('errors come in each protocol\'s shape', async () => {

@@ -219,8 +219,9 @@ function logSoftmaxAt(row, i) {
         ['/v1/responses', { model: 'deepseek-chat', input: 'abc', max_output_tokens: 4, top_p: 1e-46 }],
         ['/generate', { text: 'abc', sampling_params: { max_new_tokens: 4, ...small } }]]) {
         const r = await post(p, body);
-        assert.equal(r.status, 200, p + ' ' + await r.text());
-        const j = await r.json();
+        const text = await r.text();
+        assert.equal(r.status, 200, p + ' ' + text);
+        const j = JSON.parse(text);
         if (p === '/v1/chat/completions')
           for (const c of j.choices[0].logprobs.content) assert.ok(Number.isFinite(c.logprob), JSON.stringify(c));
       }

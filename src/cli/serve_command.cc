@@ -64,6 +64,7 @@ struct ServeArgs {
   int64_t pd_stage_mb = 1024;
   double pd_lease_s = 30;
   std::string pd_push_api_key;
+  std::vector<std::string> pd_api_keys;  // --pd-api-key, repeatable
   bool pd_test_corrupt_push = false;
   int pd_test_push_delay_ms = 0;
   int64_t pd_push_chunk_bytes = int64_t(kv::kDefaultChunkBytes);
@@ -320,6 +321,12 @@ int run_serve(const ServeArgs& a) {
   pdo.test_chunk_delay_ms = a.pd_test_chunk_delay_ms;
   serve::PdRoutes pd(eng, pdo);
   so.pd = &pd;
+  so.pd_api_keys = a.pd_api_keys;
+  if (*role != serve::PdRole::kBoth && a.pd_api_keys.empty())
+    std::fprintf(stderr,
+                 "fathom serve: warning: without --pd-api-key the hand-off endpoints take the "
+                 "clients' keys (or none): a client that reaches this replica can have it push KV "
+                 "to any address (prefill) or plant KV blocks in its cache (decode)\n");
   serve::Server server(eng, **tok, *enc, so);
   if (Status ls = server.listen(); !ls.is_ok()) {
     std::fprintf(stderr, "fathom serve: %s\n", ls.message().c_str());
@@ -522,6 +529,11 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "prefill: how long pushed blocks stay pinned at most (and the push's timeout); "
                 "decode: how long a reserved room and its received blocks are kept")
       ->check(seconds_check(true));
+  c->add_option("--pd-api-key", a->pd_api_keys,
+                "The only keys the hand-off endpoints (/v1/pd/prefill, /v1/pd/reserve, "
+                "/v1/kv_push) accept (repeatable): the router's --replica-api-key and the prefill "
+                "replicas' --pd-push-api-key, never a client's")
+      ->allow_extra_args(false);
   c->add_option("--pd-push-api-key", a->pd_push_api_key,
                 "prefill: the API key sent with pushes to decode replicas");
   c->add_flag("--pd-test-corrupt-push", a->pd_test_corrupt_push,

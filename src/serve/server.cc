@@ -1470,8 +1470,15 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
       },
       http::Dispatch::kInline);
   if (im->opt.pd != nullptr)
-    im->opt.pd->add_to(
-        h, [im](const Request& q) { return im->unauthorized(Protocol::kCompletions, q); });
+    im->opt.pd->add_to(h, [im](const Request& q) -> std::optional<Reply> {
+      // --pd-api-key: only the router's and the prefill replicas' keys; a client's never.
+      if (im->opt.pd_api_keys.empty()) return im->unauthorized(Protocol::kCompletions, q);
+      for (const std::string& k : im->opt.pd_api_keys)
+        if (Impl::carries_key(q, k)) return std::nullopt;
+      return Reply::of(Response::json(
+          401,
+          R"({"error":{"message":"the hand-off endpoints need a --pd-api-key key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})"));
+    });
   if (im->opt.kv_events != nullptr) {
     im->kv_routes = std::make_unique<KvEventRoutes>(*im->opt.kv_events);
     im->kv_routes->add_to(

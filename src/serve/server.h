@@ -46,6 +46,8 @@ struct ServerOptions {
   int port = 8000;
   // The accepted API keys (Authorization: Bearer or x-api-key); none = no authentication.
   std::vector<std::string> api_keys;
+  // With any, the only keys the P/D hand-off endpoints accept (else they take api_keys').
+  std::vector<std::string> pd_api_keys;
   // The peers whose X-Forwarded-For names the client (--forwarded-allow-ips): who a request
   // is from, for sharing the grammar compiles fairly (none: the peer's address).
   TrustedProxies trusted_proxies;

@@ -200,6 +200,34 @@ async function main() {
       assert.equal(delta('fathom_pd_recomputed_total'), 0);
     });
 
+    await check('--pd-api-key: the hand-off takes only the router\'s key; a client\'s key is a 401 on every hand-off endpoint', async () => {
+      // A client key that the replicas accept for generation must not reach the hand-off: it
+      // could have P push KV anywhere or plant blocks in D's cache.
+      const keys = ['--api-key', 'client-key', '--api-key', 'router-key', '--pd-api-key', 'router-key'];
+      const [p2, d2] = await Promise.all([
+        startServer(fathom, [...small, ...pd, ...keys, '--role', 'prefill', '--pd-push-api-key', 'router-key']),
+        startServer(fathom, [...small, ...pd, ...keys, '--role', 'decode'])]);
+      procs.push(p2.proc, d2.proc);
+      const r2 = await routerOf(p2, d2, ['--replica-api-key', 'router-key']);
+      const body = chatBody(21, 170, { temperature: 0.9, seed: 5 });
+      const [got, want] = await Promise.all([chat(r2.port, body), chat(b.port, body)]);
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      assert.ok(metric(await metrics(d2.port), 'fathom_pd_received_blocks_total') > 0, 'a hand-off');
+      const post = (srv, path, key) => fetch(url(srv) + path, { method: 'POST',
+        headers: { Authorization: 'Bearer ' + key, 'Content-Type': 'application/json' }, body: '{}' });
+      for (const [srv, path] of [[p2, '/v1/pd/prefill'], [d2, '/v1/pd/reserve'], [d2, '/v1/kv_push?room=x']]) {
+        assert.equal((await post(srv, path, 'client-key')).status, 401, path);
+        const ok = await post(srv, path, 'router-key');
+        assert.ok(ok.status !== 401 && ok.status < 500, `${path} with the router's key: ${ok.status}`);
+      }
+      // The client key still generates on a replica directly.
+      const direct = await fetch(url(d2) + '/v1/completions', { method: 'POST',
+        headers: { Authorization: 'Bearer client-key', 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: 'hi', max_tokens: 2 }) });
+      assert.equal(direct.status, 200);
+    });
+
     await check('a prompt already cached on P: a prefix-cache hit there, the blocks still move', async () => {
       const body = chatBody(5, 200, {});
       const warm = await chat(p.port, body);  // P serves it directly once

@@ -9,13 +9,14 @@ namespace {
 constexpr size_t kInitialSlots = 1024;
 }
 
-KvIndex::KvIndex(size_t replicas)
+KvIndex::KvIndex(size_t replicas, int64_t max_blocks_per_replica)
     : words_((std::max<size_t>(replicas, 1) + 63) / 64),
       stride_(words_ + 1),
       shift_(64 - std::countr_zero(kInitialSlots)),
       table_(kInitialSlots * stride_, 0),
       zero_bits_(words_, 0),
-      counts_(replicas, 0) {}
+      counts_(replicas, 0),
+      max_blocks_(max_blocks_per_replica) {}
 
 bool KvIndex::empty_bits(const uint64_t* b) const {
   for (size_t w = 0; w < words_; ++w)
@@ -49,6 +50,10 @@ void KvIndex::grow() {
 
 void KvIndex::store(size_t r, uint64_t hash) {
   const uint64_t bit = uint64_t(1) << (r % 64);
+  if (counts_[r] >= max_blocks_ && !contains(r, hash)) {
+    ++dropped_;
+    return;
+  }
   uint64_t* b;
   if (hash == 0) {
     zero_used_ = true;

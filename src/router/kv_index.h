@@ -22,10 +22,13 @@ namespace fathom::router {
 
 class KvIndex {
  public:
-  explicit KvIndex(size_t replicas);
+  // A replica holds at most max_blocks_per_replica blocks here: a store past it is dropped
+  // (a replica's event feed is not trusted to be bounded).
+  explicit KvIndex(size_t replicas, int64_t max_blocks_per_replica = int64_t(1) << 22);
 
   size_t replicas() const { return counts_.size(); }
-  // Replica r now holds / no longer holds `hash` (idempotent).
+  // Replica r now holds / no longer holds `hash` (idempotent; a new block past the bound is
+  // dropped).
   void store(size_t r, uint64_t hash);
   void remove(size_t r, uint64_t hash);
   // A stored or removed event of replica r: every block it names.
@@ -41,6 +44,8 @@ class KvIndex {
   // matched() for every replica at once (out[r]), one lookup per block.
   void matched_all(std::span<const uint64_t> hashes, std::vector<int64_t>& out) const;
   int64_t blocks(size_t r) const { return counts_[r]; }
+  // Stores dropped at the bound, all replicas.
+  int64_t dropped() const { return dropped_; }
   int64_t distinct_blocks() const { return int64_t(used_) + (zero_used_ ? 1 : 0); }
   // Every block replica r holds (any order).
   std::vector<uint64_t> hashes_of(size_t r) const;
@@ -68,6 +73,8 @@ class KvIndex {
   std::vector<uint64_t> zero_bits_;
   bool zero_used_ = false;
   std::vector<int64_t> counts_;  // blocks per replica
+  int64_t max_blocks_;
+  int64_t dropped_ = 0;
 };
 
 }  // namespace fathom::router

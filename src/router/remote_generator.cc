@@ -317,6 +317,11 @@ Result<std::vector<std::shared_ptr<engine::RequestStream>>> RemoteGenerator::sub
     return unsupported(
         "test hooks (forced_output_ids, fathom_inject_error_after) are not supported through "
         "fathom router");
+  // The router continues requests with resume_output_ids itself (failover); a client's own
+  // would be dropped, so it is refused, naming it.
+  if (!request.resume_output.empty())
+    return invalid_argument(
+        "'resume_output_ids' is not supported through fathom router: send it to a replica");
   // What the replica's engine would refuse, refused before anything is sent (as it words it).
   if (request.top_logprobs < -1 || request.top_logprobs > engine::kMaxTopLogprobs)
     return invalid_argument("top_logprobs must be between 0 and 20");
@@ -703,6 +708,13 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
     if (prefill_blocks != nullptr && !updates.empty()) prefill_blocks->release();
     for (UpstreamStreamReader::Update& up : updates) {
       const size_t i = one ? ci : up.choice;
+      // More tokens than max_tokens is an answer outside the protocol: the attempt fails
+      // before any of them reaches the client (another replica continues from what came).
+      if (int64_t(job.generated[i].size() + up.tokens.size()) > job.req.max_tokens) {
+        job.last_error = ep.url + ": answered more tokens than max_tokens (" +
+                         std::to_string(job.req.max_tokens) + ")";
+        co_return false;
+      }
       job.generated[i].insert(job.generated[i].end(), up.tokens.begin(), up.tokens.end());
       if (up.cause != engine::FinishCause::kNone)
         job.cause[i] = finish_cause(job.req, opt.eos_id, job.generated[i], up.cause);

@@ -31,7 +31,11 @@ const char* policy_name(Policy p) {
 }
 
 RoutingPolicy::RoutingPolicy(size_t replicas, RoutingOptions options)
-    : opt_(options), index_(replicas), exact_(replicas), fed_(replicas, 0), in_flight_(replicas) {}
+    : opt_(options),
+      index_(replicas),
+      exact_(replicas, options.max_blocks_per_replica),
+      fed_(replicas, 0),
+      in_flight_(replicas) {}
 
 std::vector<uint64_t> RoutingPolicy::block_hashes(std::span<const int32_t> prompt,
                                                   uint64_t salt) const {

@@ -230,6 +230,10 @@ const user = (content) => [{ role: 'user', content }];
         assert.equal(r.status, 400, `${p} ${JSON.stringify(body)} -> ${r.text}`);
         assert.deepEqual(JSON.parse(r.text), JSON.parse(d.text), `${p} ${JSON.stringify(body)}`);
       }
+      // A client's resume_output_ids (the router's own failover field) is refused, not dropped.
+      const resumed = await post(R, '/v1/completions', { prompt: 'x', max_tokens: 8, resume_output_ids: [100, 200] });
+      assert.equal(resumed.status, 400, resumed.text);
+      assert.equal(JSON.parse(resumed.text).error.param, 'resume_output_ids');
       assert.equal(metric(await metrics(R), 'fathom_router_attempts_total'), attempts);
       // A think_end_id outside the vocabulary: the replica's engine refuses it.
       const r = await post(A, '/v1/completions', { prompt: 'x', think_end_id: 10000000, reasoning_budget: 1 });

@@ -9,7 +9,7 @@
 //     never answers (the client leaves: the wait ends), one that trickles a byte every 0.5 s
 //     (the idle timeout bounds a whole line), one that streams an endless line without a
 //     newline, one that sends a 100 MB body (and a 500 of 100 MB), one that closes inside a
-//     chunk, one that answers garbage: each request completes on the healthy replica, nothing
+//     chunk, one that answers more tokens than max_tokens, one that answers garbage: each request completes on the healthy replica, nothing
 //     stays in flight, the router's memory stays bounded.
 //   - SIGTERM with streams in flight: every client gets an end, the router exits 0 in time.
 //   - P/D: a client that leaves while P holds its hand-off: no transfer failure counted, no
@@ -140,6 +140,12 @@ const BEHAVIOURS = {
       '80\r\ndata: {"choices":[{"index":0,"tok');
     setTimeout(() => sock.destroy(), 50);
   },
+  // 20 tokens at once for a request of max_tokens 8: an answer outside the protocol, whose
+  // tokens must not reach the client (the healthy replica answers instead).
+  tooManyTokens: (sock) => {
+    sock.end(SSE_HEAD + 'data: {"choices":[{"index":0,"token_ids":[' + Array(20).fill(300).join(',') +
+      '],"finish_reason":"length"}]}\n\ndata: [DONE]\n\n');
+  },
   // Not HTTP at all.
   garbage: (sock) => {
     sock.end(Buffer.from('\x00\xff garbage \r\n\r\n' + 'z'.repeat(1000), 'latin1'));
@@ -260,6 +266,9 @@ async function main() {
         const m = await metrics(r.port);
         console.log(`     ${took} ms; RSS ${rss0} -> peak ${rssPeak} kB; attempts ${metric(m, 'fathom_router_attempts_total')}, ` +
           `failures on the fake ${metric(m, `fathom_router_replica_failures_total{replica="http://127.0.0.1:${f.port}"}`)}`);
+        // The overrun failed the fake's attempt: the healthy replica answered.
+        if (name === 'tooManyTokens')
+          assert.equal(metric(m, `fathom_router_replica_failures_total{replica="http://127.0.0.1:${f.port}"}`), 1);
         // A replica's bytes are bounded by the router (a line, a body), not held whole.
         assert.ok(rssPeak - rss0 < 96 * 1024, `RSS grew ${rss0} -> ${rssPeak} kB`);
         r.proc.kill('SIGKILL');

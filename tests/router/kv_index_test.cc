@@ -174,4 +174,23 @@ TEST(KvIndex, HeldRequestsCountTheirPromptBlocksUntilReleased) {
 }
 
 }  // namespace
+// A replica's event feed is not trusted to be bounded: past max_blocks_per_replica its new
+// blocks are dropped (and counted); blocks it holds stay, and room freed by a removal is used.
+TEST(KvIndex, AReplicaHoldsAtMostItsBound) {
+  KvIndex idx(2, 3);
+  for (uint64_t h = 1; h <= 5; ++h) idx.store(0, h);
+  EXPECT_EQ(idx.blocks(0), 3);
+  EXPECT_EQ(idx.dropped(), 2);
+  EXPECT_TRUE(idx.contains(0, 3));
+  EXPECT_FALSE(idx.contains(0, 4));
+  idx.store(0, 2);  // held already: not a drop
+  EXPECT_EQ(idx.dropped(), 2);
+  idx.store(1, 4);  // another replica's bound is its own
+  EXPECT_TRUE(idx.contains(1, 4));
+  idx.remove(0, 1);
+  idx.store(0, 5);
+  EXPECT_TRUE(idx.contains(0, 5));
+  EXPECT_EQ(idx.blocks(0), 3);
+}
+
 }  // namespace fathom::router

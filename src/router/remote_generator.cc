@@ -799,14 +799,21 @@ std::vector<KvFeedStats> RemoteGenerator::kv_feed_stats() const {
   return out;
 }
 
-std::string RemoteGenerator::kv_index_json(std::string_view query) const {
+Result<std::string> RemoteGenerator::kv_index_json(std::string_view query) const {
+  // No query: every replica; "replica=I": replica I alone (an index the router has).
   size_t only = SIZE_MAX;
-  if (query.substr(0, 8) == "replica=") {
-    only = 0;
-    for (char ch : query.substr(8)) {
-      if (ch < '0' || ch > '9') break;
-      only = only * 10 + size_t(ch - '0');
+  if (!query.empty()) {
+    const std::string_view v = query.substr(0, 8) == "replica=" ? query.substr(8) : "";
+    size_t i = 0;
+    bool ok = !v.empty() && v.size() <= 6;
+    for (char ch : v) {
+      ok = ok && ch >= '0' && ch <= '9';
+      if (ok) i = i * 10 + size_t(ch - '0');
     }
+    if (!ok || query.substr(0, 8) != "replica=" || i >= replicas_->size())
+      return invalid_argument("'replica' must be a replica's index, 0.." +
+                              std::to_string(replicas_->size() - 1) + " (the only query)");
+    only = i;
   }
   std::string out = "{\"replicas\":[";
   std::lock_guard<std::mutex> lock(mu_);

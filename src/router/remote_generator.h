@@ -153,8 +153,8 @@ class RemoteGenerator : public engine::Generator, private KvFeedTarget {
   std::vector<KvFeedStats> kv_feed_stats() const;
   // The cache-aware view as JSON, for GET /v1/router/kv_index: per replica its url, "source"
   // ("events" or "predicted"), last_event_id, and its blocks (16-hex-digit hashes, sorted).
-  // `query` "replica=I" restricts it to replica I.
-  std::string kv_index_json(std::string_view query) const;
+  // `query` "replica=I" restricts it to replica I; any other query is kInvalidArgument.
+  Result<std::string> kv_index_json(std::string_view query) const;
 
   struct Job;
 

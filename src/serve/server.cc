@@ -1489,14 +1489,18 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
 Server::~Server() { stop(); }
 
 void Server::add_get_json(std::string path,
-                          std::function<std::string(std::string_view query)> body) {
+                          std::function<Result<std::string>(std::string_view query)> body) {
   Impl* im = impl_.get();
   im->http.route("GET", std::move(path), [im, body = std::move(body)](const Request& q) {
     if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
     const size_t at = q.target.find('?');
     const std::string_view query =
         at == std::string::npos ? std::string_view() : std::string_view(q.target).substr(at + 1);
-    return Reply::of(Response::json(200, body(query)));
+    Result<std::string> out = body(query);
+    if (!out.is_ok())
+      return Reply::of(
+          Response::json(api::http_status_of(out.status()), api::openai_error_json(out.status())));
+    return Reply::of(Response::json(200, std::move(*out)));
   });
 }
 

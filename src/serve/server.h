@@ -105,8 +105,10 @@ class Server {
   // The bound port (after listen()), for port 0.
   int port() const;
   // An extra GET route answering 200 with the JSON `body(query string)` gives (e.g. the router's
-  // view of its index), behind the API keys. REQUIRES: before listen().
-  void add_get_json(std::string path, std::function<std::string(std::string_view query)> body);
+  // view of its index), or its error (a bad query: 400) in OpenAI's shape, behind the API keys.
+  // REQUIRES: before listen().
+  void add_get_json(std::string path,
+                    std::function<Result<std::string>(std::string_view query)> body);
 
   struct Impl;
 

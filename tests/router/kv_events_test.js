@@ -87,6 +87,15 @@ async function feedLines(port, query, until) {
         (await routerView(router.port, 1)).source === 'events', 'event-fed views');
     });
 
+    await check('/v1/router/kv_index: no query is every replica; a bad replica query is a 400', async () => {
+      assert.equal((await getJson(router.port, '/v1/router/kv_index')).replicas.length, 2);
+      for (const q of ['replica=-1', 'replica=abc', 'replica=0x1', 'replica=', 'replica=2', 'replica=1.0', 'r=1']) {
+        const r = await fetch(`http://127.0.0.1:${router.port}/v1/router/kv_index?${q}`);
+        assert.equal(r.status, 400, q);
+        assert.equal((await r.json()).error.type, 'invalid_request_error', q);
+      }
+    });
+
     await check('blocks B cached behind the router reach its view; the prefix is routed to B', async () => {
       const u = await complete(b.port, p1);  // straight to B: the router does not see it
       assert.equal(u.prompt_tokens_details.cached_tokens, 0);

@@ -33,6 +33,7 @@ struct RouterArgs {
   int port = 8000, http_threads = 2, max_attempts = 3, max_connections = 4096;
   int64_t context_length = int64_t(1) << 20, max_tokens = 0;
   double probe_interval = 0.5, shutdown_timeout = 30, heartbeat = 15, idle_timeout = 120;
+  double down_abandon = 5;
   bool no_kv_events = false;
   int64_t pd_min_prompt_tokens = 256;
   double pd_timeout = 60;
@@ -74,6 +75,7 @@ int run_router(const RouterArgs& a) {
   ro.pd_min_prompt_tokens = a.pd_min_prompt_tokens;
   ro.pd_timeout_ms = int(a.pd_timeout * 1000);
   ro.idle_timeout_ms = int(a.idle_timeout * 1000);
+  ro.abandon_down_after_s = a.down_abandon;
   ro.context_length = a.context_length;
   ro.vocab_size = int64_t((*tok)->vocab_size());
   ro.eos_id = (*tok)->id_of("<｜end▁of▁sentence｜>");
@@ -181,6 +183,10 @@ void add_router_command(CLI::App& app, Runner* run) {
       ->check(CLI::Range(1, 64));
   c->add_option("--probe-interval", a->probe_interval, "Seconds between /health probes")
       ->check(CLI::Range(0.01, 3600.0));
+  c->add_option("--replica-down-abandon", a->down_abandon,
+                "Seconds a replica may stay down (by the health probe) before the requests on it "
+                "move to another replica (0: they wait for --replica-idle-timeout)")
+      ->check(CLI::Range(0.0, 86400.0));
   c->add_option("--replica-idle-timeout", a->idle_timeout,
                 "Seconds a replica may take for a whole line of its stream before the request "
                 "moves on")

@@ -643,14 +643,29 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
   // Who the request is from, for the replica's fair share of grammar compiles (address
   // characters only: the server built it with TrustedProxies::forward()).
   if (!job.req.forwarded_for.empty()) auth += "X-Forwarded-For: " + job.req.forwarded_for + "\r\n";
-  auto stop = [&g, &job, one, ci] {
-    return g.stopping_.load() || (one ? job.streams[ci]->cancelled() : job.all_cancelled());
+  // Stops the exchange when the router stops, the client left, or the replica has been down
+  // (by the health probe) for abandon_down_after_s: then the attempt fails and another replica
+  // continues (`abandoned`).
+  bool abandoned = false;
+  auto stop = [&g, &job, one, ci, replica, &abandoned, &opt] {
+    if (g.stopping_.load() || (one ? job.streams[ci]->cancelled() : job.all_cancelled()))
+      return true;
+    abandoned = opt.abandon_down_after_s > 0 &&
+                g.replicas_->down_seconds(replica) > opt.abandon_down_after_s;
+    return abandoned;
+  };
+  auto give_up = [&] {
+    job.last_error = ep.url + ": down for over " + std::to_string(opt.abandon_down_after_s) +
+                     " s by the health probe; the request moves on";
   };
   auto x = co_await AsyncHttpExchange::start(ep, "POST", call.path, call.body, auth,
                                              opt.connect_timeout_ms, opt.head_timeout_ms, stop);
   if (!x.is_ok()) {
-    if (stop()) co_return true;
-    job.last_error = x.status().message();
+    if (stop() && !abandoned) co_return true;
+    if (abandoned)
+      give_up();
+    else
+      job.last_error = x.status().message();
     co_return false;
   }
   AsyncHttpExchange& ex = **x;
@@ -682,7 +697,11 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
   for (;;) {
     auto more = co_await ex.read_line(&line, opt.idle_timeout_ms, stop);
     if (!more.is_ok() || !*more) {
-      if (stop()) co_return true;
+      if (stop() && !abandoned) co_return true;
+      if (abandoned) {
+        give_up();
+        co_return false;
+      }
       // A body that ends once every choice finished is complete, [DONE] or not.
       if (finished()) {
         close(engine::FinishCause::kEos, Status::ok());

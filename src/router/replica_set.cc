@@ -8,7 +8,11 @@
 namespace fathom::router {
 
 ReplicaSet::ReplicaSet(std::vector<Endpoint> replicas, ReplicaSetOptions options)
-    : endpoints_(std::move(replicas)), opt_(std::move(options)), state_(endpoints_.size()) {
+    : endpoints_(std::move(replicas)),
+      opt_(std::move(options)),
+      state_(endpoints_.size()),
+      down_since_ns_(new std::atomic<int64_t>[endpoints_.size()]) {
+  for (size_t i = 0; i < endpoints_.size(); ++i) down_since_ns_[i].store(0);
   for (size_t i = 0; i < endpoints_.size(); ++i) state_[i].url = endpoints_[i].url;
   thread_ = std::thread([this] { prober(); });
 }
@@ -30,6 +34,13 @@ std::vector<ReplicaState> ReplicaSet::snapshot() const {
 bool ReplicaSet::is_up(size_t i) const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_[i].up;
+}
+
+double ReplicaSet::down_seconds(size_t i) const {
+  const int64_t since = down_since_ns_[i].load(std::memory_order_relaxed);
+  if (since == 0) return 0;
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::duration(now - since)).count();
 }
 
 bool ReplicaSet::any_up() const {
@@ -62,6 +73,8 @@ void ReplicaSet::set_up(size_t i, bool up, const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_[i].up == up) return;
     state_[i].up = up;
+    down_since_ns_[i].store(up ? 0 : std::chrono::steady_clock::now().time_since_epoch().count(),
+                            std::memory_order_relaxed);
   }
   if (opt_.log)
     std::fprintf(stderr, "fathom router: replica %s is %s%s%s\n", endpoints_[i].url.c_str(),

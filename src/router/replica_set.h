@@ -6,8 +6,10 @@
 // is owned: it starts in the constructor and stops in the destructor.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -47,6 +49,9 @@ class ReplicaSet {
   std::vector<ReplicaState> snapshot() const;
   bool any_up() const;
   bool is_up(size_t i) const;
+  // Seconds since replica i went down (0 while up, or before it was first up). Lock-free:
+  // asked on every read of a stream from it.
+  double down_seconds(size_t i) const;
   // An attempt starts on replica i (in flight, routed) and ends (failed: marked down).
   void begin(size_t i);
   void end(size_t i, bool failed);
@@ -63,7 +68,9 @@ class ReplicaSet {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<ReplicaState> state_;  // guarded by mu_
-  bool stop_ = false;                // guarded by mu_
+  // Per replica: the steady clock (ns) when it went down, 0 while up. Written under mu_.
+  std::unique_ptr<std::atomic<int64_t>[]> down_since_ns_;
+  bool stop_ = false;  // guarded by mu_
   std::thread thread_;
 };
 

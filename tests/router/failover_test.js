@@ -10,6 +10,8 @@
 //   - n = 3 seeded and streamed, its replica SIGKILLed once every choice streams: each choice
 //     continues on its own (its tokens so far and its sample index) and equals the direct run.
 //   - A client that leaves mid-stream: the replica drops its request.
+//   - A replica SIGSTOPped mid-stream: its stream moves on once the probe has seen it down for
+//     --replica-down-abandon, with the direct run's output.
 //   - Hostile: a feature's bad value is a 400 naming it, as from a replica; a bad --replica or
 //     --policy exits 2; with no replica up a request gets a 503 in the protocol's shape.
 // Usage: node failover_test.js FATHOM NODE_MODULES
@@ -245,6 +247,48 @@ async function chat(client, i, stream) {
       if (victim === a) a = restarted; else b = restarted;
       await waitFor(async () => metric(await metrics(router.port),
         `fathom_router_replica_up{replica="http://127.0.0.1:${restarted.port}"}`) === 1, 'the replica to be back');
+    });
+
+    await check('a replica SIGSTOPped mid-stream (hung, not dead): after --replica-down-abandon the stream moves on and equals the direct run', async () => {
+      const req = { model: 'deepseek-chat', max_tokens: 400, ignore_eos: true, temperature: 1, seed: 5,
+        messages: [{ role: 'user', content: 'A long story about a lighthouse keeper.' }] };
+      const run = async (c, progress) => {
+        const st = await c.chat.completions.create({ ...req, stream: true });
+        let text = '';
+        for await (const ch of st) {
+          if (ch.choices.length) text += ch.choices[0].delta.content || '';
+          progress.n++;
+        }
+        return text;
+      };
+      const wantText = await run(direct, { n: 0 });
+      const before = await metrics(router.port);
+      const progress = { n: 0 };
+      const t0 = Date.now();
+      const running = run(client, progress);
+      await waitFor(async () => progress.n >= 3, 'the stream to start', 120000);
+      let victim = null;
+      for (const r of [a, b])
+        if (metric(await metrics(r.port), 'fathom_running_sequences') > 0) victim = r;
+      assert.ok(victim, 'a replica runs the request');
+      victim.proc.kill('SIGSTOP');
+      let got;
+      try {
+        got = await running;
+      } finally {
+        victim.proc.kill('SIGCONT');
+      }
+      const took = (Date.now() - t0) / 1000;
+      assert.equal(got, wantText);
+      // Moved by the probe's verdict, not by --replica-idle-timeout (120 s), which would also
+      // end the wait: a wide margin, not a speed requirement.
+      assert.ok(took < 60, `took ${took} s`);
+      const after = await metrics(router.port);
+      assert.ok(metric(after, 'fathom_router_continuations_total') - metric(before, 'fathom_router_continuations_total') >= 1);
+      assert.equal(metric(after, 'fathom_router_failed_requests_total'), 0);
+      console.log(`     the stream moved on and completed in ${took.toFixed(1)} s (default --replica-down-abandon 5)`);
+      await waitFor(async () => metric(await metrics(router.port),
+        `fathom_router_replica_up{replica="http://127.0.0.1:${victim.port}"}`) === 1, 'the replica to be back');
     });
 
     await check('with no replica up: 503 in each protocol\'s shape, /health 503', async () => {

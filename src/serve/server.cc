@@ -1227,6 +1227,15 @@ Reply Server::Impl::completions(const Request& req) {
     // max_tokens covers the resumed output too; the context caps the whole.
     if (int64_t(resumed) >= g.max_tokens)
       return send_error(p, invalid_argument("'resume_output_ids' leaves no room under max_tokens"));
+    // An output that already ended (EOS, a stop token id) has nothing to continue.
+    for (const int32_t t : cr->resume_output_ids) {
+      const auto& stops = cr->stop_token_ids;
+      if ((t == eos && !cr->sampling.ignore_eos) ||
+          std::find(stops.begin(), stops.end(), t) != stops.end())
+        return send_error(p,
+                          invalid_argument("'resume_output_ids' holds token " + std::to_string(t) +
+                                           ", which ends the output: nothing follows it"));
+    }
     g.resume_output = std::move(cr->resume_output_ids);
   }
   // Which choice of an n-sample run a single seeded request draws as (n = 1 only: submit_n

@@ -238,6 +238,16 @@ function logSoftmaxAt(row, i) {
         (e) => e.status === 400 && /image/.test(JSON.stringify(e.error)));
       await assert.rejects(openai.completions.create({ model: 'fathom-demo', prompt: 'x', max_tokens: 2, echo: true }),
         (e) => e.status === 400 && /echo/.test(e.message));
+      // An output to resume that already ended (EOS, a stop token id) has nothing to continue.
+      const eos = (await (await post('/tokenize', { prompt: '<｜end▁of▁sentence｜>' })).json()).tokens[0];
+      for (const body of [{ resume_output_ids: [100, eos, 200] }, { resume_output_ids: [100, 7], stop_token_ids: [7] }]) {
+        const r = await post('/v1/completions', { model: 'fathom-demo', prompt: 'x', max_tokens: 8, ...body });
+        assert.equal(r.status, 400);
+        assert.equal((await r.json()).error.param, 'resume_output_ids');
+      }
+      const ok = await post('/v1/completions', { model: 'fathom-demo', prompt: 'x', max_tokens: 8, ignore_eos: true,
+        resume_output_ids: [100, eos, 200] });
+      assert.equal(ok.status, 200);
     });
 
     await check('the thinking budget closes reasoning with </think> when spent', async () => {

@@ -167,6 +167,10 @@ struct HttpServer::Impl {
   awaitable<bool> write_stream_head(Conn& c, const Reply& reply, bool keep_alive);
   awaitable<bool> produce(std::shared_ptr<Conn> c, Reply& reply, bool keep_alive);
   awaitable<void> close_after_error(Conn& c);
+  // Answers a request the connection will not read on (a JSON error in the shape of the API
+  // behind `target`'s path), then closes the connection.
+  awaitable<void> refuse(Conn& c, const std::string& target, int status,
+                         const std::string& message);
   Reply dispatch(const Request& req, bool* found);
 
   void forget(const std::shared_ptr<Conn>& c) {
@@ -262,6 +266,15 @@ awaitable<bool> HttpServer::Impl::write_response(Conn& c, const Response& r, boo
 // while, so the close does not turn into a reset that loses the response (as nginx's
 // lingering close: while bytes keep coming, at most 2 s apart, for up to 20 s in all — a
 // client uploading a large body on a loaded machine needs more than a moment).
+awaitable<void> HttpServer::Impl::refuse(Conn& c, const std::string& target, int status,
+                                         const std::string& message) {
+  Request probe;
+  probe.target = target;
+  co_await write_response(c, Response::json(status, error_json(probe.path(), status, message)),
+                          false);
+  co_await close_after_error(c);
+}
+
 awaitable<void> HttpServer::Impl::close_after_error(Conn& c) {
   error_code ec;
   c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -310,28 +323,20 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
                                       asio::redirect_error(use_awaitable, ec));
     c->idle = false;
     if (ec == beast::error::timeout && buf.size() > 0) ++header_timeouts;
-    const std::string path(parser.get().target());  // empty unless the request line was read
+    const std::string target(parser.get().target());  // empty unless the request line was read
+    const std::string too_large =
+        "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes";
     if (ec == bhttp::error::body_limit ||
         (!ec && parser.content_length() && *parser.content_length() > opt.max_body_bytes)) {
-      const std::string msg =
-          "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes";
-      Request probe;
-      probe.target = path;
-      co_await write_response(*c, Response::json(413, error_json(probe.path(), 413, msg)), false);
-      co_await close_after_error(*c);
+      co_await refuse(*c, target, 413, too_large);
       break;
     }
     if (ec == bhttp::error::header_limit) {
-      co_await write_response(*c, Response::json(431, error_json("", 431, "headers too large")),
-                              false);
-      co_await close_after_error(*c);
+      co_await refuse(*c, "", 431, "headers too large");
       break;
     }
     if (ec && malformed(ec)) {
-      co_await write_response(
-          *c, Response::json(400, error_json(path, 400, "malformed HTTP request: " + ec.message())),
-          false);
-      co_await close_after_error(*c);
+      co_await refuse(*c, target, 400, "malformed HTTP request: " + ec.message());
       break;
     }
     if (ec) break;  // closed or timed out
@@ -339,24 +344,16 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     // is refused (415 / 501) rather than parsed as JSON.
     if (const auto ce = parser.get()[bhttp::field::content_encoding];
         !ce.empty() && !iequals(ce, "identity")) {
-      co_await write_response(
-          *c,
-          Response::json(415, error_json(path, 415,
-                                         "Content-Encoding '" + std::string(ce.substr(0, 64)) +
-                                             "' is not supported: send the body uncompressed")),
-          false);
-      co_await close_after_error(*c);
+      co_await refuse(*c, target, 415,
+                      "Content-Encoding '" + std::string(ce.substr(0, 64)) +
+                          "' is not supported: send the body uncompressed");
       break;
     }
     if (const auto te = parser.get()[bhttp::field::transfer_encoding];
         !te.empty() && !iequals(te, "chunked")) {
-      co_await write_response(
-          *c,
-          Response::json(501, error_json(path, 501,
-                                         "Transfer-Encoding '" + std::string(te.substr(0, 64)) +
-                                             "' is not supported (only chunked)")),
-          false);
-      co_await close_after_error(*c);
+      co_await refuse(*c, target, 501,
+                      "Transfer-Encoding '" + std::string(te.substr(0, 64)) +
+                          "' is not supported (only chunked)");
       break;
     }
     if (iequals(parser.get()[bhttp::field::expect], "100-continue")) {
@@ -384,28 +381,15 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     body_timer.cancel();
     if (deadline->passed && ec == asio::error::operation_aborted) ec = beast::error::timeout;
     if (ec == bhttp::error::body_limit) {
-      Request probe;
-      probe.target = path;
-      const std::string msg =
-          "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes";
-      co_await write_response(*c, Response::json(413, error_json(probe.path(), 413, msg)), false);
-      co_await close_after_error(*c);
+      co_await refuse(*c, target, 413, too_large);
       break;
     }
     if (ec == beast::error::timeout) {
-      Request probe;
-      probe.target = path;
-      co_await write_response(
-          *c, Response::json(408, error_json(probe.path(), 408, "the request body timed out")),
-          false);
-      co_await close_after_error(*c);
+      co_await refuse(*c, target, 408, "the request body timed out");
       break;
     }
     if (ec && malformed(ec)) {  // e.g. bad chunk framing
-      co_await write_response(
-          *c, Response::json(400, error_json(path, 400, "malformed HTTP request: " + ec.message())),
-          false);
-      co_await close_after_error(*c);
+      co_await refuse(*c, target, 400, "malformed HTTP request: " + ec.message());
       break;
     }
     if (ec) break;

@@ -184,8 +184,8 @@ void add_router_command(CLI::App& app, Runner* run) {
   c->add_option("--probe-interval", a->probe_interval, "Seconds between /health probes")
       ->check(CLI::Range(0.01, 3600.0));
   c->add_option("--replica-down-abandon", a->down_abandon,
-                "Seconds a replica may stay down (by the health probe) before the requests on it "
-                "move to another replica (0: they wait for --replica-idle-timeout)")
+                "Seconds a replica's health probes may keep failing (two at least) before the "
+                "requests on it move to another replica (0: they wait for --replica-idle-timeout)")
       ->check(CLI::Range(0.0, 86400.0));
   c->add_option("--replica-idle-timeout", a->idle_timeout,
                 "Seconds a replica may take for a whole line of its stream before the request "

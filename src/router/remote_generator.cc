@@ -644,19 +644,21 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
   // characters only: the server built it with TrustedProxies::forward()).
   if (!job.req.forwarded_for.empty()) auth += "X-Forwarded-For: " + job.req.forwarded_for + "\r\n";
   // Stops the exchange when the router stops, the client left, or the replica has been down
-  // (by the health probe) for abandon_down_after_s: then the attempt fails and another replica
-  // continues (`abandoned`).
+  // (its health probes failing) for abandon_down_after_s: then the attempt fails and another
+  // replica continues (`abandoned`).
   bool abandoned = false;
   auto stop = [&g, &job, one, ci, replica, &abandoned, &opt] {
     if (g.stopping_.load() || (one ? job.streams[ci]->cancelled() : job.all_cancelled()))
       return true;
     abandoned = opt.abandon_down_after_s > 0 &&
-                g.replicas_->down_seconds(replica) > opt.abandon_down_after_s;
+                g.replicas_->probe_failing_seconds(replica) > opt.abandon_down_after_s;
     return abandoned;
   };
   auto give_up = [&] {
-    job.last_error = ep.url + ": down for over " + std::to_string(opt.abandon_down_after_s) +
-                     " s by the health probe; the request moves on";
+    char why[128];
+    std::snprintf(why, sizeof why, ": its health probes have failed for over %.1f s",
+                  opt.abandon_down_after_s);
+    job.last_error = ep.url + why;
   };
   auto x = co_await AsyncHttpExchange::start(ep, "POST", call.path, call.body, auth,
                                              opt.connect_timeout_ms, opt.head_timeout_ms, stop);
@@ -698,7 +700,8 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
     auto more = co_await ex.read_line(&line, opt.idle_timeout_ms, stop);
     if (!more.is_ok() || !*more) {
       if (stop() && !abandoned) co_return true;
-      if (abandoned) {
+      // Abandoned after every choice finished: the answer is complete (below), not failed.
+      if (abandoned && !finished()) {
         give_up();
         co_return false;
       }

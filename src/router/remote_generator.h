@@ -85,8 +85,9 @@ struct RemoteGeneratorOptions {
   int connect_timeout_ms = 2000;
   int head_timeout_ms = 30000;   // for the replica's response head
   int idle_timeout_ms = 120000;  // a replica silent this long mid-stream has failed
-  // An attempt on a replica the health probe has seen down this long is abandoned and the
-  // request continues elsewhere (a hung replica's streams do not wait idle_timeout_ms). 0: never.
+  // An attempt on a replica whose health probes have failed this long (two at least, none
+  // succeeding) is abandoned and the request continues elsewhere (a hung replica's streams do
+  // not wait idle_timeout_ms); failed requests do not count. 0: never.
   double abandon_down_after_s = 5;
   int64_t context_length = int64_t(1) << 20;
   int64_t vocab_size = 0;

@@ -11,8 +11,12 @@ ReplicaSet::ReplicaSet(std::vector<Endpoint> replicas, ReplicaSetOptions options
     : endpoints_(std::move(replicas)),
       opt_(std::move(options)),
       state_(endpoints_.size()),
-      down_since_ns_(new std::atomic<int64_t>[endpoints_.size()]) {
-  for (size_t i = 0; i < endpoints_.size(); ++i) down_since_ns_[i].store(0);
+      failing_since_ns_(new std::atomic<int64_t>[endpoints_.size()]),
+      failed_probes_(new std::atomic<int>[endpoints_.size()]) {
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    failing_since_ns_[i].store(0);
+    failed_probes_[i].store(0);
+  }
   for (size_t i = 0; i < endpoints_.size(); ++i) state_[i].url = endpoints_[i].url;
   thread_ = std::thread([this] { prober(); });
 }
@@ -36,9 +40,9 @@ bool ReplicaSet::is_up(size_t i) const {
   return state_[i].up;
 }
 
-double ReplicaSet::down_seconds(size_t i) const {
-  const int64_t since = down_since_ns_[i].load(std::memory_order_relaxed);
-  if (since == 0) return 0;
+double ReplicaSet::probe_failing_seconds(size_t i) const {
+  const int64_t since = failing_since_ns_[i].load(std::memory_order_relaxed);
+  if (since == 0 || failed_probes_[i].load(std::memory_order_relaxed) < 2) return 0;
   const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
   return std::chrono::duration<double>(std::chrono::steady_clock::duration(now - since)).count();
 }
@@ -73,8 +77,6 @@ void ReplicaSet::set_up(size_t i, bool up, const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_[i].up == up) return;
     state_[i].up = up;
-    down_since_ns_[i].store(up ? 0 : std::chrono::steady_clock::now().time_since_epoch().count(),
-                            std::memory_order_relaxed);
   }
   if (opt_.log)
     std::fprintf(stderr, "fathom router: replica %s is %s%s%s\n", endpoints_[i].url.c_str(),
@@ -92,11 +94,24 @@ void ReplicaSet::set_role(size_t i, std::string role) {
                  role.c_str());
 }
 
+void ReplicaSet::probe_result(size_t i, bool ok) {
+  if (ok) {
+    failed_probes_[i].store(0, std::memory_order_relaxed);
+    failing_since_ns_[i].store(0, std::memory_order_relaxed);
+    return;
+  }
+  if (failing_since_ns_[i].load(std::memory_order_relaxed) == 0)
+    failing_since_ns_[i].store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                               std::memory_order_relaxed);
+  failed_probes_[i].fetch_add(1, std::memory_order_relaxed);
+}
+
 void ReplicaSet::probe_all() {
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     auto x = HttpExchange::start(endpoints_[i], "GET", "/health", "", opt_.auth_header,
                                  opt_.probe_timeout_ms, opt_.probe_timeout_ms);
     if (!x.is_ok()) {
+      probe_result(i, false);
       set_up(i, false, x.status().message());
       continue;
     }
@@ -110,6 +125,7 @@ void ReplicaSet::probe_all() {
                       ? r->text
                       : "both");
     }
+    probe_result(i, ok);
     set_up(i, ok, ok ? "" : "/health answered " + std::to_string((*x)->status()));
   }
 }

@@ -49,9 +49,10 @@ class ReplicaSet {
   std::vector<ReplicaState> snapshot() const;
   bool any_up() const;
   bool is_up(size_t i) const;
-  // Seconds since replica i went down (0 while up, or before it was first up). Lock-free:
-  // asked on every read of a stream from it.
-  double down_seconds(size_t i) const;
+  // Seconds the health probes of replica i have failed without a success in between, from
+  // the first of them; 0 unless at least two have (a failed request, or one slow probe, does
+  // not count). Lock-free: asked on every read of a stream from it.
+  double probe_failing_seconds(size_t i) const;
   // An attempt starts on replica i (in flight, routed) and ends (failed: marked down).
   void begin(size_t i);
   void end(size_t i, bool failed);
@@ -68,8 +69,12 @@ class ReplicaSet {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<ReplicaState> state_;  // guarded by mu_
-  // Per replica: the steady clock (ns) when it went down, 0 while up. Written under mu_.
-  std::unique_ptr<std::atomic<int64_t>[]> down_since_ns_;
+  // Records a probe's verdict for replica i (the prober thread only).
+  void probe_result(size_t i, bool ok);
+  // Per replica: the steady clock (ns) of the first failed probe since the last success (0:
+  // none), and how many have failed since. Written by the prober thread only.
+  std::unique_ptr<std::atomic<int64_t>[]> failing_since_ns_;
+  std::unique_ptr<std::atomic<int>[]> failed_probes_;
   bool stop_ = false;  // guarded by mu_
   std::thread thread_;
 };

@@ -2,7 +2,7 @@
 // loopback: it loads the snapshot, applies the events in order, and reloads the snapshot on a
 // gap in the ids, on a resync line and on a start line of another instance (a restart); a
 // replica without the feed (404) is left to prediction; a replica marked down has its view
-// dropped.
+// dropped. Also the ReplicaSet's probe clock, against the same scripted replica.
 #include "router/kv_event_follower.h"
 
 #include <arpa/inet.h>
@@ -22,6 +22,7 @@
 
 #include "kv/kv_event_wire.h"
 #include "router/kv_index.h"
+#include "router/replica_set.h"
 
 namespace fathom::router {
 namespace {
@@ -270,6 +271,27 @@ TEST(KvEventFollower, ADownReplicasViewIsDropped) {
     std::lock_guard<std::mutex> l(t.mu);
     return t.snapshots >= 2 && t.index.blocks(0) == 1;
   }));
+}
+
+// The clock behind --replica-down-abandon counts failing health probes only: a failed
+// request marks a replica down but does not start it (its streams must not be abandoned for
+// another request's failure); two failed probes in a row do, and a success stops it.
+TEST(ReplicaSet, ProbeFailingSecondsCountsFailedProbesOnly) {
+  std::atomic<bool> healthy{true};
+  Replica rep([](const std::string&) { return http("404 Not Found", "{}"); }, &healthy);
+  ReplicaSet set({*parse_endpoint(rep.url())}, probes());
+  ASSERT_TRUE(wait_for([&] { return set.is_up(0); }));
+  set.begin(0);
+  set.end(0, true);  // a request failed on it: down until the next probe
+  for (int k = 0; k < 20; ++k) {
+    EXPECT_EQ(set.probe_failing_seconds(0), 0.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  healthy = false;
+  ASSERT_TRUE(wait_for([&] { return set.probe_failing_seconds(0) > 0.1; }));
+  EXPECT_FALSE(set.is_up(0));
+  healthy = true;
+  ASSERT_TRUE(wait_for([&] { return set.probe_failing_seconds(0) == 0.0 && set.is_up(0); }));
 }
 
 }  // namespace

@@ -138,9 +138,6 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     return bad("speed: only \"standard\" is supported by this server");
   if (const Value* m = field(r, "metadata"); m && !m->is_object())
     return bad("metadata: must be an object");
-  if (const Value* m = field(r, "metadata"); m && m->is_object())
-    if (const Value* u = field(*m, "user_id"); u && !u->is_null() && !u->is_string())
-      return bad("metadata.user_id: Input should be a valid string");
   if (const Value* t = field(r, "service_tier")) {
     if (!t->is_string() || (t->text != "auto" && t->text != "standard_only"))
       return bad("service_tier: must be \"auto\" or \"standard_only\"");
@@ -158,10 +155,12 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     if (max_tokens <= 0) return bad("max_tokens: must be positive");
     req.sampling.max_tokens = max_tokens;
   }
-  // The tenant: metadata.user_id (Anthropic's end-user id).
+  // The tenant: metadata.user_id (Anthropic's end-user id), a string or null.
   if (const Value* m = field(r, "metadata"); m && m->is_object())
-    if (const Value* u = field(*m, "user_id"); u && u->is_string() && !u->text.empty())
-      req.sampling.cache_salt = u->text;
+    if (const Value* u = field(*m, "user_id"); u && !u->is_null()) {
+      if (!u->is_string()) return bad("metadata.user_id: Input should be a valid string");
+      if (!u->text.empty()) req.sampling.cache_salt = u->text;
+    }
   FATHOM_RETURN_IF_ERROR(read_cache_controls(r, req.sampling.cache_control_ttl_ms));
   FATHOM_RETURN_IF_ERROR(read_retention(r, req.sampling, true));
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));

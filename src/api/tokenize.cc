@@ -53,11 +53,7 @@ Result<TokenizeRequest> parse_tokenize_request(std::string_view body, ChatOption
     return out;
   }
   FATHOM_RETURN_IF_ERROR(reject_unknown_fields(r, kTokenizePromptFields, {}));
-  if (const Value* m = field(r, "model"); m && !m->is_null()) {
-    if (!m->is_string()) return bad("'model' must be a string");
-    if (chat.models != nullptr)
-      FATHOM_RETURN_IF_ERROR(resolve_model(*chat.models, m->text).status());
-  }
+  FATHOM_RETURN_IF_ERROR(check_model(r, chat));
   const Value* p = field(r, "prompt");
   if (p == nullptr || !p->is_string()) return bad("'prompt' must be a string");
   out.prompt = p->text;

@@ -36,17 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = char(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = char(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 // A timeout option as a clock duration: at most 1e9 s (about 31 years, "forever"; a larger
 // double overflowed the clock's nanoseconds into a negative time, so a huge timeout acted as
 // none), and 0 for a negative or NaN value (the options refuse both).
@@ -84,6 +73,19 @@ struct Wakeup : std::enable_shared_from_this<Wakeup> {
   }
 };
 
+// A body coding this server does not read, as (status, message): bodies are read as they
+// come, so a compressed one (415) or a transfer coding other than chunked (501) is refused
+// rather than parsed as JSON.
+std::optional<std::pair<int, std::string>> unread_coding(const bhttp::request_header<>& h) {
+  if (const auto ce = h[bhttp::field::content_encoding]; !ce.empty() && !iequals(ce, "identity"))
+    return std::pair{415, "Content-Encoding '" + std::string(ce.substr(0, 64)) +
+                              "' is not supported: send the body uncompressed"};
+  if (const auto te = h[bhttp::field::transfer_encoding]; !te.empty() && !iequals(te, "chunked"))
+    return std::pair{501, "Transfer-Encoding '" + std::string(te.substr(0, 64)) +
+                              "' is not supported (only chunked)"};
+  return std::nullopt;
+}
+
 // A request the parser refused (a bad request line, header, length or chunk), as opposed to
 // a connection that closed, timed out or failed: the client is there to read a 400.
 bool malformed(const error_code& ec) {
@@ -94,6 +96,17 @@ bool malformed(const error_code& ec) {
 }
 
 }  // namespace
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = char(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = char(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
 
 std::string_view Request::path() const {
   std::string_view t = target;
@@ -266,15 +279,6 @@ awaitable<bool> HttpServer::Impl::write_response(Conn& c, const Response& r, boo
 // while, so the close does not turn into a reset that loses the response (as nginx's
 // lingering close: while bytes keep coming, at most 2 s apart, for up to 20 s in all — a
 // client uploading a large body on a loaded machine needs more than a moment).
-awaitable<void> HttpServer::Impl::refuse(Conn& c, const std::string& target, int status,
-                                         const std::string& message) {
-  Request probe;
-  probe.target = target;
-  co_await write_response(c, Response::json(status, error_json(probe.path(), status, message)),
-                          false);
-  co_await close_after_error(c);
-}
-
 awaitable<void> HttpServer::Impl::close_after_error(Conn& c) {
   error_code ec;
   c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -285,6 +289,15 @@ awaitable<void> HttpServer::Impl::close_after_error(Conn& c) {
     co_await c.stream.async_read_some(asio::buffer(sink), asio::redirect_error(use_awaitable, ec));
   }
   c.stream.close();
+}
+
+awaitable<void> HttpServer::Impl::refuse(Conn& c, const std::string& target, int status,
+                                         const std::string& message) {
+  Request probe;
+  probe.target = target;
+  co_await write_response(c, Response::json(status, error_json(probe.path(), status, message)),
+                          false);
+  co_await close_after_error(c);
 }
 
 Reply HttpServer::Impl::dispatch(const Request& req, bool* found) {
@@ -311,6 +324,9 @@ Reply HttpServer::Impl::dispatch(const Request& req, bool* found) {
 
 awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
   beast::flat_buffer buf;
+  const auto too_large = [this] {
+    return "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes";
+  };
   for (;;) {
     if (stopping.load()) break;
     bhttp::request_parser<bhttp::string_body> parser;
@@ -324,11 +340,9 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     c->idle = false;
     if (ec == beast::error::timeout && buf.size() > 0) ++header_timeouts;
     const std::string target(parser.get().target());  // empty unless the request line was read
-    const std::string too_large =
-        "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes";
     if (ec == bhttp::error::body_limit ||
         (!ec && parser.content_length() && *parser.content_length() > opt.max_body_bytes)) {
-      co_await refuse(*c, target, 413, too_large);
+      co_await refuse(*c, target, 413, too_large());
       break;
     }
     if (ec == bhttp::error::header_limit) {
@@ -340,20 +354,8 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
       break;
     }
     if (ec) break;  // closed or timed out
-    // Bodies are read as they come: a compressed one, or a transfer coding other than chunked,
-    // is refused (415 / 501) rather than parsed as JSON.
-    if (const auto ce = parser.get()[bhttp::field::content_encoding];
-        !ce.empty() && !iequals(ce, "identity")) {
-      co_await refuse(*c, target, 415,
-                      "Content-Encoding '" + std::string(ce.substr(0, 64)) +
-                          "' is not supported: send the body uncompressed");
-      break;
-    }
-    if (const auto te = parser.get()[bhttp::field::transfer_encoding];
-        !te.empty() && !iequals(te, "chunked")) {
-      co_await refuse(*c, target, 501,
-                      "Transfer-Encoding '" + std::string(te.substr(0, 64)) +
-                          "' is not supported (only chunked)");
+    if (auto coding = unread_coding(parser.get())) {
+      co_await refuse(*c, target, coding->first, coding->second);
       break;
     }
     if (iequals(parser.get()[bhttp::field::expect], "100-continue")) {
@@ -381,7 +383,7 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     body_timer.cancel();
     if (deadline->passed && ec == asio::error::operation_aborted) ec = beast::error::timeout;
     if (ec == bhttp::error::body_limit) {
-      co_await refuse(*c, target, 413, too_large);
+      co_await refuse(*c, target, 413, too_large());
       break;
     }
     if (ec == beast::error::timeout) {

@@ -13,6 +13,9 @@
 
 namespace fathom::serve::http {
 
+// ASCII case-insensitive equality (header names, and values such as a scheme or a coding).
+bool iequals(std::string_view a, std::string_view b);
+
 // One request. Header names keep the client's spelling; header() compares them
 // case-insensitively.
 struct Request {

@@ -290,6 +290,10 @@ struct Server::Impl {
   int error_status(Protocol p, const Status& s) const {
     return p == Protocol::kMessages ? api::anthropic_http_status_of(s) : api::http_status_of(s);
   }
+  // The reply for an error of a request that is not a generation (not counted in /metrics).
+  Reply error_reply(Protocol p, const Status& s) const {
+    return Reply::of(Response::json(error_status(p, s), error_body(p, s)));
+  }
   // The whole reply for an error that happened before anything was sent.
   Response error_response(Protocol p, const Status& s) {
     count_error(p);
@@ -303,31 +307,33 @@ struct Server::Impl {
 
   Reply send_error(Protocol p, const Status& s) { return Reply::of(error_response(p, s)); }
 
-  // Whether the request carries API key `k` (Authorization: Bearer, or x-api-key).
+  // Whether the request carries API key `k` (Authorization: Bearer, the scheme in any case as
+  // RFC 9110 11.1 has it, or x-api-key).
   static bool carries_key(const Request& req, const std::string& k) {
-    // The scheme is case-insensitive (RFC 9110 11.1); the key is not.
     const std::string_view auth = req.header("Authorization");
     constexpr std::string_view kBearer = "bearer ";
-    const bool bearer = auth.size() == kBearer.size() + k.size() &&
-                        std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
-                                   [](char a, char b) {
-                                     return a == std::tolower(static_cast<unsigned char>(b));
-                                   }) &&
-                        auth.substr(kBearer.size()) == k;
-    return bearer || req.header("x-api-key") == k;
+    return (auth.size() == kBearer.size() + k.size() &&
+            http::iequals(auth.substr(0, kBearer.size()), kBearer) &&
+            auth.substr(kBearer.size()) == k) ||
+           req.header("x-api-key") == k;
   }
 
-  // Nothing when the request carries one of the API keys (or none is configured); otherwise the
+  // Nothing when the request carries one of `keys` (or there are none); otherwise the
   // protocol's 401 (OpenAI shape unless `p` is Messages).
-  std::optional<Reply> unauthorized(Protocol p, const Request& req) const {
-    if (opt.api_keys.empty()) return std::nullopt;
-    for (const std::string& k : opt.api_keys)
+  std::optional<Reply> unauthorized(Protocol p, const Request& req,
+                                    const std::vector<std::string>& keys) const {
+    if (keys.empty()) return std::nullopt;
+    for (const std::string& k : keys)
       if (carries_key(req, k)) return std::nullopt;
     return Reply::of(Response::json(
         401,
         p == Protocol::kMessages
             ? R"({"type":"error","error":{"type":"authentication_error","message":"invalid or missing API key"}})"
             : R"({"error":{"message":"invalid or missing API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})"));
+  }
+  // unauthorized() against the API keys (--api-key).
+  std::optional<Reply> unauthorized(Protocol p, const Request& req) const {
+    return unauthorized(p, req, opt.api_keys);
   }
 
   // The start of every POST /v1/* request: counted and authorised (the transport enforces
@@ -542,6 +548,16 @@ struct Server::Impl {
     return policy.default_class();
   }
 
+  // The conversation of a Chat, Messages or Responses body; with `count_only`, of a token
+  // count's body (the Messages and Responses parsers' count modes).
+  Result<api::ConversationRequest> parse_conversation(Protocol p, std::string_view body,
+                                                      bool count_only) const;
+  // A conversation's prompt: rendered (V4.1) and encoded, control tokens only as ids.
+  Result<std::vector<int32_t>> prompt_ids(const api::ConversationRequest& c) const {
+    auto rendered = api::render_api(c, api::PromptFormat::kV41);
+    if (!rendered.is_ok()) return rendered.status();
+    return encoder.encode(*rendered);
+  }
   Reply route(Protocol p, const Request& req);
   Reply count_tokens(Protocol p, const Request& req);
   Reply tokenize(const Request& req);
@@ -1022,33 +1038,40 @@ class GenerateProducer : public StreamsProducer {
 
 }  // namespace
 
+Result<api::ConversationRequest> Server::Impl::parse_conversation(Protocol p, std::string_view body,
+                                                                  bool count_only) const {
+  // A count's body takes only the count's fields (the parsers ignore caller_fields then).
+  const std::span<const std::string_view> hooks =
+      count_only ? std::span<const std::string_view>() : test_hook_fields(opt);
+  if (p == Protocol::kChat) {
+    api::ChatOptions o;
+    o.caller_fields = hooks;
+    o.max_body_bytes = opt.max_body_bytes;
+    o.models = &served;
+    return api::parse_chat_request(body, o);
+  }
+  if (p == Protocol::kMessages) {
+    api::MessagesOptions o;
+    o.caller_fields = hooks;
+    o.count_tokens = count_only;
+    o.max_body_bytes = opt.max_body_bytes;
+    o.models = &served;
+    return api::parse_messages_request(body, o);
+  }
+  api::ResponsesOptions o;
+  o.caller_fields = hooks;
+  o.input_tokens = count_only;
+  o.max_body_bytes = opt.max_body_bytes;
+  o.models = &served;
+  return api::parse_responses_request(body, o);
+}
+
 Reply Server::Impl::route(Protocol p, const Request& req) {
   const auto t0 = Clock::now();
   if (auto r = admit(p, req)) return std::move(*r);
-  Result<api::ConversationRequest> conv = invalid_argument("unreachable");
-  if (p == Protocol::kChat) {
-    api::ChatOptions o;
-    o.caller_fields = test_hook_fields(opt);
-    o.max_body_bytes = opt.max_body_bytes;
-    o.models = &served;
-    conv = api::parse_chat_request(req.body, o);
-  } else if (p == Protocol::kMessages) {
-    api::MessagesOptions o;
-    o.caller_fields = test_hook_fields(opt);
-    o.max_body_bytes = opt.max_body_bytes;
-    o.models = &served;
-    conv = api::parse_messages_request(req.body, o);
-  } else {
-    api::ResponsesOptions o;
-    o.caller_fields = test_hook_fields(opt);
-    o.max_body_bytes = opt.max_body_bytes;
-    o.models = &served;
-    conv = api::parse_responses_request(req.body, o);
-  }
+  Result<api::ConversationRequest> conv = parse_conversation(p, req.body, false);
   if (!conv.is_ok()) return send_error(p, conv.status());
-  auto rendered = api::render_api(*conv, api::PromptFormat::kV41);
-  if (!rendered.is_ok()) return send_error(p, rendered.status());
-  auto ids = encoder.encode(*rendered);
+  auto ids = prompt_ids(*conv);
   if (!ids.is_ok()) return send_error(p, ids.status());
   if (Status st = check_prompt(ids->size()); !st.is_ok()) return send_error(p, st);
   auto g = generation(conv->sampling, std::move(*ids), opt);
@@ -1126,28 +1149,10 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
 // Not counted as a request of the protocol in /metrics.
 Reply Server::Impl::count_tokens(Protocol p, const Request& req) {
   if (auto r = unauthorized(p, req)) return std::move(*r);
-  auto fail = [&](const Status& s) {
-    return Reply::of(Response::json(error_status(p, s), error_body(p, s)));
-  };
-  Result<api::ConversationRequest> conv = invalid_argument("unreachable");
-  if (p == Protocol::kMessages) {
-    api::MessagesOptions o;
-    o.count_tokens = true;
-    o.max_body_bytes = opt.max_body_bytes;
-    o.models = &served;
-    conv = api::parse_messages_request(req.body, o);
-  } else {
-    api::ResponsesOptions o;
-    o.input_tokens = true;
-    o.max_body_bytes = opt.max_body_bytes;
-    o.models = &served;
-    conv = api::parse_responses_request(req.body, o);
-  }
-  if (!conv.is_ok()) return fail(conv.status());
-  auto rendered = api::render_api(*conv, api::PromptFormat::kV41);
-  if (!rendered.is_ok()) return fail(rendered.status());
-  auto ids = encoder.encode(*rendered);
-  if (!ids.is_ok()) return fail(ids.status());
+  Result<api::ConversationRequest> conv = parse_conversation(p, req.body, true);
+  if (!conv.is_ok()) return error_reply(p, conv.status());
+  auto ids = prompt_ids(*conv);
+  if (!ids.is_ok()) return error_reply(p, ids.status());
   const std::string n = std::to_string(ids->size());
   return Reply::of(Response::json(
       200, p == Protocol::kMessages
@@ -1160,23 +1165,14 @@ Reply Server::Impl::count_tokens(Protocol p, const Request& req) {
 Reply Server::Impl::tokenize(const Request& req) {
   const Protocol p = Protocol::kCompletions;
   if (auto r = unauthorized(p, req)) return std::move(*r);
-  auto fail = [&](const Status& s) {
-    return Reply::of(Response::json(error_status(p, s), error_body(p, s)));
-  };
   api::ChatOptions o;
   o.max_body_bytes = opt.max_body_bytes;
   o.models = &served;
   auto tr = api::parse_tokenize_request(req.body, o);
-  if (!tr.is_ok()) return fail(tr.status());
-  Result<std::vector<int32_t>> ids = invalid_argument("unreachable");
-  if (tr->chat) {
-    auto rendered = api::render_api(*tr->chat, api::PromptFormat::kV41);
-    if (!rendered.is_ok()) return fail(rendered.status());
-    ids = encoder.encode(*rendered);
-  } else {
-    ids = tok.encode(tr->prompt, {.add_special_tokens = tr->add_special_tokens});
-  }
-  if (!ids.is_ok()) return fail(ids.status());
+  if (!tr.is_ok()) return error_reply(p, tr.status());
+  auto ids = tr->chat ? prompt_ids(*tr->chat)
+                      : tok.encode(tr->prompt, {.add_special_tokens = tr->add_special_tokens});
+  if (!ids.is_ok()) return error_reply(p, ids.status());
   std::vector<std::string_view> strs;
   if (tr->return_token_strs)
     for (int32_t id : *ids) strs.push_back(tok.spelling(id));
@@ -1194,8 +1190,7 @@ Reply Server::Impl::detokenize(const Request& req) {
   o.models = &served;
   auto ids = api::parse_detokenize_request(req.body, o);
   Result<std::string> text = ids.is_ok() ? tok.decode(*ids) : Result<std::string>(ids.status());
-  if (!text.is_ok())
-    return Reply::of(Response::json(error_status(p, text.status()), error_body(p, text.status())));
+  if (!text.is_ok()) return error_reply(p, text.status());
   return Reply::of(Response::json(200, "{\"prompt\":" + quote(*text) + "}"));
 }
 
@@ -1479,14 +1474,11 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
       },
       http::Dispatch::kInline);
   if (im->opt.pd != nullptr)
-    im->opt.pd->add_to(h, [im](const Request& q) -> std::optional<Reply> {
-      // --pd-api-key: only the router's and the prefill replicas' keys; a client's never.
-      if (im->opt.pd_api_keys.empty()) return im->unauthorized(Protocol::kCompletions, q);
-      for (const std::string& k : im->opt.pd_api_keys)
-        if (Impl::carries_key(q, k)) return std::nullopt;
-      return Reply::of(Response::json(
-          401,
-          R"({"error":{"message":"the hand-off endpoints need a --pd-api-key key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}})"));
+    im->opt.pd->add_to(h, [im](const Request& q) {
+      // --pd-api-key: only the router's and the prefill replicas' keys, never a client's.
+      const ServerOptions& o = im->opt;
+      return im->unauthorized(Protocol::kCompletions, q,
+                              o.pd_api_keys.empty() ? o.api_keys : o.pd_api_keys);
     });
   if (im->opt.kv_events != nullptr) {
     im->kv_routes = std::make_unique<KvEventRoutes>(*im->opt.kv_events);
@@ -1506,9 +1498,7 @@ void Server::add_get_json(std::string path,
     const std::string_view query =
         at == std::string::npos ? std::string_view() : std::string_view(q.target).substr(at + 1);
     Result<std::string> out = body(query);
-    if (!out.is_ok())
-      return Reply::of(
-          Response::json(api::http_status_of(out.status()), api::openai_error_json(out.status())));
+    if (!out.is_ok()) return im->error_reply(Protocol::kCompletions, out.status());
     return Reply::of(Response::json(200, std::move(*out)));
   });
 }

@@ -88,49 +88,64 @@ void scale_x_fp8(const Fp8Matrix& w, const float* x, int64_t band, float* xs) {
   }
 }
 
-// Four rows (pointers may repeat) against one scaled x; acc [4][2].
-inline void fp8_four_rows(const uint8_t* const wr[4], const float* xs, int64_t K, __m512 acc[8]) {
+// Two rows, each against its own band's scaled x (xs[r]); acc [2][2].
+inline void fp8_two_rows(const uint8_t* const wr[2], const float* const xs[2], int64_t K,
+                         __m512 acc[4]) {
   const int64_t full = K / 32, chunks = (K + 31) / 32;
-  for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+  for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t c = 0; c < full; ++c) {
-    if ((c & 1) == 0)
-      for (int r = 0; r < 4; ++r) prefetch(wr[r] + c * 32 + 4096);
-    const __m512 x0 = _mm512_loadu_ps(xs + c * 32), x1 = _mm512_loadu_ps(xs + c * 32 + 16);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 2; ++r) {
       __m512 lo, hi;
       e4m3x32(wr[r] + c * 32, &lo, &hi);
-      acc[2 * r] = _mm512_fmadd_ps(lo, x0, acc[2 * r]);
-      acc[2 * r + 1] = _mm512_fmadd_ps(hi, x1, acc[2 * r + 1]);
+      acc[2 * r] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xs[r] + c * 32), acc[2 * r]);
+      acc[2 * r + 1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xs[r] + c * 32 + 16), acc[2 * r + 1]);
     }
   }
   if (full < chunks) {
     const __mmask32 m = lanes32(K - full * 32);
-    const __m512 x0 = _mm512_loadu_ps(xs + full * 32), x1 = _mm512_loadu_ps(xs + full * 32 + 16);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 2; ++r) {
       __m512 lo, hi;
       e4m3x32(wr[r] + full * 32, m, &lo, &hi);
-      acc[2 * r] = _mm512_fmadd_ps(lo, x0, acc[2 * r]);
-      acc[2 * r + 1] = _mm512_fmadd_ps(hi, x1, acc[2 * r + 1]);
+      acc[2 * r] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xs[r] + full * 32), acc[2 * r]);
+      acc[2 * r + 1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xs[r] + full * 32 + 16), acc[2 * r + 1]);
     }
   }
 }
 
+// The FP8 and FP4 GEMVs walk their rows [r0, r1) as two streams, [r0, r0 + h) and
+// [r0 + h, r1), one row of each per pass: from memory, four adjacent rows per pass read far
+// below the machine's bandwidth (adjacent rows share 4 KiB pages; see gemm_avx512bf16.cc).
+// A row's sum does not depend on the order, so the result is the same bit for bit.
+template <class Pass>
+inline void two_streams(int64_t r0, int64_t r1, const Pass& pass) {
+  const int64_t h = (r1 - r0 + 1) / 2;
+  for (int64_t i = 0; i < h; ++i) pass(r0 + i, r0 + h + i < r1 ? r0 + h + i : -1);
+}
+
+// y[a] and, when b >= 0, y[b] from their accumulator pairs.
+inline void store2_pairs(const __m512 acc[4], int64_t a, int64_t b, float* y) {
+  y[a] = hsum16(_mm512_add_ps(acc[0], acc[1]));
+  if (b >= 0) y[b] = hsum16(_mm512_add_ps(acc[2], acc[3]));
+}
+
+// xs holds two scaled x (kpad floats each): one per stream, rescaled when its band changes.
 void gemv_fp8(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int64_t r1, float* xs) {
-  const int64_t K = w.cols;
-  int64_t band = -1;
-  for (int64_t m = r0; m < r1;) {
-    if (m / 32 != band) {
-      band = m / 32;
-      scale_x_fp8(w, x, band, xs);
-    }
-    const int64_t nr = min64(4, min64(r1, (band + 1) * 32) - m);
-    const uint8_t* wr[4];
-    for (int r = 0; r < 4; ++r) wr[r] = w.weight + (m + (r < nr ? r : 0)) * K;
-    __m512 acc[8];
-    fp8_four_rows(wr, xs, K, acc);
-    store4_pairs(acc, nr, y + m);
-    m += nr;
-  }
+  const int64_t K = w.cols, kpad = (K + 31) / 32 * 32;
+  int64_t band[2] = {-1, -1};
+  float* const xr[2] = {xs, xs + kpad};
+  two_streams(r0, r1, [&](int64_t a, int64_t b) {
+    const int64_t rows[2] = {a, b >= 0 ? b : a};
+    for (int r = 0; r < 2; ++r)
+      if (rows[r] / 32 != band[r]) {
+        band[r] = rows[r] / 32;
+        scale_x_fp8(w, x, band[r], xr[r]);
+      }
+    const uint8_t* wr[2] = {w.weight + rows[0] * K, w.weight + rows[1] * K};
+    const float* xsr[2] = {xr[0], xr[1]};
+    __m512 acc[4];
+    fp8_two_rows(wr, xsr, K, acc);
+    store2_pairs(acc, a, b, y);
+  });
 }
 
 // ---- FP4: E2M1 pairs, UE8M0 scale per 32 columns -----------------------------------------
@@ -152,28 +167,24 @@ inline void fp4_block(const uint8_t* codes, float scale, __m512 table, __m512* e
 void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t r1) {
   const int64_t K = w.cols, kbs = K / 32, stride = K / 2;
   const __m512 table = _mm512_loadu_ps(kE2m1);
-  for (int64_t m = r0; m < r1; m += 4) {
-    const int64_t nr = min64(4, r1 - m);
-    const bool prefetch_next = m + 8 <= r1;
-    const uint8_t* wr[4];
-    const uint8_t* sr[4];
-    for (int r = 0; r < 4; ++r) {
-      const int64_t row = m + (r < nr ? r : 0);
-      wr[r] = w.weight + row * stride;
-      sr[r] = w.scale + row * kbs;
+  two_streams(r0, r1, [&](int64_t a, int64_t b) {
+    const int64_t rows[2] = {a, b >= 0 ? b : a};
+    const uint8_t* wr[2];
+    const uint8_t* sr[2];
+    for (int r = 0; r < 2; ++r) {
+      wr[r] = w.weight + rows[r] * stride;
+      sr[r] = w.scale + rows[r] * kbs;
     }
-    __m512 acc[8];
-    for (auto& a : acc) a = _mm512_setzero_ps();
+    __m512 acc[4];
+    for (auto& v : acc) v = _mm512_setzero_ps();
     for (int64_t kb0 = 0; kb0 < kbs; kb0 += 16) {
       const int64_t nb = min64(16, kbs - kb0);
-      float sc[4][16];
-      for (int r = 0; r < 4; ++r) e8m0x16(sr[r] + kb0, nb, sc[r]);
+      float sc[2][16];
+      for (int r = 0; r < 2; ++r) e8m0x16(sr[r] + kb0, nb, sc[r]);
       for (int64_t j = 0; j < nb; ++j) {
         const int64_t kb = kb0 + j;
-        if (prefetch_next && (kb & 3) == 0)
-          for (int r = 0; r < 4; ++r) prefetch(wr[r] + 4 * stride + kb * 16);
         const __m512 xe = _mm512_loadu_ps(xp + kb * 32), xo = _mm512_loadu_ps(xp + kb * 32 + 16);
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < 2; ++r) {
           __m512 ev, od;
           fp4_block(wr[r] + kb * 16, sc[r][j], table, &ev, &od);
           acc[2 * r] = _mm512_fmadd_ps(ev, xe, acc[2 * r]);
@@ -181,8 +192,8 @@ void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t
         }
       }
     }
-    store4_pairs(acc, nr, y + m);
-  }
+    store2_pairs(acc, a, b, y);
+  });
 }
 
 // ---- BF16 ---------------------------------------------------------------------------------

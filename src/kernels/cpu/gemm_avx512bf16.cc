@@ -228,7 +228,7 @@ inline __m512i bf16_chunk(const uint16_t* p, int64_t c, int64_t full, int64_t co
 //
 // The FP8 and FP4 GEMVs walk their rows [r0, r1) as two streams, [r0, r0 + h) and
 // [r0 + h, r1), one row of each per pass. Weights come from memory in decode, and there the
-// order decides the speed: measured on a Zen 4 (K = 2048, 1 GiB of FP8 weights), four adjacent
+// order decides the speed: measured on a Zen 4 (K = 2048, 0.5-1 GiB of FP8), four adjacent
 // rows per pass (the earlier order) read 10.6-12 GB/s on one core and 20-24 on two; one row
 // per pass 17 and ~32; the two streams 21-22 and 25-26 (from cache: 29 GB/s a core four rows
 // a pass, 25 two streams; FP4 18 either way). Batch-1 decode on `medium`: 1.16-1.25x.

@@ -302,6 +302,51 @@ TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
   }
 }
 
+// The FP8 GEMV's fast loop (bands whose full chunks' scales all take the AVX-512 BF16
+// decoder's direct route, 10..246) against the batched kernels' chunk decoder, bit for bit:
+// scales at both edges of that range, all E4M3 codes (zero exponents included), a tail chunk
+// whose scale is outside the range (the band still takes the fast loop for its full chunks), a
+// band with one out-of-range scale among its full chunks (the general loop), rows past 8,192
+// columns, and odd row ranges whose lone last row and second stream lie in different bands.
+TEST(Kernels, Fp8GemvOnDirectBandsIsBatchInvariant) {
+  std::mt19937 rng(23);
+  ThreadPool pool(2);
+  std::uniform_real_distribution<float> ux(-2, 2);
+  for (bool high : {false, true}) {
+    // Low scales with ordinary x; high ones with x * 2^-100 so sums stay finite.
+    const std::vector<uint8_t> edge =
+        high ? std::vector<uint8_t>{230, 240, 245, 246} : std::vector<uint8_t>{10, 11, 15, 20};
+    const float x_scale = high ? std::ldexp(1.0f, -100) : 1.0f;
+    for (int64_t k : {int64_t(4133), int64_t(8197)}) {
+      for (int64_t m : {int64_t(45), int64_t(291)}) {
+        const int64_t chunks = (k + 31) / 32, bands = (m + 31) / 32;
+        std::vector<uint8_t> w(size_t(m * k)), s(size_t(bands * chunks));
+        for (auto& b : w) b = uint8_t(rng() % 0x7F) | uint8_t(rng() & 0x80);  // no NaN
+        for (auto& b : s) b = edge[rng() % edge.size()];
+        s[size_t(1 * chunks + chunks - 1)] = 9;         // band 1: its tail only
+        s[size_t(bands - 1) * size_t(chunks) + 3] = 9;  // the last band: general
+        Fp8Matrix f{w.data(), s.data(), m, k};
+        for (int64_t n : {int64_t(2), int64_t(9)}) {
+          std::vector<float> x(size_t(n * k)), batched(size_t(n * m)),
+              alone(static_cast<size_t>(m));
+          for (auto& v : x) v = ux(rng) * x_scale;
+          for (CpuPath path : tested_paths())
+            for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              cpu::matmul_fp8(path, f, x.data(), n, batched.data(), p);
+              for (int64_t r = 0; r < n; ++r) {
+                cpu::matmul_fp8(path, f, x.data() + r * k, 1, alone.data(), p);
+                for (int64_t i = 0; i < m; ++i) ASSERT_TRUE(std::isfinite(alone[size_t(i)]));
+                EXPECT_EQ(std::memcmp(alone.data(), batched.data() + r * m, size_t(m) * 4), 0)
+                    << cpu_path_name(path) << " high " << high << " m " << m << " k " << k << " n "
+                    << n << " row " << r;
+              }
+            }
+        }
+      }
+    }
+  }
+}
+
 // The blocked dot products are dot_f64_lanes() bit for bit on every path: row groups of 8,
 // 4 and 1, lengths with and without a tail past the last 8 columns and past a 256-column
 // chunk, blocks of sums beyond the first 25, and values across many binades (so that a

@@ -1,6 +1,7 @@
-// AVX-512 BF16 products (VDPBF16PS) for FP8, FP4 and BF16 weights: the GEMV decodes four
-// weight rows in registers per 32-column chunk; a batch decodes four weight rows into an L1
-// panel once and multiplies it with up to six activation rows at a time (24 accumulators).
+// AVX-512 BF16 products (VDPBF16PS) for FP8, FP4 and BF16 weights: the GEMV decodes weight
+// rows in registers per 32-column chunk (FP8/FP4: two streams of rows, a row of each a pass;
+// BF16: four adjacent rows); a batch decodes four weight rows into an L1 panel once and
+// multiplies it with up to six activation rows at a time (24 accumulators).
 // Both run the one per-output sequence gemm_avx512bf16.h defines, so they agree bit for bit.
 //
 // Decoding: FP8 E4M3 times its block's power-of-two scale is one bf16 value (4 significant
@@ -230,8 +231,10 @@ inline __m512i bf16_chunk(const uint16_t* p, int64_t c, int64_t full, int64_t co
 // [r0 + h, r1), one row of each per pass. Weights come from memory in decode, and there the
 // order decides the speed: measured on a Zen 4 (K = 2048, 0.5-1 GiB of FP8), four adjacent
 // rows per pass (the earlier order) read 10.6-12 GB/s on one core and 20-24 on two; one row
-// per pass 17 and ~32; the two streams 21-22 and 25-26 (from cache: 29 GB/s a core four rows
-// a pass, 25 two streams; FP4 18 either way). Batch-1 decode on `medium`: 1.16-1.25x.
+// per pass 17 and ~32 (one run); the two streams 21-22 and 25-26. From cache, four rows a
+// pass ran at 29 GB/s a core, two streams run at 25 and one row at 19 (its one chain of
+// dependent dot products bounds it), so two streams: near the best from memory without one
+// row's loss from cache (FP4: 18 either way). Batch-1 decode on `medium`: 1.16-1.25x.
 // Adjacent rows share 4 KiB pages, which seems to defeat the hardware's stream prefetch;
 // software prefetch did not help.
 // Each row's sum is the same whatever the order (one accumulator, its chunks in order), so the
@@ -248,18 +251,17 @@ inline void store2(__m512 acc0, __m512 acc1, int64_t a, int64_t b, float* y) {
   if (b >= 0) y[b] = hsum16(acc1);
 }
 
-// A band's scale bytes, when every one takes the direct route and there are at most
-// kBandChunks of them (the GEMV's fast loop then reads them without a check).
-constexpr int64_t kBandChunks = 256;
+// A band's scale bytes, and whether those of its full chunks all take the direct route (the
+// GEMV's fast loop then reads them without a check; a tail chunk goes through chunk()).
 struct DirectBand {
   int64_t band = -1;
   bool direct = false;
   const uint8_t* bytes = nullptr;
-  void load(const Fp8Matrix& w, int64_t chunks, int64_t b) {
+  void load(const Fp8Matrix& w, int64_t chunks, int64_t full, int64_t b) {
     band = b;
     bytes = w.scale + b * chunks;
-    direct = chunks <= kBandChunks;
-    for (int64_t c = 0; c < chunks && direct; ++c) direct = bytes[c] >= 10 && bytes[c] <= 246;
+    direct = true;
+    for (int64_t c = 0; c < full && direct; ++c) direct = bytes[c] >= 10 && bytes[c] <= 246;
   }
 };
 
@@ -270,7 +272,7 @@ void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
   two_streams(r0, r1, [&](int64_t a, int64_t b) {
     const int64_t rows[2] = {a, b >= 0 ? b : a};  // a lone last row is computed twice
     for (int r = 0; r < 2; ++r)
-      if (rows[r] / 32 != band[r].band) band[r].load(w, chunks, rows[r] / 32);
+      if (rows[r] / 32 != band[r].band) band[r].load(w, chunks, full, rows[r] / 32);
     const uint8_t* wa = dec.row(rows[0]);
     const uint8_t* wb = dec.row(rows[1]);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();

@@ -26,6 +26,22 @@ static inline void with_count(int64_t n, const Fn& fn) {
   fn.template operator()<Max>();
 }
 
+// The FP8 and FP4 GEMVs walk their rows [r0, r1) as two streams, [r0, r0 + h) and
+// [r0 + h, r1): pass(a, b, two) for one row of each, a lone last row as pass(a, a, false) (computed
+// twice, stored once). Weights come from memory in decode, and there the order decides the
+// speed: four adjacent rows a pass read far below the machine's bandwidth (on a Zen 4, rows
+// shorter than a 4 KiB page share pages, which seems to defeat the hardware's stream
+// prefetch; figures in gemm_avx512bf16.cc). A row's sum does not depend on the order, so the
+// results are the same bit for bit.
+template <class Pass>
+static inline void two_streams(int64_t r0, int64_t r1, const Pass& pass) {
+  const int64_t h = (r1 - r0 + 1) / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    const bool two = r0 + h + i < r1;
+    pass(r0 + i, two ? r0 + h + i : r0 + i, two);
+  }
+}
+
 static inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
 }

@@ -31,6 +31,7 @@ using avx512_common::lanes16;
 using avx512_common::lanes32;
 using avx512_common::min64;
 using avx512_common::prefetch;
+using avx512_common::two_streams;
 using avx512_common::with_count;
 
 // acc += the chunk's 16 pair products: the only arithmetic an output sees before hsum16.
@@ -63,6 +64,9 @@ alignas(64) const uint16_t kE4m3Subnormals[32] = {0,      0x3B00, 0x3B80, 0x3BC0
                                                   0x3C00, 0x3C20, 0x3C40, 0x3C60};
 
 struct Fp8Decoder {
+  // Whether scale byte s takes the direct route, and its offset there.
+  static bool takes_direct(int s) { return s >= 10 && s <= 246; }
+  static __m512i direct_offset(int s) { return _mm512_set1_epi16(short((s - 7) << 7)); }
   const Fp8Matrix& w;
   int64_t chunks, full;
   const uint8_t* row(int64_t m) const { return w.weight + m * w.cols; }
@@ -71,9 +75,9 @@ struct Fp8Decoder {
     const int s = w.scale[(m / 32) * chunks + c];
     Fp8Scale r{};
     r.s = s;
-    r.direct = s >= 10 && s <= 246;
+    r.direct = takes_direct(s);
     if (r.direct) {
-      r.normal_offset = _mm512_set1_epi16(short((s - 7) << 7));
+      r.normal_offset = direct_offset(s);
     } else {
       float f[16];
       e8m0x16(w.scale + (m / 32) * chunks + c, 1, f);
@@ -227,28 +231,17 @@ inline __m512i bf16_chunk(const uint16_t* p, int64_t c, int64_t full, int64_t co
 
 // ---- The GEMV: two streams of rows, decoded in registers -----------------------------------
 //
-// The FP8 and FP4 GEMVs walk their rows [r0, r1) as two streams, [r0, r0 + h) and
-// [r0 + h, r1), one row of each per pass. Weights come from memory in decode, and there the
-// order decides the speed: measured on a Zen 4 (K = 2048, 0.5-1 GiB of FP8), four adjacent
-// rows per pass (the earlier order) read 10.6-12 GB/s on one core and 20-24 on two; one row
-// per pass 17 and ~32 (one run); the two streams 21-22 and 25-26. From cache, four rows a
-// pass ran at 29 GB/s a core, two streams run at 25 and one row at 19 (its one chain of
-// dependent dot products bounds it), so two streams: near the best from memory without one
-// row's loss from cache (FP4: 18 either way). Batch-1 decode on `medium`: 1.16-1.25x.
-// Adjacent rows share 4 KiB pages, which seems to defeat the hardware's stream prefetch;
-// software prefetch did not help.
-// Each row's sum is the same whatever the order (one accumulator, its chunks in order), so the
-// result is the same bit for bit.
-template <class Pass>
-inline void two_streams(int64_t r0, int64_t r1, const Pass& pass) {
-  const int64_t h = (r1 - r0 + 1) / 2;
-  for (int64_t i = 0; i < h; ++i) pass(r0 + i, r0 + h + i < r1 ? r0 + h + i : -1);
-}
-
-// y[a] and, when b >= 0, y[b] from their accumulators.
-inline void store2(__m512 acc0, __m512 acc1, int64_t a, int64_t b, float* y) {
+// The FP8 and FP4 GEMVs read two streams of rows (avx512_common::two_streams). Measured on a
+// Zen 4 (K = 2048, 0.5-1 GiB of FP8), four adjacent rows per pass (the earlier order) read
+// 10.6-12 GB/s on one core and 20-24 on two; one row per pass 17 and ~32 (one run); the two
+// streams 21-22 and 25-26. From cache, four rows a pass ran at 29 GB/s a core, two streams run
+// at 25 and one row at 19 (its one chain of dependent dot products bounds it), so two streams:
+// near the best from memory without one row's loss from cache (FP4: 18 either way). Batch-1
+// decode on `medium`: 1.16-1.25x. Software prefetch did not help.
+// y[a] and, when two, y[b] from their accumulators.
+inline void store2(__m512 acc0, __m512 acc1, int64_t a, int64_t b, bool two, float* y) {
   y[a] = hsum16(acc0);
-  if (b >= 0) y[b] = hsum16(acc1);
+  if (two) y[b] = hsum16(acc1);
 }
 
 // A band's scale bytes, and whether those of its full chunks all take the direct route (the
@@ -261,7 +254,7 @@ struct DirectBand {
     band = b;
     bytes = w.scale + b * chunks;
     direct = true;
-    for (int64_t c = 0; c < full && direct; ++c) direct = bytes[c] >= 10 && bytes[c] <= 246;
+    for (int64_t c = 0; c < full && direct; ++c) direct = Fp8Decoder::takes_direct(bytes[c]);
   }
 };
 
@@ -269,8 +262,8 @@ void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
   const int64_t chunks = (w.cols + 31) / 32, full = w.cols / 32;
   const Fp8Decoder dec{w, chunks, full};
   DirectBand band[2];
-  two_streams(r0, r1, [&](int64_t a, int64_t b) {
-    const int64_t rows[2] = {a, b >= 0 ? b : a};  // a lone last row is computed twice
+  two_streams(r0, r1, [&](int64_t a, int64_t b, bool two) {
+    const int64_t rows[2] = {a, b};
     for (int r = 0; r < 2; ++r)
       if (rows[r] / 32 != band[r].band) band[r].load(w, chunks, full, rows[r] / 32);
     const uint8_t* wa = dec.row(rows[0]);
@@ -285,11 +278,11 @@ void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
         acc0 = dot(
             acc0, xv,
             Fp8Decoder::direct(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wa + c * 32)),
-                               sa, _mm512_set1_epi16(short((sa - 7) << 7))));
+                               sa, Fp8Decoder::direct_offset(sa)));
         acc1 = dot(
             acc1, xv,
             Fp8Decoder::direct(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * 32)),
-                               sb, _mm512_set1_epi16(short((sb - 7) << 7))));
+                               sb, Fp8Decoder::direct_offset(sb)));
       }
     }
     for (; c < chunks; ++c) {
@@ -297,7 +290,7 @@ void gemv_fp8(const Fp8Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
       acc0 = dot(acc0, xv, dec.chunk(wa, c, dec.scale(rows[0], c)));
       acc1 = dot(acc1, xv, dec.chunk(wb, c, dec.scale(rows[1], c)));
     }
-    store2(acc0, acc1, a, b, y);
+    store2(acc0, acc1, a, b, two, y);
   });
 }
 
@@ -305,8 +298,8 @@ void gemv_fp4(const Fp4Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
   const int64_t chunks = w.cols / 32, pairs_end = chunks & ~int64_t(1);
   const Fp4Decoder dec{w};
   const __m512i half = high_half_bit();
-  two_streams(r0, r1, [&](int64_t a, int64_t b) {
-    const int64_t rows[2] = {a, b >= 0 ? b : a};
+  two_streams(r0, r1, [&](int64_t a, int64_t b, bool two) {
+    const int64_t rows[2] = {a, b};
     const uint8_t* wr[2] = {dec.row(rows[0]), dec.row(rows[1])};
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     Fp4Scales sc[2];
@@ -329,7 +322,7 @@ void gemv_fp4(const Fp4Matrix& w, const uint16_t* xb, float* y, int64_t r0, int6
       const __m512i xv = _mm512_loadu_si512(xb + c * 32);
       for (int r = 0; r < 2; ++r) acc[r] = dot(acc[r], xv, dec.chunk(wr[r], sc[r], c & 15, c));
     }
-    store2(acc[0], acc[1], a, b, y);
+    store2(acc[0], acc[1], a, b, two, y);
   });
 }
 

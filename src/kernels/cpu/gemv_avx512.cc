@@ -26,6 +26,7 @@ using avx512_common::lanes16;
 using avx512_common::lanes32;
 using avx512_common::min64;
 using avx512_common::prefetch;
+using avx512_common::two_streams;
 using avx512_common::with_count;
 
 // y[r] for r < nr: the sum of row r's two accumulators (acc[2r] + acc[2r + 1]), then hsum16.
@@ -112,39 +113,29 @@ inline void fp8_two_rows(const uint8_t* const wr[2], const float* const xs[2], i
   }
 }
 
-// The FP8 and FP4 GEMVs walk their rows [r0, r1) as two streams, [r0, r0 + h) and
-// [r0 + h, r1), one row of each per pass: from memory, four adjacent rows per pass read far
-// below the machine's bandwidth (adjacent rows share 4 KiB pages; see gemm_avx512bf16.cc).
-// A row's sum does not depend on the order, so the result is the same bit for bit.
-template <class Pass>
-inline void two_streams(int64_t r0, int64_t r1, const Pass& pass) {
-  const int64_t h = (r1 - r0 + 1) / 2;
-  for (int64_t i = 0; i < h; ++i) pass(r0 + i, r0 + h + i < r1 ? r0 + h + i : -1);
-}
-
-// y[a] and, when b >= 0, y[b] from their accumulator pairs.
-inline void store2_pairs(const __m512 acc[4], int64_t a, int64_t b, float* y) {
+// y[a] and, when two, y[b] from their accumulator pairs.
+inline void store2_pairs(const __m512 acc[4], int64_t a, int64_t b, bool two, float* y) {
   y[a] = hsum16(_mm512_add_ps(acc[0], acc[1]));
-  if (b >= 0) y[b] = hsum16(_mm512_add_ps(acc[2], acc[3]));
+  if (two) y[b] = hsum16(_mm512_add_ps(acc[2], acc[3]));
 }
 
-// xs holds two scaled x (kpad floats each): one per stream, rescaled when its band changes.
+// The rows as two streams (two_streams); xs holds two scaled x (kpad floats each): one per
+// stream, rescaled when its band changes.
 void gemv_fp8(const Fp8Matrix& w, const float* x, float* y, int64_t r0, int64_t r1, float* xs) {
   const int64_t K = w.cols, kpad = (K + 31) / 32 * 32;
   int64_t band[2] = {-1, -1};
   float* const xr[2] = {xs, xs + kpad};
-  two_streams(r0, r1, [&](int64_t a, int64_t b) {
-    const int64_t rows[2] = {a, b >= 0 ? b : a};
+  two_streams(r0, r1, [&](int64_t a, int64_t b, bool two) {
+    const int64_t rows[2] = {a, b};
     for (int r = 0; r < 2; ++r)
       if (rows[r] / 32 != band[r]) {
         band[r] = rows[r] / 32;
         scale_x_fp8(w, x, band[r], xr[r]);
       }
     const uint8_t* wr[2] = {w.weight + rows[0] * K, w.weight + rows[1] * K};
-    const float* xsr[2] = {xr[0], xr[1]};
     __m512 acc[4];
-    fp8_two_rows(wr, xsr, K, acc);
-    store2_pairs(acc, a, b, y);
+    fp8_two_rows(wr, xr, K, acc);
+    store2_pairs(acc, a, b, two, y);
   });
 }
 
@@ -167,8 +158,8 @@ inline void fp4_block(const uint8_t* codes, float scale, __m512 table, __m512* e
 void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t r1) {
   const int64_t K = w.cols, kbs = K / 32, stride = K / 2;
   const __m512 table = _mm512_loadu_ps(kE2m1);
-  two_streams(r0, r1, [&](int64_t a, int64_t b) {
-    const int64_t rows[2] = {a, b >= 0 ? b : a};
+  two_streams(r0, r1, [&](int64_t a, int64_t b, bool two) {
+    const int64_t rows[2] = {a, b};
     const uint8_t* wr[2];
     const uint8_t* sr[2];
     for (int r = 0; r < 2; ++r) {
@@ -192,7 +183,7 @@ void gemv_fp4(const Fp4Matrix& w, const float* xp, float* y, int64_t r0, int64_t
         }
       }
     }
-    store2_pairs(acc, a, b, y);
+    store2_pairs(acc, a, b, two, y);
   });
 }
 

@@ -1043,26 +1043,21 @@ Result<api::ConversationRequest> Server::Impl::parse_conversation(Protocol p, st
   // A count's body takes only the count's fields (the parsers ignore caller_fields then).
   const std::span<const std::string_view> hooks =
       count_only ? std::span<const std::string_view>() : test_hook_fields(opt);
-  if (p == Protocol::kChat) {
-    api::ChatOptions o;
+  // The options every protocol's parser shares.
+  auto with_common = [&](auto o) {
     o.caller_fields = hooks;
     o.max_body_bytes = opt.max_body_bytes;
     o.models = &served;
-    return api::parse_chat_request(body, o);
-  }
+    return o;
+  };
+  if (p == Protocol::kChat) return api::parse_chat_request(body, with_common(api::ChatOptions{}));
   if (p == Protocol::kMessages) {
-    api::MessagesOptions o;
-    o.caller_fields = hooks;
+    api::MessagesOptions o = with_common(api::MessagesOptions{});
     o.count_tokens = count_only;
-    o.max_body_bytes = opt.max_body_bytes;
-    o.models = &served;
     return api::parse_messages_request(body, o);
   }
-  api::ResponsesOptions o;
-  o.caller_fields = hooks;
+  api::ResponsesOptions o = with_common(api::ResponsesOptions{});
   o.input_tokens = count_only;
-  o.max_body_bytes = opt.max_body_bytes;
-  o.models = &served;
   return api::parse_responses_request(body, o);
 }
 

@@ -307,7 +307,9 @@ TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
 // scales at both edges of that range, all E4M3 codes (zero exponents included), a tail chunk
 // whose scale is outside the range (the band still takes the fast loop for its full chunks), a
 // band with one out-of-range scale among its full chunks (the general loop), rows past 8,192
-// columns, and odd row ranges whose lone last row and second stream lie in different bands.
+// columns (several column blocks) and past 32,768 (more full chunks than the fast loop keeps
+// offsets for: the general loop), and odd row ranges whose lone last row and second stream lie in
+// different bands.
 TEST(Kernels, Fp8GemvOnDirectBandsIsBatchInvariant) {
   std::mt19937 rng(23);
   ThreadPool pool(2);
@@ -317,7 +319,7 @@ TEST(Kernels, Fp8GemvOnDirectBandsIsBatchInvariant) {
     const std::vector<uint8_t> edge =
         high ? std::vector<uint8_t>{230, 240, 245, 246} : std::vector<uint8_t>{10, 11, 15, 20};
     const float x_scale = high ? std::ldexp(1.0f, -100) : 1.0f;
-    for (int64_t k : {int64_t(4133), int64_t(8197)}) {
+    for (int64_t k : {int64_t(4133), int64_t(8197), int64_t(32801)}) {
       for (int64_t m : {int64_t(45), int64_t(291)}) {
         const int64_t chunks = (k + 31) / 32, bands = (m + 31) / 32;
         std::vector<uint8_t> w(size_t(m * k)), s(size_t(bands * chunks));

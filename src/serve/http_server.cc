@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <cctype>
 #include <cerrno>
 #include <functional>
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -93,6 +94,21 @@ bool malformed(const error_code& ec) {
          ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
          ec != bhttp::error::need_more && ec != bhttp::error::body_limit &&
          ec != bhttp::error::header_limit;
+}
+
+// The target with its path's percent-escapes in upper case, so a route matches either
+// spelling: %2f and %2F are the same octet (RFC 3986 6.2.2.1), and clients send both.
+std::string with_uppercase_escapes(std::string_view target) {
+  std::string out(target);
+  const size_t end = std::min(out.find('?'), out.size());
+  const auto hex = [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; };
+  for (size_t i = 0; i + 2 < end; ++i) {
+    if (out[i] != '%' || !hex(out[i + 1]) || !hex(out[i + 2])) continue;
+    for (size_t j = i + 1; j <= i + 2; ++j)
+      out[j] = char(std::toupper(static_cast<unsigned char>(out[j])));
+    i += 2;
+  }
+  return out;
 }
 
 }  // namespace
@@ -399,7 +415,7 @@ awaitable<void> HttpServer::Impl::session(std::shared_ptr<Conn> c) {
     bhttp::request<bhttp::string_body> breq = parser.release();
     Request req;
     req.method = std::string(breq.method_string());
-    req.target = std::string(breq.target());
+    req.target = with_uppercase_escapes(breq.target());
     for (const auto& f : breq) req.headers.emplace_back(f.name_string(), f.value());
     req.body = std::move(breq.body());
     req.peer = c->peer;

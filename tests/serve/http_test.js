@@ -81,7 +81,7 @@ function streamRequest(base, maxTokens) {
 
 (async () => {
   const { proc, port } = await startServer(fathom, ['--header-timeout', '2', '--max-connections', '16',
-                                                     '--body-timeout', '2']);
+                                                     '--body-timeout', '2', '--served-model-name', 'org/Model:1']);
   const base = `http://127.0.0.1:${port}`;
   try {
     await check('a second server on the same port exits 2 with a clear message', async () => {
@@ -94,6 +94,18 @@ function streamRequest(base, maxTokens) {
       assert.ok(/in use/i.test(err), err);
       // The first server still answers.
       assert.equal((await fetch(base + '/health')).status, 200);
+    });
+
+    await check('/v1/models/{model} matches a name percent-encoded with either case of hex digits', async () => {
+      // encodeURIComponent writes %2F and %3A; RFC 3986 makes %2f and %3a the same octets.
+      for (const path of ['org%2FModel%3A1', 'org%2fModel%3a1', 'org%2FModel%3a1']) {
+        const r = await fetch(base + '/v1/models/' + path);
+        assert.equal(r.status, 200, path);
+        assert.equal((await r.json()).id, 'org/Model:1', path);
+      }
+      // Only escapes change case: the name's own letters still have to match.
+      assert.equal((await fetch(base + '/v1/models/org%2fmodel%3a1')).status, 404);
+      assert.equal((await fetch(base + '/v1/models/org%2')).status, 404);
     });
 
     await check('404, 405 (with Allow) and 413 are JSON in the API\'s shape', async () => {

@@ -306,7 +306,9 @@ engine::Generator::Health RemoteGenerator::health() const {
 
 RouterStats RemoteGenerator::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  RouterStats s = stats_;
+  s.index_dropped_blocks = policy_.exact_index().dropped();
+  return s;
 }
 
 Result<std::vector<std::shared_ptr<engine::RequestStream>>> RemoteGenerator::submit_n(
@@ -888,6 +890,10 @@ std::string RemoteGenerator::metrics_text() const {
   counter("fathom_router_reported_cached_tokens_total",
           "Prompt tokens the replicas reported as served from their cache",
           s.reported_cached_tokens);
+  counter("fathom_router_index_dropped_blocks_total",
+          "KV events' block stores the cache-aware index dropped: the replica's view was at its "
+          "bound of blocks",
+          s.index_dropped_blocks);
   o << "# HELP fathom_router_pd_requests_total Requests the P/D hand-off applied to: "
        "disaggregated (prefilled on a prefill replica) or local (short or cached, prefilled on "
        "the decode replica)\n# TYPE fathom_router_pd_requests_total counter\n"

@@ -136,6 +136,8 @@ struct RouterStats {
   // Reservations a decode replica refused (no room); the request then went to another replica.
   int64_t pd_refused = 0;
   PdHistogram pd_transfer_seconds, pd_handoff_seconds;
+  // Block stores the exact index dropped, a replica's view being at its bound (KvIndex).
+  int64_t index_dropped_blocks = 0;
 };
 
 class RemoteGenerator : public engine::Generator, private KvFeedTarget {

@@ -164,6 +164,7 @@ async function feedLines(port, query, until) {
       assert.ok(metric(m1, `fathom_router_kv_snapshot_loads_total{replica="${urlB}"}`) > loads0);
       assert.equal(metric(m1, `fathom_router_kv_event_fed{replica="${urlB}"}`), 1);
       assert.equal(metric(m1, `fathom_router_index_blocks{replica="${urlB}"}`), 2);
+      assert.equal(metric(m1, 'fathom_router_index_dropped_blocks_total'), 0);
     });
 
     await check('requests sent at once with a shared new prefix go to one replica and compute it once', async () => {

@@ -113,17 +113,6 @@ std::string with_uppercase_escapes(std::string_view target) {
 
 }  // namespace
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = char(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = char(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 std::string_view Request::path() const {
   std::string_view t = target;
   const size_t q = t.find('?');

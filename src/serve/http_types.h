@@ -11,10 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "core/ascii.h"
+
 namespace fathom::serve::http {
 
 // ASCII case-insensitive equality (header names, and values such as a scheme or a coding).
-bool iequals(std::string_view a, std::string_view b);
+using ascii::iequals;
 
 // One request. Header names keep the client's spelling; header() compares them
 // case-insensitively.

@@ -66,7 +66,8 @@ alignas(64) const uint16_t kE4m3Subnormals[32] = {0,      0x3B00, 0x3B80, 0x3BC0
 struct Fp8Decoder {
   // Whether scale byte s takes the direct route, and its offset there.
   static bool takes_direct(int s) { return s >= 10 && s <= 246; }
-  static __m512i direct_offset(int s) { return _mm512_set1_epi16(short((s - 7) << 7)); }
+  static uint16_t direct_offset_bits(int s) { return uint16_t((s - 7) << 7); }
+  static __m512i direct_offset(int s) { return _mm512_set1_epi16(short(direct_offset_bits(s))); }
   const Fp8Matrix& w;
   int64_t chunks, full;
   const uint8_t* row(int64_t m) const { return w.weight + m * w.cols; }
@@ -237,7 +238,8 @@ inline __m512i bf16_chunk(const uint16_t* p, int64_t c, int64_t full, int64_t co
 // streams 21-22 and 25-26. From cache, four rows a pass ran at 29 GB/s a core, two streams run
 // at 25 and one row at 19 (its one chain of dependent dot products bounds it), so two streams:
 // near the best from memory without one row's loss from cache (FP4: 18 either way). Batch-1
-// decode on `medium`: 1.16-1.25x. Software prefetch did not help.
+// decode on `medium`: 1.16-1.25x. For rows under a page, software prefetch did not help (longer
+// rows: kAheadBytes below).
 // y[a] and, when two, y[b] from their accumulators.
 inline void store2(__m512 acc0, __m512 acc1, int64_t a, int64_t b, bool two, float* y) {
   y[a] = hsum16(acc0);
@@ -263,7 +265,7 @@ struct DirectBand {
     direct = full <= kMaxChunks;
     for (int64_t c = 0; c < full && direct; ++c) {
       direct = Fp8Decoder::takes_direct(bytes[c]);
-      const uint32_t o = uint16_t((bytes[c] - 7) << 7);
+      const uint32_t o = Fp8Decoder::direct_offset_bits(bytes[c]);
       offset[c] = o | o << 16;
     }
   }

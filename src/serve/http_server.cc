@@ -2,7 +2,6 @@
 
 #include <sys/socket.h>
 
-#include <cctype>
 #include <cerrno>
 #include <functional>
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -101,11 +100,11 @@ bool malformed(const error_code& ec) {
 std::string with_uppercase_escapes(std::string_view target) {
   std::string out(target);
   const size_t end = std::min(out.find('?'), out.size());
-  const auto hex = [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; };
   for (size_t i = 0; i + 2 < end; ++i) {
-    if (out[i] != '%' || !hex(out[i + 1]) || !hex(out[i + 2])) continue;
-    for (size_t j = i + 1; j <= i + 2; ++j)
-      out[j] = char(std::toupper(static_cast<unsigned char>(out[j])));
+    if (out[i] != '%' || !ascii::is_hex_digit(out[i + 1]) || !ascii::is_hex_digit(out[i + 2]))
+      continue;
+    out[i + 1] = ascii::to_upper(out[i + 1]);
+    out[i + 2] = ascii::to_upper(out[i + 2]);
     i += 2;
   }
   return out;

@@ -230,7 +230,9 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
   std::mt19937 rng(11);
   ThreadPool pool(2);
   std::uniform_real_distribution<float> ux(-2, 2);
-  for (int64_t k : {int64_t(16), int64_t(37), int64_t(256), int64_t(301)}) {
+  // K = 64 and 256: whole chunks, whose panels the AVX-512 BF16 kernel reads from the weights
+  // (with 45 rows, the last panel is copied).
+  for (int64_t k : {int64_t(16), int64_t(37), int64_t(64), int64_t(256), int64_t(301)}) {
     // 300 rows: many thread ranges; 300 activation rows: more than one AMX output block.
     const int64_t m = k == 256 ? 300 : 45;
     for (int64_t n : {int64_t(9), int64_t(40), int64_t(k == 256 ? 300 : 30)}) {
@@ -255,9 +257,10 @@ TEST(Kernels, Bf16MatmulIsBatchInvariant) {
 
 // Every row of a batched FP8/FP4 product must equal that row alone (the decode GEMV), bit for
 // bit, whatever the batch size, the row range or the thread count: prefill chunks of any
-// size, batched decode and single-token decode then give a sequence the same numbers. Nine
-// rows make a full group of eight and a partial one; 300 rows span many FP8 scale bands and
-// thread ranges; K = 4128 is a long row.
+// size, batched decode and single-token decode then give a sequence the same numbers. Seven
+// and nine rows make a full group (six rows in the AVX-512 BF16 kernel, eight in the fp32 one)
+// and a partial one, 20 and 37 several; 300 rows span many FP8 scale bands and thread ranges;
+// K = 4128 is a long row.
 TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
   std::mt19937 rng(17);
   ThreadPool pool(2);
@@ -275,7 +278,8 @@ TEST(Kernels, Fp8Fp4MatmulAreBatchInvariant) {
         // Mostly ordinary scales, some below 2^-117 (the AVX-512 BF16 decoder's float route).
         for (auto& b : s8) b = rng() % 4 == 0 ? uint8_t(2 + rng() % 8) : uint8_t(118 + rng() % 12);
         Fp8Matrix f8{w8.data(), s8.data(), m, k8};
-        for (int64_t n : {int64_t(2), int64_t(3), int64_t(9), int64_t(20), int64_t(37)}) {
+        for (int64_t n :
+             {int64_t(2), int64_t(3), int64_t(7), int64_t(9), int64_t(20), int64_t(37)}) {
           std::vector<float> x(size_t(n * k8)), batched(size_t(n * m)),
               alone(static_cast<size_t>(m));
           for (auto& v : x) v = ux(rng);

@@ -297,6 +297,7 @@ Result<std::shared_ptr<Sequence>> Engine::make_sequence(GenerationRequest reques
     s->think_ended = request.think_end_id >= 0 &&
                      std::find(s->generated.begin(), s->generated.end(), request.think_end_id) !=
                          s->generated.end();
+    if (Status st = OutputProcessor::check_resumed(request, s->generated); !st.is_ok()) return st;
   }
   s->resume_hint = int64_t(s->all.size());
   s->req = std::move(request);

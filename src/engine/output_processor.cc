@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <string>
 
 namespace fathom::engine {
 
@@ -40,6 +41,18 @@ bool OutputProcessor::allow(grammar::GrammarMatcher& m, const uint32_t* premask,
   return !allowed_.empty();
 }
 
+namespace {
+
+// Where the grammar's part of `generated` starts: after </think> when it starts there (none
+// of it before that token), else at 0.
+size_t constrained_from(const GenerationRequest& r, std::span<const int32_t> generated) {
+  if (!r.grammar_after_think) return 0;
+  auto it = std::find(generated.begin(), generated.end(), r.think_end_id);
+  return it == generated.end() ? generated.size() : size_t(it - generated.begin()) + 1;
+}
+
+}  // namespace
+
 grammar::GrammarMatcher* OutputProcessor::matcher_for(
     const GenerationRequest& r, std::span<const int32_t> generated, bool think_ended,
     std::unique_ptr<grammar::GrammarMatcher>* slot) {
@@ -47,14 +60,27 @@ grammar::GrammarMatcher* OutputProcessor::matcher_for(
   if (!*slot) {
     // New, forked or re-admitted: the state after the constrained tokens generated so far.
     *slot = std::make_unique<grammar::GrammarMatcher>(r.grammar);
-    size_t from = 0;
-    if (r.grammar_after_think) {
-      auto it = std::find(generated.begin(), generated.end(), r.think_end_id);
-      from = it == generated.end() ? generated.size() : size_t(it - generated.begin()) + 1;
-    }
-    for (size_t i = from; i < generated.size(); ++i) (*slot)->accept_token(generated[i]);
+    for (size_t i = constrained_from(r, generated); i < generated.size(); ++i)
+      (*slot)->accept_token(generated[i]);
   }
   return slot->get();
+}
+
+Status OutputProcessor::check_resumed(const GenerationRequest& r,
+                                      std::span<const int32_t> generated) {
+  if (!r.grammar) return Status();
+  grammar::GrammarMatcher m(r.grammar);
+  for (size_t i = constrained_from(r, generated); i < generated.size(); ++i) {
+    if (m.is_terminated())
+      return invalid_argument("the resumed output completed its grammar at token " +
+                              std::to_string(i - 1) + ": nothing follows it");
+    if (!m.accept_token(generated[i]) && i >= r.forced_output.size())
+      return invalid_argument("the resumed output's token " + std::to_string(i) + " (id " +
+                              std::to_string(generated[i]) + ") is not allowed by its grammar");
+  }
+  if (m.is_terminated())
+    return invalid_argument("the resumed output completed its grammar: nothing follows it");
+  return Status();
 }
 
 int32_t OutputProcessor::next_token(const GenerationRequest& r, uint64_t request_key,

@@ -50,6 +50,11 @@ class OutputProcessor {
   static grammar::GrammarMatcher* matcher_for(const GenerationRequest& r,
                                               std::span<const int32_t> generated, bool think_ended,
                                               std::unique_ptr<grammar::GrammarMatcher>* slot);
+  // A resumed output (`generated` so far, given by the client) checked against the request's
+  // grammar where it applies: kInvalidArgument naming the first token it does not allow, or
+  // saying that the output already completed it (forced positions are not asked about, as in
+  // generation).
+  static Status check_resumed(const GenerationRequest& r, std::span<const int32_t> generated);
   // True when the request's grammar applies now (a grammar, and past </think> when it starts
   // there).
   static bool constrained(const GenerationRequest& r, bool think_ended) {

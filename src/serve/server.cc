@@ -828,6 +828,21 @@ class ConversationProducer : public StreamsProducer {
   api::Usage usage_;
 };
 
+// A resumed output's ids (resume_output_ids) taken by a choice's decoder and stop strings as
+// text already produced, and dropped: the text that follows continues its characters and its
+// stop strings as in the uninterrupted answer (what they held back comes out with it). True
+// when the ids hold a stop string.
+bool take_resumed(StreamDecoder& dec, api::StopMatcher& stop, std::span<const int32_t> ids,
+                  int32_t eos) {
+  std::string piece, sent;
+  for (int32_t t : ids) {
+    piece.clear();
+    if (t != eos) (void)dec.push(t, piece);  // ids are checked by the engine
+    if (stop.push(piece, &sent)) return true;
+  }
+  return false;
+}
+
 // OpenAI (legacy) Completions: each choice's continuation decoded as text, stop strings
 // applied, as `text_completion` chunks (SSE) or one JSON body.
 class CompletionProducer : public StreamsProducer {
@@ -1226,6 +1241,12 @@ Reply Server::Impl::completions(const Request& req) {
                           invalid_argument("'resume_output_ids' holds token " + std::to_string(t) +
                                            ", which ends the output: nothing follows it"));
     }
+    // Its text is the answer's so far: one that holds a stop string has ended.
+    StreamDecoder dec(tok, true);
+    api::StopMatcher stop(cr->sampling.stop);
+    if (take_resumed(dec, stop, cr->resume_output_ids, eos))
+      return send_error(p, invalid_argument("'resume_output_ids' holds the stop string \"" +
+                                            stop.matched() + "\": nothing follows it"));
     g.resume_output = std::move(cr->resume_output_ids);
   }
   // Which choice of an n-sample run a single seeded request draws as (n = 1 only: submit_n
@@ -1264,6 +1285,7 @@ Reply Server::Impl::completions(const Request& req) {
                    prompt_ids]() -> Result<std::unique_ptr<http::Producer>> {
     const api::CompletionsRequest& c = *request;
     const int n = std::max(1, c.n);
+    const std::vector<int32_t> resumed_ids = gen->resume_output;  // n = 1
     auto streams = engine.submit_n(std::move(*gen), n);
     if (!streams.is_ok()) return streams.status();
     const std::string id = random_id("cmpl-");
@@ -1278,6 +1300,8 @@ Reply Server::Impl::completions(const Request& req) {
               api::CompletionsChoice{i, n, c.logprobs.has_value(), c.include_usage,
                                      c.return_token_ids, c.logprob_ids >= 0, prompt_ids}),
           c.logprob_ids >= 0);
+    if (!resumed_ids.empty())
+      (void)take_resumed(choices.front().dec, choices.front().stop, resumed_ids, eos);
     return std::unique_ptr<http::Producer>(std::make_unique<CompletionProducer>(
         this, std::move(*streams), std::move(choices), c.stream, t0));
   };

@@ -973,6 +973,53 @@ TEST(EngineGrammar, RegexConstrainedSamplesMatchAndStop) {
   }
 }
 
+// A resumed output (the router's continuation, or a client's) must be one the grammar
+// allows: the engine replays it into the matcher, and a token the matcher refused would leave
+// it behind the text, so that what follows need not match. Such a request is refused, naming
+// the token; so is one whose output already completed the grammar.
+TEST(EngineGrammar, ResumedOutputIsCheckedAgainstTheGrammar) {
+  auto c = tiny_regex("[a-c]{3,5}");
+  Engine e(tiny_runner(), EngineOptions{}, kGrammarEos);
+  GenerationRequest r;
+  r.prompt = prompt(20, 45);
+  r.max_tokens = 64;
+  r.grammar = c;
+  // "a", "b" (id 9; 1 is EOS) then the rest: the whole output matches.
+  r.resume_output = {0, 9};
+  auto s = e.submit(r);
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  StreamEvent last;
+  std::vector<int32_t> out = r.resume_output;
+  const std::vector<int32_t> rest = drain(**s, &last);
+  out.insert(out.end(), rest.begin(), rest.end());
+  EXPECT_EQ(last.cause, FinishCause::kEos);
+  EXPECT_TRUE(prefix_then_abc(constrained_text(*c, c, out, 0), "ab", 1, 3));
+  // "a", "x": refused at token 1.
+  r.resume_output = {0, 5};
+  auto bad = e.submit(r);
+  ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("token 1 (id 5)"), std::string::npos)
+      << bad.status().to_string();
+  // "ab", "ca", "ab": six letters, one too many.
+  r.resume_output = {3, 4, 3};
+  EXPECT_EQ(e.submit(r).status().code(), StatusCode::kInvalidArgument);
+  // "abc" and the grammar's EOS (with ignore_eos, which the server allows): it has ended.
+  r.ignore_eos = true;
+  r.resume_output = {0, 9, 2, kGrammarEos};
+  bad = e.submit(r);
+  ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("completed its grammar"), std::string::npos);
+  // A grammar that starts after </think> (id 7) asks nothing of the reasoning before it.
+  r.grammar_after_think = true;
+  r.think_end_id = 7;
+  r.resume_output = {5, 6, 7, 0};  // "x", "x y", </think>, "a"
+  EXPECT_TRUE(e.submit(r).is_ok());
+  r.resume_output = {5, 7, 5};  // "x" after </think>
+  bad = e.submit(r);
+  ASSERT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("token 2 (id 5)"), std::string::npos);
+}
+
 TEST(EngineGrammar, ConstraintStartsAfterThinkEndAndFollowsForcedTokens) {
   auto c = tiny_regex("ab[a-c]{2,6}");
   Engine e(tiny_runner(), EngineOptions{}, kGrammarEos);

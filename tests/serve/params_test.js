@@ -250,6 +250,34 @@ function logSoftmaxAt(row, i) {
       assert.equal(ok.status, 200);
     });
 
+    await check('a resumed output is the answer so far: its stop strings and characters carry on', async () => {
+      const ids = async (s) => (await (await post('/tokenize', { prompt: s })).json()).tokens;
+      // Teacher-forced, so that what follows the resumed ids is known (forced ids count from
+      // the first output token, the resumed ones included).
+      const resume = async (said, then, stop) => {
+        const r = await post('/v1/completions', { model: 'fathom-demo', prompt: 'x', max_tokens: 40, stop,
+          resume_output_ids: said, forced_output_ids: [...said, ...then] });
+        assert.equal(r.status, 200);
+        return (await r.json()).choices[0];
+      };
+      // A stop string inside the resumed text: the answer has ended.
+      const r = await post('/v1/completions', { model: 'fathom-demo', prompt: 'x', max_tokens: 40, stop: ['END'],
+        resume_output_ids: await ids('Hello END there') });
+      assert.equal(r.status, 400);
+      assert.equal((await r.json()).error.param, 'resume_output_ids');
+      // One that starts in the resumed text ("EN", held back) and ends in what follows stops
+      // the answer there; when it does not end, the held text comes out first.
+      let c = await resume(await ids('Hello EN'), await ids('D of it'), ['END']);
+      assert.deepEqual([c.text, c.finish_reason], ['', 'stop']);
+      c = await resume(await ids('Hello EN'), await ids('ough said'), ['END']);
+      assert.ok(c.text.startsWith('ENough said'), JSON.stringify(c.text));
+      // A character whose bytes the cut splits (U+1D11E in three tokens) comes out whole.
+      const clef = await ids('\u{1D11E} ok');
+      assert.ok(clef.length >= 3, JSON.stringify(clef));
+      c = await resume(clef.slice(0, 1), clef.slice(1), undefined);
+      assert.ok(c.text.startsWith('\u{1D11E} ok'), JSON.stringify(c.text));
+    });
+
     await check('the thinking budget closes reasoning with </think> when spent', async () => {
       // The random model rarely closes reasoning by itself: after 1024 reasoning tokens the
       // engine forces </think> (by id) and the rest is the answer. Greedy, so it is repeatable.

@@ -397,11 +397,11 @@ void gemv_bf16(const Bf16Matrix& w, const uint16_t* xb, float* y, int64_t r0, in
 
 // ---- Batches: a decoded panel of four weight rows times up to six activation rows ----------
 //
-// The panel is decoded as the block's first group of rows uses it: chunk c just before that
-// group's products with it (a filler's fill(c)), the later groups reading it from L1. Decoding
-// the whole panel first left its shuffles to run on their own, about 30% of an FP4 product of
-// six rows (a Zen 4, 1024 x 2048); interleaved with the dot products, which the CPU issues on
-// other pipes, they cost a fraction of that.
+// The panel is decoded as the block's first group of rows uses it, each chunk two ahead of
+// that group's products with it (a filler's fill(c)), the later groups reading it from L1.
+// Decoding the whole panel first left its shuffles to run on their own, about 30% of an FP4
+// product of six rows (a Zen 4, 1024 x 2048); interleaved with the dot products, which the
+// CPU issues on other pipes, they cost a fraction of that.
 
 constexpr int kPanelRows = 4;
 constexpr int kGroupRows = 6;

@@ -93,7 +93,6 @@ int run_router(const RouterArgs& a) {
   // vLLM and SGLang keep no retention classes: a request that names one is a 400 there.
   so.retention_classes = *upstream == router::UpstreamKind::kFathom;
   so.model_names = a.names.empty() ? std::vector<std::string>{"deepseek-v4.1-flash"} : a.names;
-  so.context_length = a.context_length;
   so.default_max_tokens = a.max_tokens;
   so.shutdown_timeout_s = a.shutdown_timeout;
   so.stream_heartbeat_s = a.heartbeat;
@@ -167,7 +166,8 @@ void add_router_command(CLI::App& app, Runner* run) {
                 "The retention classes requests may name (as `fathom serve --retention`); the "
                 "class travels to the replica by name (fathom upstreams only)");
   c->add_option("--context-length", a->context_length,
-                "The most prompt + generated tokens of one request (as the replicas' model)")
+                "The most prompt + generated tokens of one request (a cap: the replicas' own "
+                "max_model_len, read from their /v1/models, is used when smaller)")
       ->check(CLI::Range(int64_t(2), int64_t(1) << 40));
   c->add_option("--default-max-tokens", a->max_tokens,
                 "max_tokens when a request sets none (0 = what the context leaves)");

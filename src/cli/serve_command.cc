@@ -49,6 +49,7 @@ struct ServeArgs {
   int64_t kv_budget_mb = 4096, max_tokens = 0, prefix_cache_mb = 1024, decoder_keep = 0;
   double header_timeout = 10, body_timeout = 60, shutdown_timeout = 30, heartbeat = 15;
   int64_t max_step_tokens = 256;
+  int64_t max_model_len = 0;  // 0: the model's context length
   int64_t kv_event_ring = 65536;
   bool forced = false, no_prefix_cache = false, swa_bounded_replay = false, no_async = false;
   bool no_grammar_masks_ahead = false, grammar_jump_forward = false;
@@ -267,6 +268,7 @@ int run_serve(const ServeArgs& a) {
   eo.grammar_jump_forward = a.grammar_jump_forward;
   eo.max_step_tokens = a.max_step_tokens;
   eo.kv_event_ring = a.kv_event_ring;
+  eo.max_model_len = a.max_model_len;
   runner::V41Runner model_runner(**m);
   if (a.speculative == "dspark") {
     const int64_t block = model_runner.draft_block_size();
@@ -281,6 +283,10 @@ int run_serve(const ServeArgs& a) {
                                   ? engine::DraftSchedule::kStaleGlobal
                                   : engine::DraftSchedule::kFixed;
   }
+  if (a.max_model_len > model_runner.context_length())
+    return fail(invalid_argument("--max-model-len " + std::to_string(a.max_model_len) +
+                                 ": the model's context length is " +
+                                 std::to_string(model_runner.context_length())));
   engine::Engine eng(model_runner, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
   so.host = a.host;
@@ -293,7 +299,6 @@ int run_serve(const ServeArgs& a) {
   so.default_max_tokens = a.max_tokens;
   so.allow_forced_output = a.forced;
   so.allow_error_injection = a.error_injection;
-  so.context_length = eng.context_length();
   so.header_timeout_s = a.header_timeout;
   so.body_timeout_s = a.body_timeout;
   so.shutdown_timeout_s = a.shutdown_timeout;
@@ -350,16 +355,17 @@ int run_serve(const ServeArgs& a) {
     const auto& c = (*m)->config();
     const engine::EngineStats es = eng.stats();
     std::printf(
-        "fathom serve: model %s (%s; %lld layers, dim %lld, vocab %lld), tokenizer %s\n"
+        "fathom serve: model %s (%s; %lld layers, dim %lld, vocab %lld, context %lld), "
+        "tokenizer %s\n"
         "  KV pool %lld pages of %lld KiB (%.0f MiB), prefix cache %s%s, %s scheduling%s%s\n"
         "  numerics %s, kernels %s, ready in %.1f s, listening on http://%s:%d\n"
         "  try: curl http://%s:%d/v1/chat/completions -H 'Content-Type: application/json'%s"
         " -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],"
         "\"max_tokens\":32}'\n",
         name.c_str(), model_dir.c_str(), (long long)c.n_layers, (long long)c.dim,
-        (long long)c.vocab_size, tok_path.c_str(), (long long)es.kv_pages_total,
-        (long long)(es.kv_page_bytes >> 10), double(es.kv_budget_bytes) / double(1 << 20),
-        a.no_prefix_cache ? "off" : "on",
+        (long long)c.vocab_size, (long long)eng.context_length(), tok_path.c_str(),
+        (long long)es.kv_pages_total, (long long)(es.kv_page_bytes >> 10),
+        double(es.kv_budget_bytes) / double(1 << 20), a.no_prefix_cache ? "off" : "on",
         a.no_prefix_cache
             ? ""
             : (a.swa_bounded_replay ? " (SWA bounded replay)" : " (window side objects)"),
@@ -462,6 +468,10 @@ void add_serve_command(CLI::App& app, Runner* run) {
                 "Decoder-side SWA bounded replay: the layers after the last KV source prefill "
                 "only the prompt's last N tokens (an approximation; 140 for V4.1; 0 = off)")
       ->check(CLI::NonNegativeNumber);
+  c->add_option("--max-model-len", a->max_model_len,
+                "The most prompt + generated tokens of one request (default: the model's "
+                "context length; more than it exits 2)")
+      ->check(CLI::Range(int64_t(2), int64_t(1) << 40));
   c->add_option("--default-max-tokens", a->max_tokens,
                 "max_tokens when a request sets none (0 = what the context leaves)");
   c->add_option("--header-timeout", a->header_timeout,

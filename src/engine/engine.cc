@@ -273,6 +273,10 @@ Result<std::shared_ptr<Sequence>> Engine::make_sequence(GenerationRequest reques
     if (t < 0 || t >= vocab_) return invalid_argument("resumed output id outside the vocabulary");
   if (!request.resume_output.empty() && int64_t(request.resume_output.size()) >= request.max_tokens)
     return invalid_argument("the resumed output leaves no room under max_tokens");
+  if (int64_t(request.prompt.size()) + request.max_tokens > context_length())
+    return invalid_argument("the prompt's " + std::to_string(request.prompt.size()) +
+                            " tokens and max_tokens " + std::to_string(request.max_tokens) +
+                            " exceed the context length, " + std::to_string(context_length()));
   if (request.top_logprobs < -1 || request.top_logprobs > kMaxTopLogprobs)
     return invalid_argument("top_logprobs must be between 0 and 20");
   if (request.think_end_id < -1 || request.think_end_id >= vocab_)
@@ -351,7 +355,10 @@ Result<std::vector<std::shared_ptr<RequestStream>>> Engine::submit_n(GenerationR
   return streams;
 }
 
-int64_t Engine::context_length() const { return runner_.context_length(); }
+int64_t Engine::context_length() const {
+  const int64_t model = runner_.context_length();
+  return opt_.max_model_len > 0 ? std::min(opt_.max_model_len, model) : model;
+}
 
 Engine::Health Engine::health() const {
   std::lock_guard<std::mutex> lock(mu_);

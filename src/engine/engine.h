@@ -118,6 +118,9 @@ struct EngineOptions {
   // The prefix cache's event feed (kv/kv_event_log.h, served as /v1/kv_events): the block
   // changes its ring keeps for followers. 0 = no feed.
   int64_t kv_event_ring = 65536;
+  // The most prompt + generated tokens of one request (vLLM's --max-model-len): 0 = the
+  // model's context length; a value above it is clamped to it.
+  int64_t max_model_len = 0;
 };
 
 struct EngineStats {

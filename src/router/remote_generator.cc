@@ -298,6 +298,11 @@ RemoteGenerator::~RemoteGenerator() {
   loop_.reset();
 }
 
+int64_t RemoteGenerator::context_length() const {
+  const int64_t replicas = replicas_->max_model_len();
+  return replicas > 0 ? std::min(opt_.context_length, replicas) : opt_.context_length;
+}
+
 engine::Generator::Health RemoteGenerator::health() const {
   Health h;
   h.alive = replicas_->any_up();

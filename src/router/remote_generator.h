@@ -89,6 +89,8 @@ struct RemoteGeneratorOptions {
   // succeeding) is abandoned and the request continues elsewhere (a hung replica's streams do
   // not wait idle_timeout_ms); failed requests do not count. 0: never.
   double abandon_down_after_s = 5;
+  // A cap on the context length: the replicas' own (their /v1/models max_model_len) is used
+  // when smaller.
   int64_t context_length = int64_t(1) << 20;
   int64_t vocab_size = 0;
   int32_t eos_id = -1;
@@ -149,7 +151,9 @@ class RemoteGenerator : public engine::Generator, private KvFeedTarget {
 
   Result<std::vector<std::shared_ptr<engine::RequestStream>>> submit_n(
       engine::GenerationRequest request, int n) override;
-  int64_t context_length() const override { return opt_.context_length; }
+  // The smaller of options.context_length and what the replicas serve (ReplicaSet's
+  // max_model_len, when they report one).
+  int64_t context_length() const override;
   int64_t vocab_size() const override { return opt_.vocab_size; }
   Health health() const override;
   std::string metrics_text() const override;

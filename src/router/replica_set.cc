@@ -1,5 +1,6 @@
 #include "router/replica_set.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -12,7 +13,8 @@ ReplicaSet::ReplicaSet(std::vector<Endpoint> replicas, ReplicaSetOptions options
       opt_(std::move(options)),
       state_(endpoints_.size()),
       failing_since_ns_(new std::atomic<int64_t>[endpoints_.size()]),
-      failed_probes_(new std::atomic<int>[endpoints_.size()]) {
+      failed_probes_(new std::atomic<int>[endpoints_.size()]),
+      models_read_ns_(endpoints_.size(), 0) {
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     failing_since_ns_[i].store(0);
     failed_probes_[i].store(0);
@@ -77,6 +79,7 @@ void ReplicaSet::set_up(size_t i, bool up, const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_[i].up == up) return;
     state_[i].up = up;
+    update_max_model_len();
   }
   if (opt_.log)
     std::fprintf(stderr, "fathom router: replica %s is %s%s%s\n", endpoints_[i].url.c_str(),
@@ -94,6 +97,47 @@ void ReplicaSet::set_role(size_t i, std::string role) {
                  role.c_str());
 }
 
+void ReplicaSet::update_max_model_len() {
+  int64_t up = 0, any = 0;
+  for (const ReplicaState& r : state_) {
+    if (r.max_model_len <= 0) continue;
+    any = any == 0 ? r.max_model_len : std::min(any, r.max_model_len);
+    if (r.up) up = up == 0 ? r.max_model_len : std::min(up, r.max_model_len);
+  }
+  max_model_len_.store(up > 0 ? up : any, std::memory_order_relaxed);
+}
+
+void ReplicaSet::set_max_model_len(size_t i, int64_t len) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_[i].max_model_len == len) return;
+    state_[i].max_model_len = len;
+    update_max_model_len();
+  }
+  if (opt_.log)
+    std::fprintf(stderr, "fathom router: replica %s serves a context of %lld tokens\n",
+                 endpoints_[i].url.c_str(), (long long)len);
+}
+
+int64_t ReplicaSet::read_max_model_len(size_t i) const {
+  auto x = HttpExchange::start(endpoints_[i], "GET", "/v1/models", "", opt_.auth_header,
+                               opt_.probe_timeout_ms, opt_.probe_timeout_ms);
+  if (!x.is_ok()) return 0;
+  auto body = (*x)->read_all(opt_.probe_timeout_ms, 1 << 20);
+  if ((*x)->status() != 200 || !body.is_ok()) return 0;
+  auto v = pyjson::parse(*body);
+  const pyjson::Value* data = v.is_ok() && v->is_object() ? v->find("data") : nullptr;
+  if (data == nullptr || !data->is_array()) return 0;
+  int64_t len = 0;
+  for (const pyjson::Value& m : data->items) {
+    const pyjson::Value* l = m.is_object() ? m.find("max_model_len") : nullptr;
+    int64_t n = 0;
+    if (l == nullptr || !l->int_fits_int64(&n) || n < 2) continue;
+    len = len == 0 ? n : std::min(len, n);
+  }
+  return len;
+}
+
 void ReplicaSet::probe_result(size_t i, bool ok) {
   if (ok) {
     failed_probes_[i].store(0, std::memory_order_relaxed);
@@ -108,25 +152,43 @@ void ReplicaSet::probe_result(size_t i, bool ok) {
 
 void ReplicaSet::probe_all() {
   for (size_t i = 0; i < endpoints_.size(); ++i) {
-    auto x = HttpExchange::start(endpoints_[i], "GET", "/health", "", opt_.auth_header,
-                                 opt_.probe_timeout_ms, opt_.probe_timeout_ms);
-    if (!x.is_ok()) {
-      probe_result(i, false);
-      set_up(i, false, x.status().message());
-      continue;
-    }
-    // The body is small; a replica that sends none in time is as good as down.
-    auto body = (*x)->read_all(opt_.probe_timeout_ms, 64 * 1024);
-    const bool ok = (*x)->status() == 200 && body.is_ok();
+    int status = 0;
+    bool ok = false;
+    {
+      auto x = HttpExchange::start(endpoints_[i], "GET", "/health", "", opt_.auth_header,
+                                   opt_.probe_timeout_ms, opt_.probe_timeout_ms);
+      if (!x.is_ok()) {
+        probe_result(i, false);
+        set_up(i, false, x.status().message());
+        continue;
+      }
+      // The body is small; a replica that sends none in time is as good as down.
+      auto body = (*x)->read_all(opt_.probe_timeout_ms, 64 * 1024);
+      status = (*x)->status();
+      ok = status == 200 && body.is_ok();
+      if (ok) {
+        auto v = pyjson::parse(*body);
+        const pyjson::Value* r = v.is_ok() && v->is_object() ? v->find("role") : nullptr;
+        set_role(i, r != nullptr && r->is_string() && (r->text == "prefill" || r->text == "decode")
+                        ? r->text
+                        : "both");
+      }
+    }  // the probe's connection is closed before the next one opens
+    // Its context length: when it comes up (it may have restarted with another), while not
+    // known, and every models_interval. A replica without /v1/models stays unknown.
     if (ok) {
-      auto v = pyjson::parse(*body);
-      const pyjson::Value* r = v.is_ok() && v->is_object() ? v->find("role") : nullptr;
-      set_role(i, r != nullptr && r->is_string() && (r->text == "prefill" || r->text == "decode")
-                      ? r->text
-                      : "both");
+      const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+      const bool stale = models_read_ns_[i] == 0 ||
+                         std::chrono::duration<double>(
+                             std::chrono::steady_clock::duration(now - models_read_ns_[i]))
+                                 .count() >= opt_.models_interval_s;
+      if (!is_up(i) || stale) {
+        models_read_ns_[i] = now;
+        if (const int64_t len = read_max_model_len(i); len > 0) set_max_model_len(i, len);
+      }
     }
     probe_result(i, ok);
-    set_up(i, ok, ok ? "" : "/health answered " + std::to_string((*x)->status()));
+    set_up(i, ok, ok ? "" : "/health answered " + std::to_string(status));
   }
 }
 

@@ -1,6 +1,8 @@
 // The router's replicas: their addresses, whether each is up (a prober thread asks each one's
 // /health every probe_interval; a request that fails on a replica marks it down at once — the
-// circuit opens — until a probe sees it healthy again), and the requests each has in flight.
+// circuit opens — until a probe sees it healthy again), the requests each has in flight, and
+// the context length each serves (the prober reads `max_model_len` from its /v1/models when it
+// comes up, and again every models_interval).
 //
 // Thread-safe: every method may be called from any thread (one short lock). The prober thread
 // is owned: it starts in the constructor and stops in the destructor.
@@ -22,8 +24,9 @@ namespace fathom::router {
 struct ReplicaSetOptions {
   double probe_interval_s = 0.5;
   int probe_timeout_ms = 1000;
-  std::string auth_header;  // e.g. "Authorization: Bearer K\r\n", sent with every probe
-  bool log = true;          // a line on stderr when a replica goes up or down
+  double models_interval_s = 10;  // how often an up replica's /v1/models is read again
+  std::string auth_header;        // e.g. "Authorization: Bearer K\r\n", sent with every probe
+  bool log = true;                // a line on stderr when a replica goes up or down
 };
 
 struct ReplicaState {
@@ -35,6 +38,9 @@ struct ReplicaState {
   // Its P/D role as its /health reports it ("prefill", "decode"; "both" when it names none,
   // as vLLM and SGLang do).
   std::string role = "both";
+  // The context length its GET /v1/models reports (`max_model_len`, as Fathom, vLLM and SGLang
+  // write it; the smallest over its models); 0 while not known.
+  int64_t max_model_len = 0;
 };
 
 class ReplicaSet {
@@ -48,6 +54,10 @@ class ReplicaSet {
   const Endpoint& endpoint(size_t i) const { return endpoints_[i]; }
   std::vector<ReplicaState> snapshot() const;
   bool any_up() const;
+  // The context length a request may use on any replica it might be sent to: the smallest
+  // max_model_len of the up replicas that report one (of all that have, when none of those is
+  // up); 0 when none has reported one. Lock-free.
+  int64_t max_model_len() const { return max_model_len_.load(std::memory_order_relaxed); }
   bool is_up(size_t i) const;
   // Seconds the health probes of replica i have failed without a success in between, from
   // the first of them; 0 unless at least two have (a failed request, or one slow probe, does
@@ -63,6 +73,10 @@ class ReplicaSet {
   void prober();
   void set_up(size_t i, bool up, const std::string& why);
   void set_role(size_t i, std::string role);
+  // Reads replica i's /v1/models (the prober thread only); 0 when it has no max_model_len.
+  int64_t read_max_model_len(size_t i) const;
+  void set_max_model_len(size_t i, int64_t len);
+  void update_max_model_len();  // REQUIRES: mu_ held
 
   std::vector<Endpoint> endpoints_;
   ReplicaSetOptions opt_;
@@ -75,6 +89,9 @@ class ReplicaSet {
   // none), and how many have failed since. Written by the prober thread only.
   std::unique_ptr<std::atomic<int64_t>[]> failing_since_ns_;
   std::unique_ptr<std::atomic<int>[]> failed_probes_;
+  // Per replica: the steady clock (ns) when its /v1/models was last read (the prober only).
+  std::vector<int64_t> models_read_ns_;
+  std::atomic<int64_t> max_model_len_{0};
   bool stop_ = false;  // guarded by mu_
   std::thread thread_;
 };

@@ -360,12 +360,13 @@ struct Server::Impl {
     ++metrics.latency_count;
   }
 
-  // The prompt's token count against the context length (400 when no token would fit).
-  Status check_prompt(size_t n) const {
-    if (int64_t(n) >= opt.context_length)
+  // The prompt's token count against the context length (400 when no token would fit). The
+  // caller reads the context once (a router's may change as its replicas do).
+  static Status check_prompt(size_t n, int64_t context) {
+    if (int64_t(n) >= context)
       return invalid_argument("the prompt has " + std::to_string(n) +
-                              " tokens; the model's context length is " +
-                              std::to_string(opt.context_length) + " (prompt and output together)");
+                              " tokens; the model's context length is " + std::to_string(context) +
+                              " (prompt and output together)");
     return Status::ok();
   }
 
@@ -572,7 +573,7 @@ struct Server::Impl {
 namespace {
 
 engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<int32_t> ids,
-                                     const ServerOptions& opt) {
+                                     const ServerOptions& opt, int64_t context_length) {
   engine::GenerationRequest g;
   g.prompt = std::move(ids);
   g.sampling.temperature = float(s.temperature.value_or(1.0));
@@ -591,7 +592,7 @@ engine::GenerationRequest generation(const api::SamplingParams& s, std::vector<i
   // the same block keys), never 0.
   g.cache_salt = kv::tenant_salt(s.cache_salt);
   // Default and cap: what the context leaves after the prompt.
-  const int64_t room = std::max<int64_t>(1, opt.context_length - int64_t(g.prompt.size()));
+  const int64_t room = std::max<int64_t>(1, context_length - int64_t(g.prompt.size()));
   const int64_t fallback = opt.default_max_tokens > 0 ? opt.default_max_tokens : room;
   g.max_tokens = std::min(s.max_tokens.value_or(fallback), room);
   return g;
@@ -1083,8 +1084,9 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   if (!conv.is_ok()) return send_error(p, conv.status());
   auto ids = prompt_ids(*conv);
   if (!ids.is_ok()) return send_error(p, ids.status());
-  if (Status st = check_prompt(ids->size()); !st.is_ok()) return send_error(p, st);
-  auto g = generation(conv->sampling, std::move(*ids), opt);
+  const int64_t context = engine.context_length();
+  if (Status st = check_prompt(ids->size(), context); !st.is_ok()) return send_error(p, st);
+  auto g = generation(conv->sampling, std::move(*ids), opt, context);
   if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
   auto retention = retention_of(p, conv->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
@@ -1187,7 +1189,7 @@ Reply Server::Impl::tokenize(const Request& req) {
   if (tr->return_token_strs)
     for (int32_t id : *ids) strs.push_back(tok.spelling(id));
   return Reply::of(
-      Response::json(200, api::tokenize_response_json(*ids, opt.context_length,
+      Response::json(200, api::tokenize_response_json(*ids, engine.context_length(),
                                                       tr->return_token_strs ? &strs : nullptr)));
 }
 
@@ -1226,8 +1228,10 @@ Reply Server::Impl::completions(const Request& req) {
   std::shared_ptr<const std::vector<int32_t>> prompt_ids;
   if (cr->return_token_ids) prompt_ids = std::make_shared<const std::vector<int32_t>>(ids);
   const size_t resumed = cr->resume_output_ids.size();
-  if (Status st = check_prompt(ids.size() + resumed); !st.is_ok()) return send_error(p, st);
-  auto g = generation(cr->sampling, std::move(ids), opt);
+  const int64_t context = engine.context_length();
+  if (Status st = check_prompt(ids.size() + resumed, context); !st.is_ok())
+    return send_error(p, st);
+  auto g = generation(cr->sampling, std::move(ids), opt, context);
   if (resumed > 0) {
     // max_tokens covers the resumed output too; the context caps the whole.
     if (int64_t(resumed) >= g.max_tokens)
@@ -1325,8 +1329,9 @@ Reply Server::Impl::generate(const Request& req) {
     ids = std::move(*e);
   }
   if (ids.empty()) return send_error(p, invalid_argument("'text' is empty"));
-  if (Status st = check_prompt(ids.size()); !st.is_ok()) return send_error(p, st);
-  auto g = generation(gr->sampling, std::move(ids), opt);
+  const int64_t context = engine.context_length();
+  if (Status st = check_prompt(ids.size(), context); !st.is_ok()) return send_error(p, st);
+  auto g = generation(gr->sampling, std::move(ids), opt, context);
   g.stop_ids = gr->stop_token_ids;
   auto retention = retention_of(p, gr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
@@ -1453,7 +1458,7 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
       [im](const Request& q) {
         if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
         return Reply::of(Response::json(
-            200, api::models_list_json(im->served, im->started, im->opt.context_length)));
+            200, api::models_list_json(im->served, im->started, im->engine.context_length())));
       },
       http::Dispatch::kInline);
   // GET /v1/models/{model} (OpenAI's retrieve) for each served name, as written and as a client
@@ -1463,7 +1468,7 @@ Server::Server(engine::Generator& engine, const Tokenizer& tokenizer,
     auto model = [im, m](const Request& q) {
       if (auto r = im->unauthorized(Protocol::kCompletions, q)) return std::move(*r);
       return Reply::of(
-          Response::json(200, api::model_json(m, im->started, im->opt.context_length)));
+          Response::json(200, api::model_json(m, im->started, im->engine.context_length())));
     };
     h.route("GET", "/v1/models/" + m.name, model, http::Dispatch::kInline);
     if (const std::string e = percent_encoded(m.name); e != m.name)

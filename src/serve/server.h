@@ -62,10 +62,10 @@ struct ServerOptions {
   // off) and deepseek-reasoner (thinking on) are served beside them for the same weights.
   std::vector<std::string> model_names = {"deepseek-v4.1-flash"};
   size_t max_body_bytes = 32 << 20;
-  // The model's context length: the most prompt + generated tokens of one request. A prompt
-  // must leave room for one token; max_tokens is capped at what is left.
-  int64_t context_length = int64_t(1) << 20;
-  int64_t default_max_tokens = 0;  // max_tokens when a request sets none; 0 = all that is left
+  // max_tokens when a request sets none; 0 = all that is left. The context length (the most
+  // prompt + generated tokens of one request) is the generator's: a prompt must leave room
+  // for one token, and max_tokens is capped at what is left.
+  int64_t default_max_tokens = 0;
   // Testing aid: accept "forced_output_ids" in a request body (the generated tokens are
   // those ids, teacher-forced), e.g. to exercise tool calls with a random model.
   bool allow_forced_output = false;

@@ -871,6 +871,28 @@ TEST(EngineApi, HealthAndContextLength) {
   EXPECT_FALSE(e.health().alive);
 }
 
+// --max-model-len: the context length an engine serves is the smaller of the option and the
+// model's, and a request whose prompt and max_tokens exceed it is refused before it runs.
+TEST(EngineApi, MaxModelLenCapsTheContext) {
+  EngineOptions o;
+  o.max_model_len = 64;
+  Engine e(tiny_runner(), o, -1);
+  EXPECT_EQ(e.context_length(), 64);
+  StreamEvent last;
+  auto fits = e.submit(greedy(prompt(20, 32), 44));
+  ASSERT_TRUE(fits.is_ok()) << fits.status().message();
+  drain(**fits, &last);
+  EXPECT_EQ(last.completion_tokens, 44);
+  auto over = e.submit(greedy(prompt(20, 32), 45));
+  ASSERT_FALSE(over.is_ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over.status().message().find("context length, 64"), std::string::npos)
+      << over.status().message();
+  o.max_model_len = int64_t(1) << 40;
+  Engine big(tiny_runner(), o, -1);
+  EXPECT_EQ(big.context_length(), 65536 * 16);
+}
+
 // Structured output on the tiny model with a made-up vocabulary: id % 8 spells a, b, c, ab, ca,
 // x, "x y" or z; id 1 is EOS. A regex constraint yields text the regex matches, ended by EOS.
 constexpr int32_t kGrammarEos = 1;

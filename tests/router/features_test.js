@@ -14,11 +14,14 @@
 //     and nothing is sent to a replica.
 //   - A replica SIGKILLed mid-stream under a constrained, logprob-carrying stream: the
 //     continuation on the other replica gives the direct output, logprobs included.
+//   - The context length: the replicas serve different ones (--max-model-len); the router
+//     serves the smallest of the up replicas' (their /v1/models), capped by its own
+//     --context-length, and refuses a longer prompt itself.
 // Usage: node features_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
 const path = require('path');
-const { startServer, startRouter, checker, metrics, metric, waitFor } = require('../serve/start_server.js');
+const { startServer, startRouter, checker, metrics, metric, waitFor, randomPrompt } = require('../serve/start_server.js');
 
 const [fathom, modules] = process.argv.slice(2);
 const OpenAI = require(path.join(modules, 'openai')).default;
@@ -111,7 +114,8 @@ const user = (content) => [{ role: 'user', content }];
 (async () => {
   const procs = [];
   try {
-    const [a, b] = await Promise.all([startServer(fathom, []), startServer(fathom, [])]);
+    const [a, b] = await Promise.all([startServer(fathom, ['--max-model-len', '3000']),
+      startServer(fathom, ['--max-model-len', '2000'])]);
     procs.push(a.proc, b.proc);
     const router = await startRouter(fathom, ['--replica', `http://127.0.0.1:${a.port}`,
       '--replica', `http://127.0.0.1:${b.port}`]);
@@ -122,6 +126,43 @@ const user = (content) => [{ role: 'user', content }];
       return metric(m, `fathom_router_replica_up{replica="http://127.0.0.1:${a.port}"}`) === 1 &&
              metric(m, `fathom_router_replica_up{replica="http://127.0.0.1:${b.port}"}`) === 1;
     }, 'both replicas up');
+
+    // The context length each serves, as its /v1/models and /tokenize report it.
+    const contextOf = async (port) => {
+      const m = await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json();
+      const lens = new Set(m.data.map((x) => x.max_model_len));
+      assert.equal(lens.size, 1, JSON.stringify(m));
+      const tk = await post(port, '/tokenize', { prompt: 'x' });
+      assert.equal(JSON.parse(tk.text).max_model_len, [...lens][0]);
+      return [...lens][0];
+    };
+    await check('the router serves the smallest context of its replicas, and refuses a longer prompt itself', async () => {
+      assert.equal(await contextOf(A), 3000);
+      assert.equal(await contextOf(b.port), 2000);
+      assert.equal(await contextOf(R), 2000);
+      const attempts = metric(await metrics(R), 'fathom_router_attempts_total');
+      const prompt = randomPrompt(7, 2100);
+      const r = await post(R, '/v1/completions', { prompt, max_tokens: 1 });
+      assert.equal(r.status, 400, r.text);
+      assert.match(JSON.parse(r.text).error.message, /2100 tokens; the model's context length is 2000/);
+      assert.equal(metric(await metrics(R), 'fathom_router_attempts_total'), attempts, 'nothing sent');
+      // The replica with the longer context takes it.
+      const d = await post(A, '/v1/completions', { prompt, max_tokens: 1 });
+      assert.equal(d.status, 200, d.text);
+      // A prompt that leaves room: max_tokens is capped by the router's context, as a replica's.
+      const fits = await post(R, '/v1/completions', { prompt: randomPrompt(7, 1990), max_tokens: 50,
+        ignore_eos: true });
+      assert.equal(fits.status, 200, fits.text);
+      assert.equal(JSON.parse(fits.text).usage.completion_tokens, 10);
+      // The router's own --context-length caps what the replicas report.
+      const capped = await startRouter(fathom, ['--replica', `http://127.0.0.1:${A}`,
+        '--replica', `http://127.0.0.1:${b.port}`, '--context-length', '1500']);
+      procs.push(capped.proc);
+      await waitFor(async () => metric(await metrics(capped.port),
+        `fathom_router_replica_up{replica="http://127.0.0.1:${A}"}`) === 1, 'the capped router sees a replica');
+      assert.equal(await contextOf(capped.port), 1500);
+      capped.proc.kill('SIGTERM');
+    });
 
     await check('Chat logprobs + top_logprobs through the router equal the replica (greedy and seeded)', async () => {
       for (const body of [
@@ -286,6 +327,13 @@ const user = (content) => [{ role: 'user', content }];
       assert.equal(got.tokens, want.tokens);
       const after = metric(await metrics(R), 'fathom_router_continuations_total');
       assert.equal(after - before, 1, 'one continuation');
+    });
+
+    // The killed replica is down: the router serves the survivor's context.
+    await check('with a replica down, the router serves the context of those up', async () => {
+      const survivor = [a, b].find((x) => x.proc.exitCode === null && x.proc.signalCode === null);
+      const want = survivor === a ? 3000 : 2000;
+      await waitFor(async () => (await contextOf(R)) === want, 'the survivor\'s context');
     });
   } catch (e) {
     t.failures++;

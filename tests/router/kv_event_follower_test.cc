@@ -2,7 +2,8 @@
 // loopback: it loads the snapshot, applies the events in order, and reloads the snapshot on a
 // gap in the ids, on a resync line and on a start line of another instance (a restart); a
 // replica without the feed (404) is left to prediction; a replica marked down has its view
-// dropped. Also the ReplicaSet's probe clock, against the same scripted replica.
+// dropped. Also the ReplicaSet's probe clock and the context length it reads from the
+// replicas' /v1/models, against the same scripted replica.
 #include "router/kv_event_follower.h"
 
 #include <arpa/inet.h>
@@ -28,12 +29,13 @@ namespace fathom::router {
 namespace {
 
 // Answers each request by `answer(request line)`: raw bytes, then closes. GET /health is 200
-// while `healthy` (else 503).
+// while `healthy` (else 503); GET /v1/models is `models()` (default: a list of no models).
 class Replica {
  public:
   explicit Replica(std::function<std::string(const std::string&)> answer,
-                   const std::atomic<bool>* healthy = nullptr)
-      : answer_(std::move(answer)), healthy_(healthy) {
+                   const std::atomic<bool>* healthy = nullptr,
+                   std::function<std::string()> models = {})
+      : answer_(std::move(answer)), healthy_(healthy), models_(std::move(models)) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -59,10 +61,17 @@ class Replica {
         }
         const std::string line = req.substr(0, req.find("\r\n"));
         const bool up = healthy_ == nullptr || healthy_->load();
-        const std::string reply =
-            line.rfind("GET /health", 0) != 0 ? answer_(line)
-            : up ? std::string("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-                 : std::string("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+        std::string reply;
+        if (line.rfind("GET /v1/models", 0) == 0)
+          reply = models_ ? models_()
+                          : std::string(
+                                "HTTP/1.1 200 OK\r\nContent-Length: 28\r\n\r\n"
+                                "{\"object\":\"list\",\"data\":[]}");
+        else if (line.rfind("GET /health", 0) != 0)
+          reply = answer_(line);
+        else
+          reply = up ? "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+                     : "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
         (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
         ::shutdown(c, SHUT_WR);
         while (::recv(c, buf, sizeof buf, 0) > 0) {
@@ -89,6 +98,7 @@ class Replica {
  private:
   std::function<std::string(const std::string&)> answer_;
   const std::atomic<bool>* healthy_;
+  std::function<std::string()> models_;
   int fd_ = -1, port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -292,6 +302,64 @@ TEST(ReplicaSet, ProbeFailingSecondsCountsFailedProbesOnly) {
   EXPECT_FALSE(set.is_up(0));
   healthy = true;
   ASSERT_TRUE(wait_for([&] { return set.probe_failing_seconds(0) == 0.0 && set.is_up(0); }));
+}
+
+// The context length the router serves: the smallest max_model_len the up replicas' /v1/models
+// report (the smallest over a replica's models), read again every models_interval; a replica
+// whose answer is not a usable one (not JSON, an error, no positive integer) adds nothing.
+TEST(ReplicaSet, MaxModelLenIsTheSmallestThatTheUpReplicasReport) {
+  std::mutex mu;
+  std::string a_body = R"({"object":"list","data":[{"id":"x","max_model_len":4000},)"
+                       R"({"id":"y","max_model_len":3000}]})";
+  std::string b_body = R"({"data":[{"id":"x","max_model_len":2000}]})";
+  std::atomic<bool> b_healthy{true};
+  auto body = [&](const std::string* b) {
+    return [&mu, b] {
+      std::lock_guard<std::mutex> l(mu);
+      return http("200 OK", *b);
+    };
+  };
+  auto none = [](const std::string&) { return http("404 Not Found", "{}"); };
+  Replica a(none, nullptr, body(&a_body)), b(none, &b_healthy, body(&b_body));
+  ReplicaSetOptions o = probes();
+  o.models_interval_s = 0.05;
+  ReplicaSet set({*parse_endpoint(a.url()), *parse_endpoint(b.url())}, o);
+  ASSERT_TRUE(wait_for([&] { return set.max_model_len() == 2000; })) << set.max_model_len();
+  EXPECT_EQ(set.snapshot()[0].max_model_len, 3000);
+  b_healthy = false;  // B down: A's
+  ASSERT_TRUE(wait_for([&] { return set.max_model_len() == 3000; })) << set.max_model_len();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    a_body = R"({"data":[{"id":"x","max_model_len":2500}]})";
+  }
+  ASSERT_TRUE(wait_for([&] { return set.max_model_len() == 2500; })) << set.max_model_len();
+  b_healthy = true;  // B back: its 2000 again
+  ASSERT_TRUE(wait_for([&] { return set.max_model_len() == 2000; })) << set.max_model_len();
+
+  // Hostile answers from a third replica: it reports nothing, the others' value stands.
+  const std::vector<std::string> hostile = {
+      http("200 OK", "not json"),
+      http("200 OK", R"({"data":[{"max_model_len":"big"}]})"),
+      http("200 OK", R"({"data":[{"max_model_len":-5},{"max_model_len":1}]})"),
+      http("200 OK", R"({"data":[{"max_model_len":1e30}]})"),
+      http("200 OK", R"({"data":[{"max_model_len":99999999999999999999999}]})"),
+      http("200 OK", R"({"data":{"max_model_len":100}})"),
+      http("200 OK", R"({"data":[{"max_model_len":100)"),
+      http("500 Internal Server Error", R"({"data":[{"max_model_len":100}]})"),
+      "HTTP/1.1 200 OK\r\nContent-Length: 999\r\n\r\n{\"data\":[]}",
+  };
+  for (const std::string& h : hostile) {
+    std::atomic<int> reads{0};
+    Replica c(none, nullptr, [&] {
+      ++reads;
+      return h;
+    });
+    ReplicaSet three({*parse_endpoint(a.url()), *parse_endpoint(b.url()), *parse_endpoint(c.url())},
+                     o);
+    ASSERT_TRUE(wait_for([&] { return three.max_model_len() == 2000 && reads.load() >= 2; }))
+        << h << " -> " << three.max_model_len();
+    EXPECT_EQ(three.snapshot()[2].max_model_len, 0) << h;
+  }
 }
 
 }  // namespace

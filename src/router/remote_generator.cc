@@ -547,11 +547,18 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
   if (!opt.api_key.empty()) o.auth_header = "Authorization: Bearer " + opt.api_key + "\r\n";
   o.connect_timeout_ms = opt.connect_timeout_ms;
   o.timeout_ms = opt.pd_timeout_ms;
-  auto stop = [&g, &job] { return g.stopping_.load() || job.all_cancelled(); };
+  auto left = [&g, &job] { return g.stopping_.load() || job.all_cancelled(); };
+  // A replica whose health probes have failed for abandon_down_after_s (hung, not refusing):
+  // its call is abandoned, as an attempt on it would be (pd_timeout_ms is for slow work).
+  auto hung = [&g, &opt](size_t replica) {
+    return opt.abandon_down_after_s > 0 &&
+           g.replicas_->probe_failing_seconds(replica) > opt.abandon_down_after_s;
+  };
   const Endpoint& de = g.replicas_->endpoint(d.replica);
   const auto t0 = Clock::now();
   // D holds the pages from here on, or has no room for the request.
-  auto reserved = co_await pd_reserve(de, room, prompt, salt, o, job.req.max_tokens, stop);
+  auto reserved = co_await pd_reserve(de, room, prompt, salt, o, job.req.max_tokens,
+                                      [&] { return left() || hung(d.replica); });
   if (!reserved.is_ok()) {
     if (reserved.status().code() == StatusCode::kResourceExhausted) {
       std::lock_guard<std::mutex> lock(g.mu_);
@@ -570,18 +577,25 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
     ++g.stats_.pd_disaggregated;
   }
   Result<PdPrefillResult> r = internal_error("no prefill");
-  bool left = false;
+  bool client_left = false;
   {
     InFlight flight(*g.replicas_, p.replica);
     r = co_await pd_prefill(g.replicas_->endpoint(p.replica), room, prompt, salt,
-                            opt.retention.name(job.req.retention), de.url, o, stop);
-    // P failed (unreachable, or cut off mid-way) when the exchange itself broke; an error it
-    // answered is the transfer's failure, not P's. A client that left is no one's failure.
-    left = stop();
-    if (r.is_ok() || r.status().code() != StatusCode::kIoError || left) flight.ok();
+                            opt.retention.name(job.req.retention), de.url, o,
+                            [&] { return left() || hung(p.replica); });
+    // P failed (unreachable, cut off mid-way, or hung) when the exchange itself broke; an error
+    // it answered is the transfer's failure, not P's. A client that left is no one's failure.
+    client_left = left();
+    if (!r.is_ok() && !client_left && hung(p.replica)) {
+      char why[128];
+      std::snprintf(why, sizeof why, " abandoned: its health probes have failed for over %.1f s",
+                    opt.abandon_down_after_s);
+      r = io_error(g.replicas_->endpoint(p.replica).url + why);
+    }
+    if (r.is_ok() || r.status().code() != StatusCode::kIoError || client_left) flight.ok();
   }
   std::lock_guard<std::mutex> lock(g.mu_);
-  if (!r.is_ok() && left) {
+  if (!r.is_ok() && client_left) {
     // Not a transfer's failure: the request ends here (attempts() sees the client gone).
   } else if (r.is_ok()) {
     g.stats_.pd_bytes += r->bytes;

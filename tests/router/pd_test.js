@@ -22,6 +22,9 @@
 //     gets its answer (equal to B) and its hold ends at admission; then the second is
 //     accepted; an unused room's hold ends with its lease; no KV page is left in use beyond
 //     the prefix cache's.
+//   - P hung (SIGSTOP) between its prefill and its push, under a 600 s --pd-timeout: once its
+//     health probes have failed for --replica-down-abandon (1 s), the router abandons the
+//     hand-off and D recomputes: the answer equals B's, in well under the hand-off's timeout.
 //   - Partial pushes are bounded: a D whose staging tier is 1 MiB takes two ~0.9 MB hand-offs
 //     pushed at once in 256 KiB chunks (1 s apart): one push fails with stage_full, its request
 //     is recomputed on D; both answers equal B's.
@@ -92,7 +95,7 @@ async function main() {
   const chunked = ['--pd-push-chunk-bytes', String(CHUNK)];
   try {
     const t0 = Date.now();
-    const [b, p, d, pBad, pSlow, dFail, pWhole, pMid, dTiny, pPace, dStage] = await Promise.all([
+    const [b, p, d, pBad, pSlow, dFail, pWhole, pMid, dTiny, pPace, dStage, pHang] = await Promise.all([
       startServer(fathom, [...small]),
       startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill']),
       startServer(fathom, [...small, ...pd, '--role', 'decode']),
@@ -107,9 +110,10 @@ async function main() {
       startServer(fathom, [...small, ...pd, ...chunked, '--role', 'prefill',
         '--pd-test-chunk-delay-ms', '1000']),
       startServer(fathom, [...small, '--pd-stage-mb', '1', '--role', 'decode']),
+      startServer(fathom, [...small, ...pd, '--role', 'prefill', '--pd-test-push-delay-ms', '4000']),
     ]);
     procs.push(b.proc, p.proc, d.proc, pBad.proc, pSlow.proc, dFail.proc, pWhole.proc, pMid.proc,
-      dTiny.proc, pPace.proc, dStage.proc);
+      dTiny.proc, pPace.proc, dStage.proc, pHang.proc);
     const url = (s) => `http://127.0.0.1:${s.port}`;
     // A router in front of P and the decode replicas ds (with extra arguments).
     const routerOf = async (pp, ds, args = []) => {
@@ -125,12 +129,13 @@ async function main() {
       }, 'the router to learn the roles');
       return r;
     };
-    const [r, rBad, rFail, rSlow, rWhole, rMid, rTiny, rStage, rTwoD] = await Promise.all([
+    const [r, rBad, rFail, rSlow, rWhole, rMid, rTiny, rStage, rTwoD, rHang] = await Promise.all([
       routerOf(p, d), routerOf(pBad, d), routerOf(pBad, dFail), routerOf(pSlow, d),
       routerOf(pWhole, d), routerOf(pMid, d), routerOf(pWhole, dTiny), routerOf(pPace, dStage),
       // Round robin takes dTiny first, then d.
-      routerOf(pWhole, [dTiny, d], ['--policy', 'round_robin'])]);
-    console.log(`# started 11 replicas and 8 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      routerOf(pWhole, [dTiny, d], ['--policy', 'round_robin']),
+      routerOf(pHang, d, ['--replica-down-abandon', '1', '--pd-timeout', '600'])]);
+    console.log(`# started 12 replicas and 10 routers in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 
     await check('replicas report their role in /health and /v1/role', async () => {
       const h = await (await fetch(`${url(p)}/health`)).json();
@@ -398,6 +403,29 @@ async function main() {
       assert.equal(metric(dm, 'fathom_pd_recomputed_total'), 1);
       assert.ok(metric(dm, 'fathom_pd_received_blocks_total') >= 4);
       assert.equal(metric(dm, 'fathom_pd_open_rooms'), 0);
+    });
+
+    await check('P hung between its prefill and its push: the hand-off is abandoned, D recomputes', async () => {
+      const body = chatBody(16, 200, { stream: true });
+      const want = await chat(b.port, body);
+      const before = await metricOf(d.port, 'fathom_pd_recomputed_total');
+      const t1 = Date.now();
+      const pending = chat(rHang.port, body);
+      // P's engine has finished the prefill (it then waits 4 s before pushing): stop it. Its
+      // connections stay open; only its failing health probes tell the router.
+      await waitFor(async () => (await metricOf(pHang.port, 'fathom_prompt_tokens_total')) > 0,
+        'the prefill on P');
+      pHang.proc.kill('SIGSTOP');
+      // Without the rule the hand-off would wait out its 600 s: give up long before that.
+      const got = await Promise.race([pending,
+        sleep(60000).then(() => ({ status: 0, error: 'no answer in 60 s' }))]);
+      assert.equal(got.status, 200, got.error);
+      assert.deepStrictEqual([got.text, got.finish], [want.text, want.finish]);
+      assert.equal(await metricOf(d.port, 'fathom_pd_recomputed_total'), before + 1);
+      const rm = await metrics(rHang.port);
+      assert.equal(metric(rm, 'fathom_router_pd_transfer_failures_total'), 1);
+      assert.equal(metric(rm, `fathom_router_replica_up{replica="${url(pHang)}"}`), 0);
+      console.log(`# answered ${((Date.now() - t1) / 1000).toFixed(1)} s after it was sent`);
     });
   } finally {
     for (const x of procs) if (x.exitCode === null) x.kill('SIGKILL');

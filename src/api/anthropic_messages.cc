@@ -111,6 +111,32 @@ constexpr std::string_view kCountTokensFields[] = {
 };
 // clang-format on
 
+// A custom tool's options beyond its definition: eager_input_streaming is what this server
+// does (the input streams as it is generated); deferred loading (tool search), callers other
+// than the model itself (code execution) and input examples (not rendered) are a 400 when
+// asked for.
+Status read_custom_tool_options(const Value& t, const std::string& where) {
+  if (const Value* e = field(t, "eager_input_streaming");
+      e && !e->is_null() && e->kind != Value::Kind::kBool)
+    return bad(where + ".eager_input_streaming: must be a boolean");
+  if (const Value* d = field(t, "defer_loading"); d && !d->is_null()) {
+    if (d->kind != Value::Kind::kBool) return bad(where + ".defer_loading: must be a boolean");
+    if (d->boolean) return bad(where + ".defer_loading: true is not supported by this server");
+  }
+  if (const Value* c = field(t, "allowed_callers"); c && !c->is_null()) {
+    if (!c->is_array()) return bad(where + ".allowed_callers: must be a list");
+    for (const Value& x : c->items)
+      if (!x.is_string() || x.text != "direct")
+        return bad(where + ".allowed_callers: only \"direct\" is supported by this server");
+  }
+  if (const Value* x = field(t, "input_examples"); x && !x->is_null()) {
+    if (!x->is_array()) return bad(where + ".input_examples: must be a list");
+    if (!x->items.empty())
+      return bad(where + ".input_examples: tool input examples are not supported by this server");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<ConversationRequest> parse_messages_request(std::string_view body,
@@ -156,11 +182,13 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     req.sampling.max_tokens = max_tokens;
   }
   // The tenant: metadata.user_id (Anthropic's end-user id), a string or null.
-  if (const Value* m = field(r, "metadata"); m && m->is_object())
+  if (const Value* m = field(r, "metadata"); m && m->is_object()) {
+    FATHOM_RETURN_IF_ERROR(reject_unknown_members(*m, "metadata", {"user_id"}, true));
     if (const Value* u = field(*m, "user_id"); u && !u->is_null()) {
       if (!u->is_string()) return bad("metadata.user_id: Input should be a valid string");
       if (!u->text.empty()) req.sampling.cache_salt = u->text;
     }
+  }
   FATHOM_RETURN_IF_ERROR(read_cache_controls(r, req.sampling.cache_control_ttl_ms));
   FATHOM_RETURN_IF_ERROR(read_retention(r, req.sampling, true));
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, req.sampling));
@@ -230,6 +258,12 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
         (type->text != "enabled" && type->text != "disabled" && type->text != "adaptive")) {
       return bad("thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
     }
+    FATHOM_RETURN_IF_ERROR(
+        reject_unknown_members(*t, "thinking", {"type", "budget_tokens", "display"}, true));
+    // The thinking is shown as the model wrote it ("summarized" asks for it to be shown).
+    if (const Value* d = field(*t, "display");
+        d && !d->is_null() && (!d->is_string() || d->text != "summarized"))
+      return bad("thinking.display: only \"summarized\" is supported by this server");
     req.thinking = type->text != "disabled";
     if (const Value* b = field(*t, "budget_tokens")) {
       if (type->text != "enabled")
@@ -253,6 +287,12 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
         return bad(where + ": server tools (web_search) are not supported");
       if (type && type->is_string() && type->text != "custom")
         return bad(where + ": unsupported tool type '" + type->text + "'");
+      FATHOM_RETURN_IF_ERROR(reject_unknown_members(
+          t, where,
+          {"name", "description", "input_schema", "cache_control", "strict", "type",
+           "eager_input_streaming", "defer_loading", "allowed_callers", "input_examples"},
+          true));
+      FATHOM_RETURN_IF_ERROR(read_custom_tool_options(t, where));
       const Value* name = field(t, "name");
       if (name == nullptr || !name->is_string() || !valid_tool_name(name->text))
         return bad(where + ".name: must be 1-128 characters of [A-Za-z0-9_-]");
@@ -278,6 +318,8 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   if (const Value* tc = field(r, "tool_choice")) {
     const Value* type = tc->is_object() ? field(*tc, "type") : nullptr;
     if (type == nullptr || !type->is_string()) return bad("tool_choice.type: required");
+    FATHOM_RETURN_IF_ERROR(reject_unknown_members(
+        *tc, "tool_choice", {"type", "name", "disable_parallel_tool_use"}, true));
     if (const Value* d = field(*tc, "disable_parallel_tool_use")) {
       if (d->kind != Value::Kind::kBool)
         return bad("tool_choice.disable_parallel_tool_use: must be a boolean");

@@ -153,15 +153,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
                           apply_served_model(opt.models, opt.default_thinking, req.model));
   FATHOM_RETURN_IF_ERROR(reject_unimplemented(r));
   req.include_usage = !req.stream;
-  if (const Value* so = field(r, "stream_options")) {
-    if (!req.stream) return bad("'stream_options' is only allowed with stream=true");
-    if (!so->is_object()) return bad("'stream_options' must be an object");
-    if (const Value* iu = field(*so, "include_usage")) {
-      if (iu->kind != Value::Kind::kBool)
-        return bad("'stream_options.include_usage' must be a boolean");
-      req.include_usage = iu->boolean;
-    }
-  }
+  FATHOM_RETURN_IF_ERROR(read_stream_options(r, req.stream, &req.include_usage));
   if (const Value* n = field(r, "n")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t v, integer(*n, "n"));
     if (v < 1 || v > 128) return bad("'n' must be in [1, 128]");
@@ -242,6 +234,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
         (type->text != "enabled" && type->text != "disabled")) {
       return bad("'thinking.type' must be \"enabled\" or \"disabled\"");
     }
+    FATHOM_RETURN_IF_ERROR(reject_unknown_members(*t, "thinking", {"type", "budget_tokens"}));
     req.thinking = type->text == "enabled";
     // Anthropic's reasoning budget, with Anthropic's rules, on the DeepSeek thinking object.
     if (const Value* b = field(*t, "budget_tokens")) {
@@ -280,6 +273,8 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
         return bad(where +
                    ": only {\"type\": \"function\", \"function\": {...}} tools are supported");
       }
+      // The function object is rendered as given (its own members included); the tool's are not.
+      FATHOM_RETURN_IF_ERROR(reject_unknown_members(t, where, {"type", "function"}));
       const Value* name = field(*fn, "name");
       if (name == nullptr || !name->is_string() || !valid_tool_name(name->text)) {
         return bad(where + ": the function name must be 1-128 characters of [A-Za-z0-9_-]");
@@ -315,7 +310,10 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     } else if (tc->is_string() && tc->text == "required") {
       req.tool_choice = ToolChoice::kRequired;
     } else if (tc->is_object()) {
+      FATHOM_RETURN_IF_ERROR(reject_unknown_members(*tc, "tool_choice", {"type", "function"}));
       const Value* fn = field(*tc, "function");
+      if (fn && fn->is_object())
+        FATHOM_RETURN_IF_ERROR(reject_unknown_members(*fn, "tool_choice.function", {"name"}));
       const Value* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
       if (name == nullptr || !name->is_string()) return bad("'tool_choice' names no function");
       if (!tool_names.count(name->text))
@@ -332,6 +330,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   if (const Value* rf = field(r, "response_format")) {
     const Value* type = rf->is_object() ? field(*rf, "type") : nullptr;
     if (type == nullptr || !type->is_string()) return bad("'response_format.type' is required");
+    FATHOM_RETURN_IF_ERROR(reject_unknown_members(*rf, "response_format", {"type", "json_schema"}));
     if (type->text == "json_object") {
       req.json_object = true;
       req.structured.kind = StructuredOutput::Kind::kJsonObject;
@@ -340,6 +339,8 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
       const Value* js = field(*rf, "json_schema");
       if (js == nullptr || !js->is_object())
         return bad("'response_format.json_schema' must be an object");
+      FATHOM_RETURN_IF_ERROR(reject_unknown_members(*js, "response_format.json_schema",
+                                                    {"name", "description", "schema", "strict"}));
       if (const Value* st = field(*js, "strict"); st && st->kind != Value::Kind::kBool)
         return bad("'response_format.json_schema.strict' must be a boolean");
       const Value* schema = field(*js, "schema");

@@ -139,15 +139,7 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
     if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
     req.stream = s->boolean;
   }
-  if (const Value* so = field(r, "stream_options")) {
-    if (!req.stream) return bad("'stream_options' is only allowed with stream=true");
-    if (!so->is_object()) return bad("'stream_options' must be an object");
-    if (const Value* iu = field(*so, "include_usage")) {
-      if (iu->kind != Value::Kind::kBool)
-        return bad("'stream_options.include_usage' must be a boolean");
-      req.include_usage = iu->boolean;
-    }
-  }
+  FATHOM_RETURN_IF_ERROR(read_stream_options(r, req.stream, &req.include_usage));
   FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r, /*stop_token_ids=*/true));
   FATHOM_RETURN_IF_ERROR(read_vllm_structured_outputs(r, req.structured));
   FATHOM_RETURN_IF_ERROR(read_llama_structured_outputs(r, req.structured));

@@ -122,10 +122,7 @@ Status reject_unimplemented(const Value& r) {
   auto object_of = [](const Value& v, const std::string& where,
                       std::initializer_list<std::string_view> keys) -> Status {
     if (!v.is_object()) return bad("'" + where + "' must be an object");
-    for (const std::string& k : v.keys)
-      if (std::find(keys.begin(), keys.end(), k) == keys.end())
-        return bad("'" + where + "." + k.substr(0, 64) + "' is not a parameter of this API");
-    return Status::ok();
+    return reject_unknown_members(v, where, keys);
   };
   if (const Value* text = field(r, "text"); text && !text->is_null()) {
     FATHOM_RETURN_IF_ERROR(object_of(*text, "text", {"format", "verbosity"}));
@@ -137,7 +134,14 @@ Status reject_unimplemented(const Value& r) {
           object_of(*f, "text.format", {"type", "name", "schema", "description", "strict"}));
   }
   if (const Value* rs = field(r, "reasoning"); rs && !rs->is_null()) {
-    FATHOM_RETURN_IF_ERROR(object_of(*rs, "reasoning", {"effort", "summary", "generate_summary"}));
+    FATHOM_RETURN_IF_ERROR(
+        object_of(*rs, "reasoning", {"effort", "summary", "generate_summary", "context", "mode"}));
+    // The reasoning of earlier turns is the prompt format's to keep or drop; one mode.
+    if (const Value* c = field(*rs, "context"); c && !c->is_null())
+      return bad("'reasoning.context' is not supported by this server");
+    if (const Value* m = field(*rs, "mode");
+        m && !m->is_null() && (!m->is_string() || m->text != "standard"))
+      return bad("'reasoning.mode' other than \"standard\" is not supported by this server");
     for (const char* k : {"summary", "generate_summary"}) {
       const Value* v = field(*rs, k);
       if (v != nullptr && !v->is_null() &&

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,33 +37,75 @@ inline Result<Value> parse_body_object(std::string_view body, size_t max_body_by
   return std::move(*parsed);
 }
 
+// The 400 for a member `path` that the protocol does not define: OpenAI's wording
+// (Unrecognized request argument supplied) with the path as the error's `param`, or
+// Anthropic's (Extra inputs are not permitted). A path longer than 64 bytes is shown cut at a
+// character boundary.
+inline Status unknown_field_error(const std::string& path, bool anthropic) {
+  std::string name = path;
+  if (name.size() > 64) {
+    size_t cut = 64;
+    while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+    name = name.substr(0, cut) + "...";
+  }
+  if (anthropic) return bad(name + ": Extra inputs are not permitted");
+  // The message starts with the quoted name only when the quotes delimit it (errors.h reads
+  // `param` from them).
+  const std::string what = "Unrecognized request argument supplied: " + name;
+  if (name.find('\'') != std::string::npos || name != path)
+    return bad("a field is not a parameter of this API (" + what + ")");
+  return bad("'" + name + "' is not a parameter of this API (" + what + ")");
+}
+
 // A member of the request object that the protocol does not define (not one of `known` or
 // `also_known`), whatever its value: a 400 naming it, as OpenAI's and Anthropic's APIs answer,
 // so a misspelt or unimplemented parameter is never silently dropped (and the members an
-// adapter looks through stay few). OpenAI's wording (Unrecognized request argument supplied)
-// with the field as the error's `param`, or Anthropic's (Extra inputs are not permitted). A
-// name longer than 64 bytes is shown cut at a character boundary.
+// adapter looks through stay few).
 inline Status reject_unknown_fields(const Value& r, std::span<const std::string_view> known,
                                     std::span<const std::string_view> also_known,
                                     bool anthropic = false) {
   auto in = [](std::span<const std::string_view> names, const std::string& k) {
     return std::find(names.begin(), names.end(), k) != names.end();
   };
-  for (const std::string& k : r.keys) {
-    if (in(known, k) || in(also_known, k)) continue;
-    std::string name = k;
-    if (name.size() > 64) {
-      size_t cut = 64;
-      while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
-      name = name.substr(0, cut) + "...";
-    }
-    if (anthropic) return bad(name + ": Extra inputs are not permitted");
-    // The message starts with the quoted name only when the quotes delimit it (errors.h reads
-    // `param` from them).
-    const std::string what = "Unrecognized request argument supplied: " + name;
-    if (name.find('\'') != std::string::npos || name != k)
-      return bad("a field is not a parameter of this API (" + what + ")");
-    return bad("'" + name + "' is not a parameter of this API (" + what + ")");
+  for (const std::string& k : r.keys)
+    if (!in(known, k) && !in(also_known, k)) return unknown_field_error(k, anthropic);
+  return Status::ok();
+}
+
+// The same for a nested parameter object at `where` (e.g. "stream_options", "tools[2]" or
+// Anthropic's "tools.2"): a member not in `known` is a 400 naming "where.member". REQUIRES:
+// obj is an object.
+inline Status reject_unknown_members(const Value& obj, const std::string& where,
+                                     std::initializer_list<std::string_view> known,
+                                     bool anthropic = false) {
+  for (const std::string& k : obj.keys)
+    if (std::find(known.begin(), known.end(), k) == known.end())
+      return unknown_field_error(where + "." + k, anthropic);
+  return Status::ok();
+}
+
+// OpenAI's stream_options (Chat and Completions): include_usage sets *include_usage;
+// include_obfuscation false is what this server does (no padding field in the chunks), true
+// is a 400; any other member is a 400 naming it (vLLM's continuous_usage_stats too).
+inline Status read_stream_options(const Value& r, bool stream, bool* include_usage) {
+  const Value* so = field(r, "stream_options");
+  if (so == nullptr) return Status::ok();
+  if (!stream) return bad("'stream_options' is only allowed with stream=true");
+  if (!so->is_object()) return bad("'stream_options' must be an object");
+  FATHOM_RETURN_IF_ERROR(
+      reject_unknown_members(*so, "stream_options", {"include_usage", "include_obfuscation"}));
+  if (const Value* iu = field(*so, "include_usage")) {
+    if (iu->kind != Value::Kind::kBool)
+      return bad("'stream_options.include_usage' must be a boolean");
+    *include_usage = iu->boolean;
+  }
+  if (const Value* ob = field(*so, "include_obfuscation")) {
+    if (ob->kind != Value::Kind::kBool)
+      return bad("'stream_options.include_obfuscation' must be a boolean");
+    if (ob->boolean)
+      return bad(
+          "'stream_options.include_obfuscation' true is not supported by this server "
+          "(its chunks carry no obfuscation padding)");
   }
   return Status::ok();
 }

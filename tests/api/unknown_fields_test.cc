@@ -3,12 +3,13 @@
 // dropped; every field the official clients can send (tests/data/api/sdk_request_fields.json,
 // read from the openai and @anthropic-ai/sdk type declarations) is known to the adapter: it is
 // honoured, or rejected with a message of its own. A body with very many members parses in
-// linear time.
+// linear time. The parameter objects inside a request are checked the same way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
@@ -241,6 +242,96 @@ TEST(UnknownFields, EveryFieldOfTheOfficialClientsIsKnown) {
         EXPECT_FALSE(says_unknown(s)) << p.name << " " << name << ": " << s.message();
       }
     }
+  }
+}
+
+// The parameter objects inside a request (stream_options, thinking, tools, tool_choice,
+// response_format, metadata, text, reasoning): a member the protocol does not define is a 400
+// naming its path, and every member the official clients declare for them
+// (sdk_request_fields.json "nested", read from their type declarations) is known: honoured, or
+// rejected with a message of its own.
+TEST(UnknownFields, NestedParameterObjectsNameTheirUnknownMembers) {
+  std::map<std::string, const Protocol*> by_name;
+  const std::vector<Protocol> ps = protocols();
+  for (const Protocol& p : ps) by_name[p.name] = &p;
+  // "protocol path" -> the request's members with the object; '@' is where a member goes.
+  const std::map<std::string, std::string> bodies = {
+      {"chat stream_options", R"("stream":true,"stream_options":{"include_usage":true@})"},
+      {"completions stream_options", R"("stream":true,"stream_options":{"include_usage":true@})"},
+      {"chat thinking", R"("thinking":{"type":"enabled"@})"},
+      {"chat tools[0]", R"("tools":[{"type":"function","function":{"name":"f"}@}])"},
+      {"chat tool_choice",
+       R"("thinking":{"type":"disabled"},"tools":[{"type":"function","function":{"name":"f"}}],)"
+       R"("tool_choice":{"type":"function","function":{"name":"f"}@})"},
+      {"chat tool_choice.function",
+       R"("thinking":{"type":"disabled"},"tools":[{"type":"function","function":{"name":"f"}}],)"
+       R"("tool_choice":{"type":"function","function":{"name":"f"@}})"},
+      {"chat response_format",
+       R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}@})"},
+      {"chat response_format.json_schema",
+       R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}@}})"},
+      {"messages thinking", R"("thinking":{"type":"adaptive"@})"},
+      {"messages tool_choice",
+       R"("tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"@})"},
+      {"messages metadata", R"("metadata":{"user_id":"u"@})"},
+      {"messages tools.0", R"("tools":[{"name":"f","input_schema":{"type":"object"}@}])"},
+      {"responses text", R"("text":{"format":{"type":"text"}@})"},
+      {"responses reasoning", R"("reasoning":{"effort":"low"@})"},
+  };
+  auto request = [&](const Protocol& p, const std::string& body, const std::string& member) {
+    std::string b = body;
+    b.replace(b.find('@'), 1, member);
+    return p.parse(p.base + "," + b + "}", {});
+  };
+  const json nested = sdk_fields().at("nested");
+  ASSERT_EQ(nested.size(), bodies.size());
+  for (const auto& [key, members] : nested.items()) {
+    SCOPED_TRACE(key);
+    ASSERT_TRUE(bodies.count(key)) << "no request for " << key;
+    const std::string& body = bodies.at(key);
+    const Protocol& p = *by_name.at(key.substr(0, key.find(' ')));
+    const std::string path = key.substr(key.find(' ') + 1);
+    Status ok = request(p, body, "");
+    ASSERT_TRUE(ok.is_ok()) << ok.message();
+    Status s = request(p, body, R"(,"bogus_member":1)");
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_TRUE(says_unknown(s)) << s.message();
+    json e = error_of(p, s);
+    if (p.anthropic) {
+      EXPECT_EQ(std::string(e["message"]).rfind(path + ".bogus_member: ", 0), 0u) << s.message();
+    } else {
+      EXPECT_EQ(e["param"], path + ".bogus_member") << s.message();
+    }
+    ASSERT_GE(members.size(), 1u);
+    for (const json& m : members)
+      for (const char* value : {"1", "\"x\"", "true", "false", "null", "{}", "[]"}) {
+        Status v = request(p, body, ",\"" + std::string(m) + "\":" + value);
+        EXPECT_FALSE(says_unknown(v)) << std::string(m) << "=" << value << ": " << v.message();
+      }
+  }
+  // What those members do here: the value this server implements is taken, another is a 400
+  // saying so.
+  const Protocol& chat = *by_name.at("chat");
+  const Protocol& messages = *by_name.at("messages");
+  const std::string so = bodies.at("chat stream_options");
+  EXPECT_TRUE(request(chat, so, R"(,"include_obfuscation":false)").is_ok());
+  EXPECT_NE(request(chat, so, R"(,"include_obfuscation":true)").message().find("not supported"),
+            std::string::npos);
+  EXPECT_TRUE(says_unknown(request(chat, so, R"(,"continuous_usage_stats":true)")));
+  const std::string th = bodies.at("messages thinking");
+  EXPECT_TRUE(request(messages, th, R"(,"display":"summarized")").is_ok());
+  EXPECT_FALSE(request(messages, th, R"(,"display":"omitted")").is_ok());
+  const std::string tool = bodies.at("messages tools.0");
+  for (const char* good : {R"(,"eager_input_streaming":true)", R"(,"defer_loading":false)",
+                           R"(,"allowed_callers":["direct"])", R"(,"input_examples":[])",
+                           R"(,"cache_control":{"type":"ephemeral"})", R"(,"type":"custom")"})
+    EXPECT_TRUE(request(messages, tool, good).is_ok()) << good;
+  for (const char* refused :
+       {R"(,"defer_loading":true)", R"(,"allowed_callers":["code_execution_20250825"])",
+        R"(,"input_examples":[{"a":1}])"}) {
+    Status s = request(messages, tool, refused);
+    EXPECT_FALSE(s.is_ok()) << refused;
+    EXPECT_NE(s.message().find("supported by this server"), std::string::npos) << s.message();
   }
 }
 

@@ -153,7 +153,8 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
                           apply_served_model(opt.models, opt.default_thinking, req.model));
   FATHOM_RETURN_IF_ERROR(reject_unimplemented(r));
   req.include_usage = !req.stream;
-  FATHOM_RETURN_IF_ERROR(read_stream_options(r, req.stream, &req.include_usage));
+  FATHOM_RETURN_IF_ERROR(
+      read_stream_options(r, req.stream, &req.include_usage, &req.continuous_usage));
   if (const Value* n = field(r, "n")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t v, integer(*n, "n"));
     if (v < 1 || v > 128) return bad("'n' must be in [1, 128]");
@@ -519,7 +520,7 @@ std::string ChatResponder::tool_id(int index) const {
 }
 
 std::string ChatResponder::chunk(const std::string& delta_json, const char* finish_reason,
-                                 const Value* logprobs) const {
+                                 const Value* logprobs, bool opening) const {
   Value c = response_head(id_, "chat.completion.chunk", created_, model_);
   Value choices = Value::array(), choice = Value::object();
   choice.set("index", Value::from_int(choice_.index));
@@ -528,7 +529,12 @@ std::string ChatResponder::chunk(const std::string& delta_json, const char* fini
   choice.set("finish_reason", finish_reason ? Value::from_string(finish_reason) : Value());
   choices.items.push_back(std::move(choice));
   c.set("choices", std::move(choices));
-  if (include_usage_) c.set("usage", Value());
+  if (include_usage_) {
+    // Continuous usage: the choice's tokens so far (none on the opening chunk, as vLLM).
+    Usage u = live_usage_;
+    if (opening) u.completion_tokens = u.reasoning_tokens = 0;
+    c.set("usage", choice_.continuous_usage ? usage_json(u) : Value());
+  }
   return "data: " + pyjson::dumps(c, false, true) + "\n\n";
 }
 
@@ -565,7 +571,7 @@ std::string ChatResponder::stream(const std::vector<prompt::ParserEvent>& events
     opened_ = true;
     out += chunk(thinking_ ? R"({"role":"assistant","content":null,"reasoning_content":""})"
                            : R"({"role":"assistant","content":""})",
-                 nullptr, nullptr);
+                 nullptr, nullptr, true);
   }
   std::vector<TokenLogprob> lp = take_content_logprobs(events, logprobs);
   content_logprobs_.insert(content_logprobs_.end(), lp.begin(), lp.end());

@@ -45,6 +45,7 @@ struct ChatChoice {
   int index = 0;
   int n = 1;
   bool logprobs = false;
+  bool continuous_usage = false;  // ConversationRequest::continuous_usage
 };
 
 class ChatResponder {
@@ -66,6 +67,8 @@ class ChatResponder {
   // stream_tail(usage); with n > 1 the server sends stream_tail once all choices finished.
   std::string stream(const std::vector<prompt::ParserEvent>& events, const Usage& usage,
                      const std::vector<TokenLogprob>& logprobs = {});
+  // With continuous usage: this choice's usage so far, which the next chunks carry.
+  void set_usage(const Usage& choice_usage) { live_usage_ = choice_usage; }
   // The usage chunk (when the request asked for usage) and `data: [DONE]`.
   std::string stream_tail(const Usage& total) const;
   // Ends the stream with an error instead of a finish: openai_stream_error(s). Call once per
@@ -85,7 +88,7 @@ class ChatResponder {
   friend std::string chat_completion_json(const std::vector<ChatResponder>& choices,
                                           const Usage& usage);
   std::string chunk(const std::string& delta_json, const char* finish_reason,
-                    const pyjson::Value* logprobs) const;
+                    const pyjson::Value* logprobs, bool opening = false) const;
   pyjson::Value choice_json() const;
   void fold(const std::vector<prompt::ParserEvent>& events);
   // Appends `logprobs` to pending_ and returns what content events of this call may carry.
@@ -97,6 +100,7 @@ class ChatResponder {
   int64_t created_;
   bool thinking_, include_usage_;
   ChatChoice choice_;
+  Usage live_usage_;
   bool opened_ = false;
   std::vector<TokenLogprob> pending_;  // tokens that produced no event yet
   // Folded state.

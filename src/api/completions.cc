@@ -139,7 +139,8 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
     if (s->kind != Value::Kind::kBool) return bad("'stream' must be a boolean");
     req.stream = s->boolean;
   }
-  FATHOM_RETURN_IF_ERROR(read_stream_options(r, req.stream, &req.include_usage));
+  FATHOM_RETURN_IF_ERROR(
+      read_stream_options(r, req.stream, &req.include_usage, &req.continuous_usage));
   FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r, /*stop_token_ids=*/true));
   FATHOM_RETURN_IF_ERROR(read_vllm_structured_outputs(r, req.structured));
   FATHOM_RETURN_IF_ERROR(read_llama_structured_outputs(r, req.structured));
@@ -290,7 +291,8 @@ std::string CompletionsResponder::chunk(Value choice) const {
   Value choices = Value::array();
   choices.items.push_back(std::move(choice));
   c.set("choices", std::move(choices));
-  if (choice_.include_usage) c.set("usage", Value());
+  if (choice_.include_usage)
+    c.set("usage", choice_.continuous_usage ? usage_json(live_usage_) : Value());
   return "data: " + pyjson::dumps(c, false, true) + "\n\n";
 }
 

@@ -43,7 +43,8 @@ struct CompletionsRequest {
   // Legacy logprobs: the sampled token's log probability and this many alternatives (0..20).
   std::optional<int> logprobs;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage (non-streaming always has usage)
+  bool include_usage = false;     // stream_options.include_usage (non-streaming always has usage)
+  bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats
   // vLLM's (>= 0.10.2): each choice also carries its generated `token_ids`, and the prompt's
   // ids as `prompt_token_ids` (in the complete response; on the first chunk of a stream).
   bool return_token_ids = false;
@@ -103,6 +104,7 @@ struct CompletionsChoice {
   bool logprob_ids = false;  // CompletionsRequest::logprob_ids >= 0 (with token_ids)
   // The prompt's ids, sent as prompt_token_ids when token_ids is set.
   std::shared_ptr<const std::vector<int32_t>> prompt_ids;
+  bool continuous_usage = false;  // CompletionsRequest::continuous_usage
 };
 
 class CompletionsResponder {
@@ -115,6 +117,8 @@ class CompletionsResponder {
   // and the log probabilities of the tokens behind it. Tokens whose text is still held back
   // (`text` empty) wait for the next call. Empty when there is nothing to send.
   std::string stream(const std::string& text, const std::vector<TokenLogprob>& logprobs = {});
+  // With continuous usage: this choice's usage so far, which the next chunks carry.
+  void set_usage(const Usage& choice_usage) { live_usage_ = choice_usage; }
   // The generated ids behind the text (when the choice returns token ids): they go out with
   // the next chunk, and fold into the complete response.
   void add_token_ids(const std::vector<int32_t>& ids);
@@ -156,6 +160,7 @@ class CompletionsResponder {
   std::string id_, model_;
   int64_t created_;
   CompletionsChoice choice_;
+  Usage live_usage_;
   std::vector<TokenLogprob> pending_;  // tokens whose text has not been sent yet
   std::vector<int32_t> pending_ids_;   // ids not sent yet (streaming, token_ids)
   std::vector<int32_t> token_ids_;     // every generated id (complete response, token_ids)

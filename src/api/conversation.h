@@ -67,6 +67,8 @@ struct ConversationRequest {
   std::string model;
   bool stream = false;
   bool include_usage = true;
+  // vLLM's stream_options.continuous_usage_stats: every chunk carries its choice's usage so far.
+  bool continuous_usage = false;
   int n = 1;              // choices to generate (Chat Completions 1..128)
   bool logprobs = false;  // return each content token's log probability
   int top_logprobs = 0;   // and this many alternatives per token (0..20)

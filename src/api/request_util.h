@@ -84,20 +84,27 @@ inline Status reject_unknown_members(const Value& obj, const std::string& where,
   return Status::ok();
 }
 
-// OpenAI's stream_options (Chat and Completions): include_usage sets *include_usage;
-// include_obfuscation false is what this server does (no padding field in the chunks), true
-// is a 400; any other member is a 400 naming it (vLLM's continuous_usage_stats too).
-inline Status read_stream_options(const Value& r, bool stream, bool* include_usage) {
+// OpenAI's stream_options (Chat and Completions): include_usage sets *include_usage; vLLM's
+// continuous_usage_stats sets *continuous_usage (every chunk then carries the choice's usage
+// so far; only with include_usage, as vLLM); include_obfuscation false is what this server
+// does (no padding field in the chunks), true is a 400; any other member is a 400 naming it.
+inline Status read_stream_options(const Value& r, bool stream, bool* include_usage,
+                                  bool* continuous_usage) {
   const Value* so = field(r, "stream_options");
   if (so == nullptr) return Status::ok();
   if (!stream) return bad("'stream_options' is only allowed with stream=true");
   if (!so->is_object()) return bad("'stream_options' must be an object");
-  FATHOM_RETURN_IF_ERROR(
-      reject_unknown_members(*so, "stream_options", {"include_usage", "include_obfuscation"}));
+  FATHOM_RETURN_IF_ERROR(reject_unknown_members(
+      *so, "stream_options", {"include_usage", "include_obfuscation", "continuous_usage_stats"}));
   if (const Value* iu = field(*so, "include_usage")) {
     if (iu->kind != Value::Kind::kBool)
       return bad("'stream_options.include_usage' must be a boolean");
     *include_usage = iu->boolean;
+  }
+  if (const Value* cu = field(*so, "continuous_usage_stats"); cu && !cu->is_null()) {
+    if (cu->kind != Value::Kind::kBool)
+      return bad("'stream_options.continuous_usage_stats' must be a boolean");
+    *continuous_usage = cu->boolean && *include_usage;
   }
   if (const Value* ob = field(*so, "include_obfuscation")) {
     if (ob->kind != Value::Kind::kBool)

@@ -66,10 +66,10 @@ class ReplicaSet {
   // An attempt starts on replica i (in flight, routed) and ends (failed: marked down).
   void begin(size_t i);
   void end(size_t i, bool failed);
-  // Probes every replica once now (the prober does so every interval).
-  void probe_all();
 
  private:
+  // Probes every replica once (the prober thread only, every interval).
+  void probe_all();
   void prober();
   void set_up(size_t i, bool up, const std::string& why);
   void set_role(size_t i, std::string role);

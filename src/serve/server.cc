@@ -757,6 +757,9 @@ class ConversationProducer : public StreamsProducer {
         total_usage();
         const std::vector<api::TokenLogprob> lps =
             ev.logprobs.empty() ? std::vector<api::TokenLogprob>() : api_logprobs(im_->tok, ev);
+        if constexpr (std::is_same_v<Responder, api::ChatResponder>)
+          c.responder.set_usage(
+              {usage_.prompt_tokens, c.tokens, usage_.cached_tokens, c.reasoning_tokens});
         if (streaming_)
           out->body += stream(c.responder, events, lps);
         else
@@ -914,6 +917,7 @@ class CompletionProducer : public StreamsProducer {
                                                        ? std::vector<api::TokenLogprob>()
                                                        : api_logprobs(im_->tok, ev);
         total_usage();
+        c.responder.set_usage({usage_.prompt_tokens, c.tokens, usage_.cached_tokens, 0});
         if (streaming_) {
           out->body += c.responder.stream(text, lps);
           if (finished) out->body += c.responder.stream_finish(reason, usage_);
@@ -1139,7 +1143,7 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
     if (p == Protocol::kChat)
       return make([&](int i) {
         return api::ChatResponder(id, model, created, c.thinking, c.include_usage,
-                                  api::ChatChoice{i, n, c.logprobs});
+                                  api::ChatChoice{i, n, c.logprobs, c.continuous_usage});
       });
     if (p == Protocol::kMessages)
       return make([&](int) { return api::MessagesResponder(id, model, c.thinking); });
@@ -1297,13 +1301,13 @@ Reply Server::Impl::completions(const Request& req) {
     const int64_t created = int64_t(std::time(nullptr));
     std::vector<CompletionProducer::Choice> choices;
     for (int i = 0; i < n; ++i)
-      choices.emplace_back(
-          tok, c.sampling.stop,
-          api::CompletionsResponder(
-              id, model, created,
-              api::CompletionsChoice{i, n, c.logprobs.has_value(), c.include_usage,
-                                     c.return_token_ids, c.logprob_ids >= 0, prompt_ids}),
-          c.logprob_ids >= 0);
+      choices.emplace_back(tok, c.sampling.stop,
+                           api::CompletionsResponder(
+                               id, model, created,
+                               api::CompletionsChoice{i, n, c.logprobs.has_value(), c.include_usage,
+                                                      c.return_token_ids, c.logprob_ids >= 0,
+                                                      prompt_ids, c.continuous_usage}),
+                           c.logprob_ids >= 0);
     if (!resumed_ids.empty())
       (void)take_resumed(choices.front().dec, choices.front().stop, resumed_ids, eos);
     return std::unique_ptr<http::Producer>(std::make_unique<CompletionProducer>(

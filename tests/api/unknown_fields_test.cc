@@ -317,7 +317,7 @@ TEST(UnknownFields, NestedParameterObjectsNameTheirUnknownMembers) {
   EXPECT_TRUE(request(chat, so, R"(,"include_obfuscation":false)").is_ok());
   EXPECT_NE(request(chat, so, R"(,"include_obfuscation":true)").message().find("not supported"),
             std::string::npos);
-  EXPECT_TRUE(says_unknown(request(chat, so, R"(,"continuous_usage_stats":true)")));
+  EXPECT_TRUE(request(chat, so, R"(,"continuous_usage_stats":true)").is_ok());  // vLLM's
   const std::string th = bodies.at("messages thinking");
   EXPECT_TRUE(request(messages, th, R"(,"display":"summarized")").is_ok());
   EXPECT_FALSE(request(messages, th, R"(,"display":"omitted")").is_ok());

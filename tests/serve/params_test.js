@@ -152,6 +152,53 @@ function logSoftmaxAt(row, i) {
       assert.deepEqual([...seen].sort(), [0, 1]);
     });
 
+    // vLLM's stream_options.continuous_usage_stats: every chunk carries its choice's usage so far.
+    // The truth is the ids the chunks deliver (return_token_ids) and the usage of the same
+    // request without it.
+    await check('continuous_usage_stats: each chunk counts its choice\'s tokens so far (Completions, Chat, n = 2)', async () => {
+      const body = { model: 'fathom-demo', prompt: [3, 14, 15, 92], max_tokens: 9, temperature: 1, seed: 5,
+                     n: 2, ignore_eos: true, return_token_ids: true, stream: true };
+      const plain = (await sse(await post('/v1/completions', { ...body, stream_options: { include_usage: true } })))
+        .map((e) => e.data).filter((d) => typeof d === 'object');
+      const total = plain[plain.length - 1].usage;
+      assert.equal(total.completion_tokens, 18);
+      const events = (await sse(await post('/v1/completions', { ...body,
+        stream_options: { include_usage: true, continuous_usage_stats: true } })))
+        .map((e) => e.data).filter((d) => typeof d === 'object');
+      const seen = [0, 0];
+      for (const d of events.slice(0, -1)) {
+        const c = d.choices[0];
+        seen[c.index] += (c.token_ids || []).length;
+        assert.deepEqual([d.usage.prompt_tokens, d.usage.completion_tokens, d.usage.total_tokens],
+          [total.prompt_tokens, seen[c.index], total.prompt_tokens + seen[c.index]], JSON.stringify(d));
+      }
+      assert.deepEqual(seen, [9, 9]);
+      assert.deepEqual(events[events.length - 1].usage, total);
+      // Only with include_usage (as vLLM); a non-boolean is a 400 naming it.
+      const off = (await sse(await post('/v1/completions', { ...body, stream_options: { continuous_usage_stats: true } })))
+        .map((e) => e.data).filter((d) => typeof d === 'object');
+      assert.ok(off.every((d) => !('usage' in d)), JSON.stringify(off[0]));
+      const bad = await post('/v1/completions', { ...body, stream_options: { include_usage: true, continuous_usage_stats: 1 } });
+      assert.equal(bad.status, 400);
+      assert.equal((await bad.json()).error.param, 'stream_options.continuous_usage_stats');
+      // Chat through the official client: the opening chunk counts none, each later one the
+      // tokens its choice produced so far; the last chunk is the total.
+      const counts = [[], []];
+      let last = null;
+      for await (const ch of await openai.chat.completions.create({ model: 'deepseek-chat', n: 2, max_tokens: 6,
+        seed: 3, stream: true, messages: [{ role: 'user', content: 'Hi' }],
+        stream_options: { include_usage: true, continuous_usage_stats: true } })) {
+        if (!ch.choices.length) { last = ch.usage; continue; }
+        counts[ch.choices[0].index].push(ch.usage.completion_tokens);
+      }
+      for (const c of counts) {
+        assert.equal(c[0], 0, c.join(','));
+        assert.equal(c[c.length - 1], 6, c.join(','));
+        for (let i = 1; i < c.length; i++) assert.ok(c[i] >= c[i - 1], c.join(','));
+      }
+      assert.equal(last.completion_tokens, 12);
+    });
+
     await check('an engine error reaches every protocol as an error, before and during a stream', async () => {
       const hook = { fathom_inject_error_after: 2 };
       const early = { fathom_inject_error_after: 0 };

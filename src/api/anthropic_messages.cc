@@ -253,7 +253,8 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     }
   }
   if (const Value* t = field(r, "thinking")) {
-    const Value* type = t->is_object() ? field(*t, "type") : nullptr;
+    if (!t->is_object()) return bad("thinking: Input should be a valid dictionary");
+    const Value* type = field(*t, "type");
     if (type == nullptr || !type->is_string() ||
         (type->text != "enabled" && type->text != "disabled" && type->text != "adaptive")) {
       return bad("thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
@@ -316,7 +317,8 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
     }
   }
   if (const Value* tc = field(r, "tool_choice")) {
-    const Value* type = tc->is_object() ? field(*tc, "type") : nullptr;
+    if (!tc->is_object()) return bad("tool_choice: Input should be a valid dictionary");
+    const Value* type = field(*tc, "type");
     if (type == nullptr || !type->is_string()) return bad("tool_choice.type: required");
     FATHOM_RETURN_IF_ERROR(reject_unknown_members(
         *tc, "tool_choice", {"type", "name", "disable_parallel_tool_use"}, true));

@@ -230,7 +230,8 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     if (e->text == "max") req.effort = Effort::kMax;
   }
   if (const Value* t = field(r, "thinking")) {
-    const Value* type = t->is_object() ? field(*t, "type") : nullptr;
+    if (!t->is_object()) return bad("'thinking' must be an object");
+    const Value* type = field(*t, "type");
     if (type == nullptr || !type->is_string() ||
         (type->text != "enabled" && type->text != "disabled")) {
       return bad("'thinking.type' must be \"enabled\" or \"disabled\"");
@@ -329,7 +330,8 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   if (req.thinking && req.tool_choice == ToolChoice::kRequired)
     return bad("Thinking mode does not support this tool_choice");
   if (const Value* rf = field(r, "response_format")) {
-    const Value* type = rf->is_object() ? field(*rf, "type") : nullptr;
+    if (!rf->is_object()) return bad("'response_format' must be an object");
+    const Value* type = field(*rf, "type");
     if (type == nullptr || !type->is_string()) return bad("'response_format.type' is required");
     FATHOM_RETURN_IF_ERROR(reject_unknown_members(*rf, "response_format", {"type", "json_schema"}));
     if (type->text == "json_object") {

@@ -284,9 +284,9 @@ int run_serve(const ServeArgs& a) {
                                   : engine::DraftSchedule::kFixed;
   }
   if (a.max_model_len > model_runner.context_length())
-    return fail(invalid_argument("--max-model-len " + std::to_string(a.max_model_len) +
-                                 ": the model's context length is " +
-                                 std::to_string(model_runner.context_length())));
+    return bad_flag("--max-model-len " + std::to_string(a.max_model_len) +
+                    ": the model's context length is " +
+                    std::to_string(model_runner.context_length()));
   engine::Engine eng(model_runner, eo, (*tok)->id_of("<｜end▁of▁sentence｜>"));
   serve::ServerOptions so;
   so.host = a.host;

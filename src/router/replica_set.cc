@@ -14,13 +14,15 @@ ReplicaSet::ReplicaSet(std::vector<Endpoint> replicas, ReplicaSetOptions options
       state_(endpoints_.size()),
       failing_since_ns_(new std::atomic<int64_t>[endpoints_.size()]),
       failed_probes_(new std::atomic<int>[endpoints_.size()]),
-      models_read_ns_(endpoints_.size(), 0) {
+      models_read_ns_(endpoints_.size(), 0),
+      models_due_(endpoints_.size(), 0) {
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     failing_since_ns_[i].store(0);
     failed_probes_[i].store(0);
   }
   for (size_t i = 0; i < endpoints_.size(); ++i) state_[i].url = endpoints_[i].url;
   thread_ = std::thread([this] { prober(); });
+  models_thread_ = std::thread([this] { models_reader(); });
 }
 
 ReplicaSet::~ReplicaSet() {
@@ -30,6 +32,7 @@ ReplicaSet::~ReplicaSet() {
   }
   cv_.notify_all();
   thread_.join();
+  models_thread_.join();
 }
 
 std::vector<ReplicaState> ReplicaSet::snapshot() const {
@@ -80,7 +83,10 @@ void ReplicaSet::set_up(size_t i, bool up, const std::string& why) {
     if (state_[i].up == up) return;
     state_[i].up = up;
     update_max_model_len();
+    // Its context length is read again when it comes up (it may have restarted with another).
+    if (up) models_due_[i] = 1;
   }
+  if (up) cv_.notify_all();
   if (opt_.log)
     std::fprintf(stderr, "fathom router: replica %s is %s%s%s\n", endpoints_[i].url.c_str(),
                  up ? "up" : "down", why.empty() ? "" : ": ", why.c_str());
@@ -121,9 +127,9 @@ void ReplicaSet::set_max_model_len(size_t i, int64_t len) {
 
 int64_t ReplicaSet::read_max_model_len(size_t i) const {
   auto x = HttpExchange::start(endpoints_[i], "GET", "/v1/models", "", opt_.auth_header,
-                               opt_.probe_timeout_ms, opt_.probe_timeout_ms);
+                               opt_.probe_timeout_ms, opt_.models_timeout_ms);
   if (!x.is_ok()) return 0;
-  auto body = (*x)->read_all(opt_.probe_timeout_ms, 1 << 20);
+  auto body = (*x)->read_all(opt_.models_timeout_ms, 1 << 20);
   if ((*x)->status() != 200 || !body.is_ok()) return 0;
   auto v = pyjson::parse(*body);
   const pyjson::Value* data = v.is_ok() && v->is_object() ? v->find("data") : nullptr;
@@ -173,22 +179,41 @@ void ReplicaSet::probe_all() {
                         ? r->text
                         : "both");
       }
-    }  // the probe's connection is closed before the next one opens
-    // Its context length: when it comes up (it may have restarted with another), while not
-    // known, and every models_interval. A replica without /v1/models stays unknown.
-    if (ok) {
-      const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-      const bool stale = models_read_ns_[i] == 0 ||
-                         std::chrono::duration<double>(
-                             std::chrono::steady_clock::duration(now - models_read_ns_[i]))
-                                 .count() >= opt_.models_interval_s;
-      if (!is_up(i) || stale) {
-        models_read_ns_[i] = now;
-        if (const int64_t len = read_max_model_len(i); len > 0) set_max_model_len(i, len);
-      }
     }
     probe_result(i, ok);
     set_up(i, ok, ok ? "" : "/health answered " + std::to_string(status));
+  }
+}
+
+void ReplicaSet::models_reader() {
+  const auto wake = std::chrono::duration<double>(std::min(opt_.probe_interval_s, 0.5));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    // The up replicas whose context length is due: come up since the last read, or read
+    // models_interval ago (a replica without /v1/models stays unknown).
+    const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(opt_.models_interval_s));
+    std::vector<size_t> due;
+    for (size_t i = 0; i < state_.size(); ++i) {
+      if (!state_[i].up) continue;
+      if (models_due_[i] || models_read_ns_[i] == 0 ||
+          now - models_read_ns_[i] >= interval.count()) {
+        models_due_[i] = 0;
+        models_read_ns_[i] = now;
+        due.push_back(i);
+      }
+    }
+    lock.unlock();
+    for (size_t i : due)
+      if (const int64_t len = read_max_model_len(i); len > 0) set_max_model_len(i, len);
+    lock.lock();
+    cv_.wait_for(lock, wake, [this] {
+      if (stop_) return true;
+      for (size_t i = 0; i < models_due_.size(); ++i)
+        if (models_due_[i] && state_[i].up) return true;
+      return false;
+    });
   }
 }
 

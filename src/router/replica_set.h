@@ -1,11 +1,12 @@
 // The router's replicas: their addresses, whether each is up (a prober thread asks each one's
 // /health every probe_interval; a request that fails on a replica marks it down at once — the
 // circuit opens — until a probe sees it healthy again), the requests each has in flight, and
-// the context length each serves (the prober reads `max_model_len` from its /v1/models when it
-// comes up, and again every models_interval).
+// the context length each serves (a second thread reads `max_model_len` from an up replica's
+// /v1/models when it comes up, and again every models_interval, so a slow answer there never
+// delays the health probes).
 //
-// Thread-safe: every method may be called from any thread (one short lock). The prober thread
-// is owned: it starts in the constructor and stops in the destructor.
+// Thread-safe: every method may be called from any thread (one short lock). The prober and
+// models threads are owned: they start in the constructor and stop in the destructor.
 #pragma once
 
 #include <atomic>
@@ -25,6 +26,7 @@ struct ReplicaSetOptions {
   double probe_interval_s = 0.5;
   int probe_timeout_ms = 1000;
   double models_interval_s = 10;  // how often an up replica's /v1/models is read again
+  int models_timeout_ms = 5000;   // for its answer
   std::string auth_header;        // e.g. "Authorization: Bearer K\r\n", sent with every probe
   bool log = true;                // a line on stderr when a replica goes up or down
 };
@@ -73,8 +75,9 @@ class ReplicaSet {
   void prober();
   void set_up(size_t i, bool up, const std::string& why);
   void set_role(size_t i, std::string role);
-  // Reads replica i's /v1/models (the prober thread only); 0 when it has no max_model_len.
+  // Reads replica i's /v1/models (the models thread only); 0 when it has no max_model_len.
   int64_t read_max_model_len(size_t i) const;
+  void models_reader();
   void set_max_model_len(size_t i, int64_t len);
   void update_max_model_len();  // REQUIRES: mu_ held
 
@@ -89,11 +92,13 @@ class ReplicaSet {
   // none), and how many have failed since. Written by the prober thread only.
   std::unique_ptr<std::atomic<int64_t>[]> failing_since_ns_;
   std::unique_ptr<std::atomic<int>[]> failed_probes_;
-  // Per replica: the steady clock (ns) when its /v1/models was last read (the prober only).
+  // Per replica, guarded by mu_: the steady clock (ns) when its /v1/models was last read, and
+  // whether it is due now (it came up since).
   std::vector<int64_t> models_read_ns_;
+  std::vector<char> models_due_;
   std::atomic<int64_t> max_model_len_{0};
   bool stop_ = false;  // guarded by mu_
-  std::thread thread_;
+  std::thread thread_, models_thread_;
 };
 
 }  // namespace fathom::router

@@ -52,33 +52,37 @@ class Replica {
           if (c >= 0) ::close(c);
           return;
         }
-        std::string req;
-        char buf[4096];
-        while (req.find("\r\n\r\n") == std::string::npos) {
-          ssize_t n = ::recv(c, buf, sizeof buf, 0);
-          if (n <= 0) break;
-          req.append(buf, size_t(n));
-        }
-        const std::string line = req.substr(0, req.find("\r\n"));
-        const bool up = healthy_ == nullptr || healthy_->load();
-        std::string reply;
-        if (line.rfind("GET /v1/models", 0) == 0)
-          reply = models_ ? models_()
-                          : std::string(
-                                "HTTP/1.1 200 OK\r\nContent-Length: 28\r\n\r\n"
-                                "{\"object\":\"list\",\"data\":[]}");
-        else if (line.rfind("GET /health", 0) != 0)
-          reply = answer_(line);
-        else
-          reply = up ? "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
-                     : "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
-        (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-        ::shutdown(c, SHUT_WR);
-        while (::recv(c, buf, sizeof buf, 0) > 0) {
-        }
-        ::close(c);
+        // A thread per connection: a slow answer holds up only its own exchange.
+        connections_.emplace_back([this, c] { serve(c); });
       }
     });
+  }
+  void serve(int c) {
+    std::string req;
+    char buf[4096];
+    while (req.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      req.append(buf, size_t(n));
+    }
+    const std::string line = req.substr(0, req.find("\r\n"));
+    const bool up = healthy_ == nullptr || healthy_->load();
+    std::string reply;
+    if (line.rfind("GET /v1/models", 0) == 0)
+      reply = models_ ? models_()
+                      : std::string(
+                            "HTTP/1.1 200 OK\r\nContent-Length: 28\r\n\r\n"
+                            "{\"object\":\"list\",\"data\":[]}");
+    else if (line.rfind("GET /health", 0) != 0)
+      reply = answer_(line);
+    else
+      reply = up ? "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+                 : "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
+    (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+    ::shutdown(c, SHUT_WR);
+    while (::recv(c, buf, sizeof buf, 0) > 0) {
+    }
+    ::close(c);
   }
   ~Replica() {
     stop_.store(true);
@@ -91,6 +95,7 @@ class Replica {
     (void)::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
     ::close(c);
     thread_.join();
+    for (std::thread& t : connections_) t.join();
     ::close(fd_);
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
@@ -102,6 +107,7 @@ class Replica {
   int fd_ = -1, port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  std::vector<std::thread> connections_;  // the accept thread's only
 };
 
 std::string http(const std::string& status, const std::string& body) {
@@ -360,6 +366,26 @@ TEST(ReplicaSet, MaxModelLenIsTheSmallestThatTheUpReplicasReport) {
         << h << " -> " << three.max_model_len();
     EXPECT_EQ(three.snapshot()[2].max_model_len, 0) << h;
   }
+}
+
+// The context length is read beside the health probes: a replica whose /v1/models answers
+// slowly (after the probe timeout, within the models timeout) delays no other replica's probe,
+// and its answer is used.
+TEST(ReplicaSet, ASlowModelsAnswerDelaysNoProbeAndIsUsed) {
+  std::atomic<bool> answered{false};
+  auto none = [](const std::string&) { return http("404 Not Found", "{}"); };
+  Replica slow(none, nullptr, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    answered = true;
+    return http("200 OK", R"({"data":[{"max_model_len":777}]})");
+  });
+  Replica other(none);
+  ReplicaSetOptions o = probes();  // probe timeout 1 s
+  ReplicaSet set({*parse_endpoint(slow.url()), *parse_endpoint(other.url())}, o);
+  ASSERT_TRUE(wait_for([&] { return set.is_up(1); }));
+  EXPECT_FALSE(answered.load()) << "the other replica's probe waited for the slow /v1/models";
+  ASSERT_TRUE(wait_for([&] { return set.max_model_len() == 777; })) << set.max_model_len();
+  EXPECT_TRUE(set.is_up(0));
 }
 
 }  // namespace

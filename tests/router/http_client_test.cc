@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include "request_head.h"
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -45,13 +47,7 @@ class Peer {
     ::listen(fd_, 1);
     thread_ = std::thread([this, parts = std::move(parts), hold_ms, pause_ms] {
       int c = ::accept(fd_, nullptr, nullptr);
-      std::string req;
-      char buf[4096];
-      while (req.find("\r\n\r\n") == std::string::npos) {
-        ssize_t n = ::recv(c, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        req.append(buf, size_t(n));
-      }
+      const std::string req = loopback::read_request_head(c);
       for (const std::string& p : parts) {
         (void)::send(c, p.data(), p.size(), MSG_NOSIGNAL);
         std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kv/kv_event_wire.h"
+#include "request_head.h"
 #include "router/kv_index.h"
 #include "router/replica_set.h"
 
@@ -58,13 +59,7 @@ class Replica {
     });
   }
   void serve(int c) {
-    std::string req;
-    char buf[4096];
-    while (req.find("\r\n\r\n") == std::string::npos) {
-      ssize_t n = ::recv(c, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      req.append(buf, size_t(n));
-    }
+    const std::string req = loopback::read_request_head(c);
     const std::string line = req.substr(0, req.find("\r\n"));
     const bool up = healthy_ == nullptr || healthy_->load();
     std::string reply;
@@ -80,6 +75,7 @@ class Replica {
                  : "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n";
     (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
     ::shutdown(c, SHUT_WR);
+    char buf[4096];
     while (::recv(c, buf, sizeof buf, 0) > 0) {
     }
     ::close(c);

@@ -23,6 +23,7 @@
 #include "api/structured_output.h"
 #include "core/py_json.h"
 #include "grammar/grammar_cache.h"
+#include "request_head.h"
 #include "router/remote_generator.h"
 
 namespace fathom::router {
@@ -779,19 +780,14 @@ class Upstream {
           if (c >= 0) ::close(c);
           return;
         }
-        std::string req;
-        char buf[4096];
-        while (req.find("\r\n\r\n") == std::string::npos) {
-          ssize_t n = ::recv(c, buf, sizeof buf, 0);
-          if (n <= 0) break;
-          req.append(buf, size_t(n));
-        }
+        const std::string req = loopback::read_request_head(c);
         const std::string reply = req.rfind("GET /health", 0) == 0
                                       ? std::string("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
                                       : answer_;
         if (req.rfind("POST", 0) == 0) ++posts_;
         (void)::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
         ::shutdown(c, SHUT_WR);
+        char buf[4096];
         while (::recv(c, buf, sizeof buf, 0) > 0) {
         }
         ::close(c);

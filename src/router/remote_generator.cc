@@ -303,6 +303,18 @@ int64_t RemoteGenerator::context_length() const {
   return replicas > 0 ? std::min(opt_.context_length, replicas) : opt_.context_length;
 }
 
+bool RemoteGenerator::hung(size_t i) const {
+  return opt_.abandon_down_after_s > 0 &&
+         replicas_->probe_failing_seconds(i) > opt_.abandon_down_after_s;
+}
+
+std::string RemoteGenerator::hung_reason(size_t i) const {
+  char why[128];
+  std::snprintf(why, sizeof why, ": its health probes have failed for over %.1f s",
+                opt_.abandon_down_after_s);
+  return replicas_->endpoint(i).url + why;
+}
+
 engine::Generator::Health RemoteGenerator::health() const {
   Health h;
   h.alive = replicas_->any_up();
@@ -548,17 +560,13 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
   o.connect_timeout_ms = opt.connect_timeout_ms;
   o.timeout_ms = opt.pd_timeout_ms;
   auto left = [&g, &job] { return g.stopping_.load() || job.all_cancelled(); };
-  // A replica whose health probes have failed for abandon_down_after_s (hung, not refusing):
-  // its call is abandoned, as an attempt on it would be (pd_timeout_ms is for slow work).
-  auto hung = [&g, &opt](size_t replica) {
-    return opt.abandon_down_after_s > 0 &&
-           g.replicas_->probe_failing_seconds(replica) > opt.abandon_down_after_s;
-  };
+  // A call on a hung replica is abandoned, as an attempt on it would be (pd_timeout_ms is for
+  // slow work).
   const Endpoint& de = g.replicas_->endpoint(d.replica);
   const auto t0 = Clock::now();
   // D holds the pages from here on, or has no room for the request.
   auto reserved = co_await pd_reserve(de, room, prompt, salt, o, job.req.max_tokens,
-                                      [&] { return left() || hung(d.replica); });
+                                      [&] { return left() || g.hung(d.replica); });
   if (!reserved.is_ok()) {
     if (reserved.status().code() == StatusCode::kResourceExhausted) {
       std::lock_guard<std::mutex> lock(g.mu_);
@@ -582,16 +590,11 @@ Awaitable<RemoteGenerator::Driver::Handoff> RemoteGenerator::Driver::handoff(
     InFlight flight(*g.replicas_, p.replica);
     r = co_await pd_prefill(g.replicas_->endpoint(p.replica), room, prompt, salt,
                             opt.retention.name(job.req.retention), de.url, o,
-                            [&] { return left() || hung(p.replica); });
+                            [&] { return left() || g.hung(p.replica); });
     // P failed (unreachable, cut off mid-way, or hung) when the exchange itself broke; an error
     // it answered is the transfer's failure, not P's. A client that left is no one's failure.
     client_left = left();
-    if (!r.is_ok() && !client_left && hung(p.replica)) {
-      char why[128];
-      std::snprintf(why, sizeof why, " abandoned: its health probes have failed for over %.1f s",
-                    opt.abandon_down_after_s);
-      r = io_error(g.replicas_->endpoint(p.replica).url + why);
-    }
+    if (!r.is_ok() && !client_left && g.hung(p.replica)) r = io_error(g.hung_reason(p.replica));
     if (r.is_ok() || r.status().code() != StatusCode::kIoError || client_left) flight.ok();
   }
   std::lock_guard<std::mutex> lock(g.mu_);
@@ -668,19 +671,13 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
   // (its health probes failing) for abandon_down_after_s: then the attempt fails and another
   // replica continues (`abandoned`).
   bool abandoned = false;
-  auto stop = [&g, &job, one, ci, replica, &abandoned, &opt] {
+  auto stop = [&g, &job, one, ci, replica, &abandoned] {
     if (g.stopping_.load() || (one ? job.streams[ci]->cancelled() : job.all_cancelled()))
       return true;
-    abandoned = opt.abandon_down_after_s > 0 &&
-                g.replicas_->probe_failing_seconds(replica) > opt.abandon_down_after_s;
+    abandoned = g.hung(replica);
     return abandoned;
   };
-  auto give_up = [&] {
-    char why[128];
-    std::snprintf(why, sizeof why, ": its health probes have failed for over %.1f s",
-                  opt.abandon_down_after_s);
-    job.last_error = ep.url + why;
-  };
+  auto give_up = [&] { job.last_error = g.hung_reason(replica); };
   auto x = co_await AsyncHttpExchange::start(ep, "POST", call.path, call.body, auth,
                                              opt.connect_timeout_ms, opt.head_timeout_ms, stop);
   if (!x.is_ok()) {

@@ -172,6 +172,11 @@ class RemoteGenerator : public engine::Generator, private KvFeedTarget {
   struct Loop;    // the io_context and its threads
   struct Driver;  // the requests' coroutines (remote_generator.cc)
 
+  // Whether replica i's health probes have failed for abandon_down_after_s (hung, not
+  // refusing): the calls waiting on it are abandoned. And why, for the request's error.
+  bool hung(size_t i) const;
+  std::string hung_reason(size_t i) const;
+
   RemoteGenerator(std::vector<Endpoint> endpoints, RemoteGeneratorOptions options);
   // KvFeedTarget, from the followers' threads.
   void kv_snapshot(size_t replica, const kv::KvSnapshot& snapshot) override;

@@ -158,47 +158,42 @@ void ReplicaSet::probe_result(size_t i, bool ok) {
 
 void ReplicaSet::probe_all() {
   for (size_t i = 0; i < endpoints_.size(); ++i) {
-    int status = 0;
-    bool ok = false;
-    {
-      auto x = HttpExchange::start(endpoints_[i], "GET", "/health", "", opt_.auth_header,
-                                   opt_.probe_timeout_ms, opt_.probe_timeout_ms);
-      if (!x.is_ok()) {
-        probe_result(i, false);
-        set_up(i, false, x.status().message());
-        continue;
-      }
-      // The body is small; a replica that sends none in time is as good as down.
-      auto body = (*x)->read_all(opt_.probe_timeout_ms, 64 * 1024);
-      status = (*x)->status();
-      ok = status == 200 && body.is_ok();
-      if (ok) {
-        auto v = pyjson::parse(*body);
-        const pyjson::Value* r = v.is_ok() && v->is_object() ? v->find("role") : nullptr;
-        set_role(i, r != nullptr && r->is_string() && (r->text == "prefill" || r->text == "decode")
-                        ? r->text
-                        : "both");
-      }
+    auto x = HttpExchange::start(endpoints_[i], "GET", "/health", "", opt_.auth_header,
+                                 opt_.probe_timeout_ms, opt_.probe_timeout_ms);
+    if (!x.is_ok()) {
+      probe_result(i, false);
+      set_up(i, false, x.status().message());
+      continue;
+    }
+    // The body is small; a replica that sends none in time is as good as down.
+    auto body = (*x)->read_all(opt_.probe_timeout_ms, 64 * 1024);
+    const bool ok = (*x)->status() == 200 && body.is_ok();
+    if (ok) {
+      auto v = pyjson::parse(*body);
+      const pyjson::Value* r = v.is_ok() && v->is_object() ? v->find("role") : nullptr;
+      set_role(i, r != nullptr && r->is_string() && (r->text == "prefill" || r->text == "decode")
+                      ? r->text
+                      : "both");
     }
     probe_result(i, ok);
-    set_up(i, ok, ok ? "" : "/health answered " + std::to_string(status));
+    set_up(i, ok, ok ? "" : "/health answered " + std::to_string((*x)->status()));
   }
 }
 
 void ReplicaSet::models_reader() {
   const auto wake = std::chrono::duration<double>(std::min(opt_.probe_interval_s, 0.5));
+  const int64_t interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               std::chrono::duration<double>(opt_.models_interval_s))
+                               .count();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    // The up replicas whose context length is due: come up since the last read, or read
-    // models_interval ago (a replica without /v1/models stays unknown).
+    // The up replicas whose context length is due: come up since the last read (set_up marks
+    // it), or read models_interval ago (a replica without /v1/models stays unknown).
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-    const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(opt_.models_interval_s));
     std::vector<size_t> due;
     for (size_t i = 0; i < state_.size(); ++i) {
       if (!state_[i].up) continue;
-      if (models_due_[i] || models_read_ns_[i] == 0 ||
-          now - models_read_ns_[i] >= interval.count()) {
+      if (models_due_[i] || now - models_read_ns_[i] >= interval) {
         models_due_[i] = 0;
         models_read_ns_[i] = now;
         due.push_back(i);

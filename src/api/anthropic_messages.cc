@@ -214,15 +214,12 @@ Result<ConversationRequest> parse_messages_request(std::string_view body,
   req.thinking = default_thinking;
   if (const Value* oc = field(r, "output_config"); oc && !oc->is_null()) {
     if (!oc->is_object()) return bad("output_config: Input should be a valid dictionary");
-    for (const std::string& k : oc->keys)
-      if (k != "effort" && k != "format")
-        return bad("output_config." + k.substr(0, 64) + ": Extra inputs are not permitted");
+    FATHOM_RETURN_IF_ERROR(
+        reject_unknown_members(*oc, "output_config", {"effort", "format"}, true));
     if (const Value* f = field(*oc, "format"); f && !f->is_null()) {
       if (!f->is_object()) return bad("output_config.format: Input should be a valid dictionary");
-      for (const std::string& k : f->keys)
-        if (k != "type" && k != "schema")
-          return bad("output_config.format." + k.substr(0, 64) +
-                     ": Extra inputs are not permitted");
+      FATHOM_RETURN_IF_ERROR(
+          reject_unknown_members(*f, "output_config.format", {"type", "schema"}, true));
       const Value* type = field(*f, "type");
       if (type == nullptr || !type->is_string() || type->text != "json_schema")
         return bad("output_config.format.type: must be \"json_schema\"");

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "api/errors.h"
+#include "api/logit_controls.h"
 #include "api/request_util.h"
 #include "api/stop_matcher.h"
 #include "core/utf8.h"
@@ -195,6 +196,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
     }
   }
   FATHOM_RETURN_IF_ERROR(read_min_p_repetition_penalty(r, sp));
+  FATHOM_RETURN_IF_ERROR(read_logit_controls(r, sp));
   if (const Value* v = field(r, "seed")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t s, integer(*v, "seed"));
     sp.seed = s;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "api/errors.h"
+#include "api/logit_controls.h"
 #include "api/request_util.h"
 #include "api/stop_matcher.h"
 #include "core/utf8.h"
@@ -118,7 +119,7 @@ constexpr std::string_view kCompletionsFields[] = {
     "grammar", "json_schema",
     // Fathom (the router's among them)
     "retention", "grammar_spec", "resume_output_ids", "sample_index", "logprob_ids",
-    "think_end_id", "reasoning_budget", "grammar_after_think"
+    "think_end_id", "reasoning_budget", "grammar_after_think", "bad_words_ids"
 };
 // clang-format on
 
@@ -156,6 +157,7 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
   FATHOM_RETURN_IF_ERROR(read_retention(r, sp));
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, sp));
   FATHOM_RETURN_IF_ERROR(read_min_p_repetition_penalty(r, sp));
+  FATHOM_RETURN_IF_ERROR(read_logit_controls(r, sp, {.bad_words_ids = true}));
   sp.max_tokens = 16;
   if (const Value* v = field(r, "max_tokens")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, "max_tokens"));

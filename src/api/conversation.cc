@@ -11,6 +11,7 @@ prompt::OutputParserOptions ConversationRequest::parsing_options() const {
   o.thinking = thinking;
   o.parse_tool_calls = !tools.items.empty() && tool_choice != ToolChoice::kNone;
   o.stop_sequences = sampling.stop;
+  o.min_tokens = sampling.min_tokens;
   o.start_in_tool_block = o.parse_tool_calls && tool_choice == ToolChoice::kRequired;
   return o;
 }

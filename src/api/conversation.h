@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/structured_output.h"
@@ -41,6 +42,13 @@ struct SamplingParams {
   // The longest Anthropic cache_control ttl in the request (5 minutes or 1 hour), ms; 0: the
   // request has no cache_control. The server maps it onto a retention class.
   int64_t cache_control_ttl_ms = 0;
+  // vLLM's logits controls (api/logit_controls.h; engine/request.h says what they do). The
+  // server tokenizes bad_words; bad_words_ids is Fathom's id-level form of them.
+  std::vector<std::pair<int32_t, double>> logit_bias;
+  std::vector<int32_t> allowed_token_ids;
+  int64_t min_tokens = 0;
+  std::vector<std::string> bad_words;
+  std::vector<std::vector<int32_t>> bad_words_ids;
 };
 
 struct ConversationRequest {

@@ -210,15 +210,14 @@ inline Status optional_string(const Value& r, std::string_view name, bool anthro
   return Status::ok();
 }
 
-// OpenAI's logit_bias and the vLLM sampling extensions this build does not implement, in both
+// The vLLM sampling extensions this build does not implement, in both
 // OpenAI protocols that vLLM extends (Chat Completions, Completions). (vLLM's structured
 // outputs are read by read_vllm_structured_outputs; Completions reads stop_token_ids itself.)
 inline Status reject_unimplemented_sampling_extensions(const Value& r,
                                                        bool stop_token_ids_read = false) {
   if (!stop_token_ids_read) FATHOM_RETURN_IF_ERROR(reject_fields(r, {"stop_token_ids"}));
   FATHOM_RETURN_IF_ERROR(
-      reject_fields(r, {"logit_bias", "min_tokens", "bad_words", "allowed_token_ids",
-                        "prompt_logprobs", "use_beam_search", "truncate_prompt_tokens"}));
+      reject_fields(r, {"prompt_logprobs", "use_beam_search", "truncate_prompt_tokens"}));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "include_stop_str_in_output", false));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "skip_special_tokens", true));
   return Status::ok();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "api/logit_controls.h"
 #include "api/request_util.h"
 #include "api/stop_matcher.h"
 #include "core/json_write.h"
@@ -140,12 +141,9 @@ Status read_sampling_params(const Value& sp, GenerateRequest& req) {
   bool no_stop_trim = false;
   FATHOM_RETURN_IF_ERROR(read_bool(sp, "no_stop_trim", p + "no_stop_trim", &no_stop_trim));
   if (no_stop_trim) return unsupported("'" + p + "no_stop_trim' is not supported by this server");
-  if (const Value* v = field(sp, "min_new_tokens")) {
-    FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, (p + "min_new_tokens").c_str()));
-    if (t != 0) return unsupported("'" + p + "min_new_tokens' is not supported by this server");
-  }
-  for (const char* k :
-       {"ebnf", "structural_tag", "stop_regex", "logit_bias", "custom_params", "stream_interval"})
+  FATHOM_RETURN_IF_ERROR(read_logit_controls(
+      sp, s, {.prefix = p, .min_tokens = "min_new_tokens", .allowed_and_bad_words = false}));
+  for (const char* k : {"ebnf", "structural_tag", "stop_regex", "custom_params", "stream_interval"})
     if (field(sp, k)) return unsupported("'" + p + k + "' is not supported by this server");
   if (const Value* v = field(sp, "json_schema")) {
     if (!v->is_string()) return bad("'" + p + "json_schema' must be a string (a JSON Schema)");

@@ -31,13 +31,15 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) {
     if (!s.empty()) stops_.push_back(std::move(s));
 }
 
-bool StopMatcher::push(const std::string& text, std::string* out) {
+bool StopMatcher::push(const std::string& text, std::string* out, bool checked) {
   if (stopped_) return true;
   hold_ += text;
+  if (!checked) unchecked_ = hold_.size();
   // The earliest complete stop string wins (ties: the longer one, as it starts there too).
   size_t best = std::string::npos;
   for (const auto& s : stops_) {
-    const size_t at = hold_.find(s);
+    if (!checked) break;
+    const size_t at = hold_.find(s, unchecked_ >= s.size() ? unchecked_ - s.size() + 1 : 0);
     if (at != std::string::npos && (at < best || (at == best && s.size() > matched_.size()))) {
       best = at;
       matched_ = s;
@@ -59,8 +61,10 @@ bool StopMatcher::push(const std::string& text, std::string* out) {
       }
     }
   }
-  out->append(hold_, 0, hold_.size() - keep);
-  hold_.erase(0, hold_.size() - keep);
+  const size_t sent = hold_.size() - keep;
+  out->append(hold_, 0, sent);
+  hold_.erase(0, sent);
+  unchecked_ -= std::min(unchecked_, sent);
   return false;
 }
 

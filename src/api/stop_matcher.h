@@ -26,8 +26,10 @@ class StopMatcher {
   explicit StopMatcher(std::vector<std::string> stops);
 
   // Adds decoded text; appends to *out what may be sent now. Returns true when a stop string
-  // was found (everything before it has been sent; nothing after it will be).
-  bool push(const std::string& text, std::string* out);
+  // was found (everything before it has been sent; nothing after it will be). With `checked`
+  // false (the text of an id within vLLM's min_tokens) no stop string may end inside this
+  // text, nor inside any unchecked text before it; one that starts there and ends later does.
+  bool push(const std::string& text, std::string* out, bool checked = true);
   // The stream ended without a stop string: sends what was held back.
   void finish(std::string* out);
   bool stopped() const { return stopped_; }
@@ -37,6 +39,7 @@ class StopMatcher {
  private:
   std::vector<std::string> stops_;
   std::string hold_;
+  size_t unchecked_ = 0;  // a stop string must end past this many bytes of hold_
   std::string matched_;
   bool stopped_ = false;
 };

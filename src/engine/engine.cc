@@ -281,6 +281,7 @@ Result<std::shared_ptr<Sequence>> Engine::make_sequence(GenerationRequest reques
     return invalid_argument("top_logprobs must be between 0 and 20");
   if (request.think_end_id < -1 || request.think_end_id >= vocab_)
     return invalid_argument("think_end_id outside the vocabulary");
+  FATHOM_RETURN_IF_ERROR(OutputProcessor::prepare_logit_controls(&request, vocab_));
   // The first sequence is always admitted; one whose prompt alone needs more pages than the
   // pool has would fail after its admission anyway.
   if (runner_.pages_needed(*runner_.new_sequence(pool_.get()), int64_t(request.prompt.size())) >
@@ -414,6 +415,14 @@ FinishCause Engine::append_token(Sequence& s, float* row, int32_t* token) {
   const int32_t tok =
       output_.next_token(s.req, s.req.seeded ? uint64_t(s.req.sample_index) : s.id, s.generated,
                          s.think_ended, row, lp, &s.matcher, premask, jump);
+  if (tok < 0) {
+    if (lp) ev.logprobs.pop_back();
+    finish(s, FinishCause::kError,
+           invalid_argument("the request's grammar and logits controls (allowed_token_ids, "
+                            "bad_words, min_tokens) leave no token to sample at output position " +
+                            std::to_string(g)));
+    return FinishCause::kError;
+  }
   if (tok == s.req.think_end_id) s.think_ended = true;
   s.generated.push_back(tok);
   s.all.push_back(tok);
@@ -440,6 +449,10 @@ int64_t Engine::rows_after_next(const Sequence& s, int64_t want) const {
 int64_t Engine::jump_forward(Sequence& s) {
   const int64_t g = int64_t(s.generated.size());
   if (!s.req.grammar || !OutputProcessor::samples(s.req, g, s.think_ended)) return 0;
+  // Where the logits controls may ban a token, the grammar's only tokens are sampled, not
+  // jumped over: the output is what it would be without jump-forward.
+  if (!s.req.allowed_token_ids.empty() || !s.req.bad_words.empty() || g < s.req.min_tokens)
+    return 0;
   grammar::GrammarMatcher* m =
       OutputProcessor::matcher_for(s.req, s.generated, s.think_ended, &s.matcher);
   if (!m || m->is_terminated()) return 0;

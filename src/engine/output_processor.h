@@ -1,8 +1,9 @@
 // OutputProcessor: turns a sequence's logits row into its next token and decides whether the
 // request ends there — forced tokens (teacher forcing, then the reasoning budget's think-end
 // id), sampling, logprobs when asked for, EOS, stop ids, max_tokens and the injected-error
-// testing hook — and the structured-output constraint (the request's grammar masks the logits
-// row before sampling). Plain data in and out; the engine keeps the sequences (and their
+// testing hook — the structured-output constraint (the request's grammar masks the logits
+// row before sampling) and the logits controls (logit_bias, allowed_token_ids, min_tokens,
+// bad_words). Plain data in and out; the engine keeps the sequences (and their
 // grammar matchers) and sends the events.
 //
 // Owned by the engine; used by its executor thread only (it holds the sampler's scratch).
@@ -21,6 +22,9 @@ namespace fathom::engine {
 
 class OutputProcessor {
  public:
+  // The most token ids a request's bad_words may hold in all (vLLM's limit too): each sampled
+  // position compares the output's tail with each of them.
+  static constexpr size_t kMaxBadWordIds = 1024;
   // `eos_id` < 0: no EOS.
   OutputProcessor(int32_t eos_id, int64_t vocab) : eos_(eos_id), vocab_(vocab) {}
 
@@ -41,6 +45,12 @@ class OutputProcessor {
   // the matcher. `premask`, when non-null, is the matcher's bitmask for its current state, computed
   // ahead (the GrammarMaskWorker); it is used instead of computing it here. `jump` >= 0: the
   // token is that one (grammar jump-forward), forced like r.forced_output's.
+  //
+  // The request's logits controls apply to a sampled token (request.h): the ids that
+  // min_tokens and bad_words ban are at -inf and left out of the ids allowed (the grammar's,
+  // intersected with allowed_token_ids), then logit_bias is added, before the penalties; the
+  // logprobs are those of that distribution. A grammar that has ended still ends the output
+  // (only EOS). Returns -1 when the controls leave no id to sample (the request fails).
   int32_t next_token(const GenerationRequest& r, uint64_t request_key,
                      std::span<const int32_t> generated, bool think_ended, float* logits,
                      TokenLogprob* logprob, std::unique_ptr<grammar::GrammarMatcher>* matcher,
@@ -50,10 +60,15 @@ class OutputProcessor {
   static grammar::GrammarMatcher* matcher_for(const GenerationRequest& r,
                                               std::span<const int32_t> generated, bool think_ended,
                                               std::unique_ptr<grammar::GrammarMatcher>* slot);
+  // Checks the request's logits controls (logit_bias, allowed_token_ids, min_tokens,
+  // bad_words: request.h) against a vocabulary of `vocab` ids and puts them in the order
+  // next_token() reads them (ids ascending, allowed_token_ids without repeats).
+  // kInvalidArgument naming the field otherwise.
+  static Status prepare_logit_controls(GenerationRequest* r, int64_t vocab);
   // A resumed output (`generated` so far, given by the client) checked against the request's
   // grammar where it applies: kInvalidArgument naming the first token it does not allow, or
   // saying that the output already completed it (forced positions are not asked about, as in
-  // generation).
+  // generation), and against its allowed_token_ids and bad_words.
   static Status check_resumed(const GenerationRequest& r, std::span<const int32_t> generated);
   // True when the request's grammar applies now (a grammar, and past </think> when it starts
   // there).
@@ -75,14 +90,23 @@ class OutputProcessor {
 
  private:
   // allowed_ = the ids the matcher allows next (`premask`'s set bits, when given; only EOS once
-  // it has ended); with `logits`, every other id there is set to -inf. False if none is.
-  bool allow(grammar::GrammarMatcher& m, const uint32_t* premask, float* logits);
+  // it has ended). False if none is.
+  bool allow(grammar::GrammarMatcher& m, const uint32_t* premask);
+  // Every id of `logits` [vocab] outside allowed_ to -inf (the logprobs' distribution).
+  void mask_to_allowed(float* logits) const;
+  // banned_ = the ids min_tokens and bad_words ban after `generated` (ascending, unique).
+  void ban(const GenerationRequest& r, std::span<const int32_t> generated);
+  // allowed_ = the ids allowed (the grammar's in allowed_ when `grammar`, intersected with
+  // r.allowed_token_ids) less banned_.
+  void restrict(const GenerationRequest& r, bool grammar);
 
   const int32_t eos_;
   const int64_t vocab_;
   SamplerScratch scratch_;
   std::vector<uint32_t> mask_;    // the grammar's bitmask, reused from token to token
   std::vector<int32_t> allowed_;  // the ids it allows, ascending, reused
+  std::vector<int32_t> banned_;   // the ids the controls ban at this position, reused
+  std::vector<int32_t> spare_;    // restrict()'s output before it is swapped in, reused
 };
 
 }  // namespace fathom::engine

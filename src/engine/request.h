@@ -8,6 +8,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -32,6 +34,21 @@ struct GenerationRequest {
   // into the store's kv::RetentionPolicy; kDefaultRetention: the policy's default).
   uint8_t retention = 255;
   bool ignore_eos = false;
+  // vLLM's logits controls (OpenAI's logit_bias too), applied to each sampled position before
+  // the penalties: see OutputProcessor. logit_bias: (id, bias in [-100, 100]) pairs, one per
+  // id. allowed_token_ids: only these ids may be sampled (empty: every id). min_tokens: EOS
+  // and stop_ids may not be sampled before this many output tokens. bad_words: id sequences;
+  // a sequence's last id may not be sampled where the output ends with the rest of it.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> allowed_token_ids;
+  int64_t min_tokens = 0;
+  std::vector<std::vector<int32_t>> bad_words;
+  // The words `bad_words` was tokenized from (the server sets both): what `fathom router`
+  // sends an upstream that takes words (vLLM); the engine does not read them. The first
+  // `bad_words_from_ids` entries of bad_words came as ids (Fathom's bad_words_ids), the rest
+  // from these words.
+  std::vector<std::string> bad_words_text;
+  size_t bad_words_from_ids = 0;
   // Testing aid (servers expose it only when asked to): the first generated tokens are these
   // instead of samples (teacher forcing; the model still runs on them).
   std::vector<int32_t> forced_output;

@@ -16,14 +16,20 @@ uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// The logits after the penalties: `logits` itself when none applies, else a copy in scratch.
+// The logits after `adjust` and the penalties: `logits` itself when nothing applies, else a
+// copy in scratch.
 const float* penalized(const float* logits, int64_t vocab, const SamplingParams& p,
                        std::span<const int32_t> prompt, std::span<const int32_t> generated,
-                       SamplerScratch& scratch) {
-  if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f)
+                       const LogitAdjust& adjust, SamplerScratch& scratch) {
+  if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+      adjust.empty())
     return logits;
   scratch.logits.assign(logits, logits + vocab);
   float* l = scratch.logits.data();
+  for (int32_t t : adjust.banned)
+    if (t >= 0 && t < vocab) l[t] = -std::numeric_limits<float>::infinity();
+  for (const auto& [t, b] : adjust.bias)
+    if (t >= 0 && t < vocab) l[t] += b;
   if (p.repetition_penalty != 1.0f) {
     // Each id seen in the prompt or the output once, marked and unmarked in place. A penalty
     // too small for a float (the API's (0, 10] read as a float can be 0 or subnormal) is the
@@ -68,8 +74,9 @@ bool greedy(const SamplingParams& p) {
 
 void token_logprob(const float* logits, int64_t vocab, const SamplingParams& p,
                    std::span<const int32_t> prompt, std::span<const int32_t> generated,
-                   int32_t token, int top_n, SamplerScratch& scratch, TokenLogprob* out) {
-  const float* l = penalized(logits, vocab, p, prompt, generated, scratch);
+                   int32_t token, int top_n, SamplerScratch& scratch, TokenLogprob* out,
+                   const LogitAdjust& adjust) {
+  const float* l = penalized(logits, vocab, p, prompt, generated, adjust, scratch);
   const double scale = greedy(p) ? 1.0 : 1.0 / double(p.temperature);
   float top = l[0];
   for (int64_t i = 1; i < vocab; ++i) top = std::max(top, l[i]);
@@ -106,8 +113,8 @@ double counter_uniform(uint64_t seed, uint64_t request, uint64_t position) {
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
                      std::span<const int32_t> prompt, std::span<const int32_t> generated,
                      uint64_t request, uint64_t position, SamplerScratch& scratch,
-                     std::span<const int32_t> allowed) {
-  const float* l = penalized(logits, vocab, p, prompt, generated, scratch);
+                     std::span<const int32_t> allowed, const LogitAdjust& adjust) {
+  const float* l = penalized(logits, vocab, p, prompt, generated, adjust, scratch);
   if (greedy(p)) {
     if (!allowed.empty()) {
       int32_t best = allowed[0];

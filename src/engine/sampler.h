@@ -24,6 +24,15 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// A request's own changes to a logits row before the penalties (vLLM's order): the `banned`
+// ids (min_tokens, bad_words) are set to -inf, then each (id, bias) of `bias` (OpenAI's
+// logit_bias, ascending ids) is added. The spans point at the caller's data for one call.
+struct LogitAdjust {
+  std::span<const std::pair<int32_t, float>> bias;
+  std::span<const int32_t> banned;
+  bool empty() const { return bias.empty() && banned.empty(); }
+};
+
 // A uniform double in [0, 1) determined by (seed, request, position) alone.
 double counter_uniform(uint64_t seed, uint64_t request, uint64_t position);
 
@@ -45,7 +54,8 @@ struct TokenLogprob {
 };
 inline constexpr int kMaxTopLogprobs = 20;
 
-// Samples one token. `prompt` and `generated` feed the penalties (repetition over both,
+// Samples one token from `logits` changed by `adjust`. `prompt` and `generated` feed the
+// penalties (repetition over both,
 // presence/frequency over the generated tokens). `allowed` (ascending ids; empty: every id)
 // restricts the draw to those ids: the token is the one sampling `logits` with every other id
 // at -inf gives, for the same key (a structured-output mask without the pass over the whole
@@ -53,7 +63,7 @@ inline constexpr int kMaxTopLogprobs = 20;
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p,
                      std::span<const int32_t> prompt, std::span<const int32_t> generated,
                      uint64_t request, uint64_t position, SamplerScratch& scratch,
-                     std::span<const int32_t> allowed = {});
+                     std::span<const int32_t> allowed = {}, const LogitAdjust& adjust = {});
 
 // The log-probability of `token` and of the `top_n` (0..20) most likely ids (descending, ties
 // to the lower id) under the distribution the sampler draws from before truncation: the
@@ -64,6 +74,7 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
 // ask for logprobs.
 void token_logprob(const float* logits, int64_t vocab, const SamplingParams& p,
                    std::span<const int32_t> prompt, std::span<const int32_t> generated,
-                   int32_t token, int top_n, SamplerScratch& scratch, TokenLogprob* out);
+                   int32_t token, int top_n, SamplerScratch& scratch, TokenLogprob* out,
+                   const LogitAdjust& adjust = {});
 
 }  // namespace fathom::engine

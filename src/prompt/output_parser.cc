@@ -101,6 +101,7 @@ void OutputParser::add(std::vector<ParserEvent>& out, ParserEvent::Kind k, std::
 
 Status OutputParser::push(int32_t id, std::vector<ParserEvent>& out) {
   if (state_ == State::kFinished) return Status::ok();
+  stop_unchecked_ = ++pushed_ <= opt_.min_tokens;
   std::string_view bytes = tok_->token_bytes(id);
   if (bytes.empty())
     return out_of_range("token id " + std::to_string(id) + " is not in the vocabulary");
@@ -132,6 +133,7 @@ void OutputParser::on_control(int32_t id, std::vector<ParserEvent>& out) {
     if (state_ == State::kReasoning) {
       add(out, ParserEvent::Kind::kReasoning, std::move(hold_));
       hold_.clear();
+      stop_from_ = 0;
       state_ = State::kContent;
     }
     // An extra </think> elsewhere is dropped.
@@ -198,11 +200,12 @@ void OutputParser::finish(FinishReason reason, std::vector<ParserEvent>& out) {
 void OutputParser::emit_plain(std::vector<ParserEvent>& out, bool final) {
   bool content = state_ == State::kContent;
   auto kind = content ? ParserEvent::Kind::kContent : ParserEvent::Kind::kReasoning;
-  if (content && !opt_.stop_sequences.empty()) {
+  stop_from_ = std::min(stop_from_, hold_.size());
+  if (content && !opt_.stop_sequences.empty() && !stop_unchecked_) {
     size_t best = std::string::npos;
     const std::string* which = nullptr;
     for (const auto& s : opt_.stop_sequences) {
-      size_t p = hold_.find(s);
+      size_t p = hold_.find(s, stop_from_ >= s.size() ? stop_from_ - s.size() + 1 : 0);
       if (p != std::string::npos && p < best) {
         best = p;
         which = &s;
@@ -231,7 +234,10 @@ void OutputParser::emit_plain(std::vector<ParserEvent>& out, bool final) {
       ++keep;
   }
   add(out, kind, hold_.substr(0, hold_.size() - keep));
-  hold_.erase(0, hold_.size() - keep);
+  const size_t sent = hold_.size() - keep;
+  hold_.erase(0, sent);
+  // What is left of the text within min_tokens stays unchecked.
+  stop_from_ = stop_unchecked_ ? hold_.size() : stop_from_ - std::min(stop_from_, sent);
 }
 
 void OutputParser::on_text(std::string_view text, std::vector<ParserEvent>& out) {

@@ -38,6 +38,9 @@ struct OutputParserOptions {
   bool start_in_tool_block =
       false;  // the prompt ended inside an open DSML block (tool_choice required)
   std::vector<std::string> stop_sequences;
+  // vLLM's min_tokens: a stop sequence ends the output only where it ends in the text of an id
+  // after the first min_tokens ids pushed (text mode: not applied).
+  int64_t min_tokens = 0;
 };
 
 class OutputParser {
@@ -90,9 +93,12 @@ class OutputParser {
   std::string pending_bytes_;  // undecoded bytes of an incomplete UTF-8 character
   std::string text_hold_;      // text mode: a possible control spelling not yet complete
   std::vector<std::pair<std::string, int32_t>> text_controls_;  // text mode: spellings -> ids
-  std::string hold_;      // reasoning/content text held back (possible markup/stop start)
-  std::string tag_;       // text of the tag being read
-  bool closing_ = false;  // the tag being read is a closing tag ("</" before the DSML id)
+  std::string hold_;             // reasoning/content text held back (possible markup/stop start)
+  int64_t pushed_ = 0;           // ids pushed so far
+  bool stop_unchecked_ = false;  // the id being pushed is within opt_.min_tokens
+  size_t stop_from_ = 0;         // content: a stop sequence must end past this many bytes of hold_
+  std::string tag_;              // text of the tag being read
+  bool closing_ = false;         // the tag being read is a closing tag ("</" before the DSML id)
   bool in_block_ = false;
   bool in_invoke_ = false;
   int params_ = 0;  // parameters of the current invoke

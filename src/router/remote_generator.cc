@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/py_json.h"
+#include "engine/output_processor.h"
 #include "kv/kv_event_wire.h"
 #include "router/pd_client.h"
 
@@ -346,6 +347,8 @@ Result<std::vector<std::shared_ptr<engine::RequestStream>>> RemoteGenerator::sub
     return invalid_argument("top_logprobs must be between 0 and 20");
   if (request.think_end_id < -1 || (opt_.vocab_size > 0 && request.think_end_id >= opt_.vocab_size))
     return invalid_argument("think_end_id outside the vocabulary");
+  FATHOM_RETURN_IF_ERROR(engine::OutputProcessor::prepare_logit_controls(
+      &request, opt_.vocab_size > 0 ? opt_.vocab_size : int64_t(1) << 31));
   FATHOM_RETURN_IF_ERROR(check_upstream_supports(opt_.upstream, request, n));
   if (stopping_.load()) return resource_exhausted("the router is shutting down");
   if (!replicas_->any_up()) return resource_exhausted("no replica is up");

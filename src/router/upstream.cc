@@ -55,6 +55,20 @@ void set_sampling(Value& b, const engine::GenerationRequest& g) {
   if (s.frequency_penalty != 0.0f)
     b.set("frequency_penalty", Value::from_float(double(s.frequency_penalty)));
   if (g.ignore_eos) b.set("ignore_eos", Value::from_bool(true));
+  if (!g.logit_bias.empty()) {
+    Value bias = Value::object();
+    for (const auto& [id, v] : g.logit_bias) bias.set(std::to_string(id), Value::from_float(v));
+    b.set("logit_bias", std::move(bias));
+  }
+}
+
+// The logits controls an upstream takes as vLLM spells them (all but logit_bias, which
+// set_sampling writes): min_tokens counts what the continuation has not yet generated.
+void set_vllm_controls(Value& b, const engine::GenerationRequest& g, std::span<const int32_t> sofar,
+                       bool resumes) {
+  if (!g.allowed_token_ids.empty()) b.set("allowed_token_ids", id_list(g.allowed_token_ids));
+  const int64_t min_tokens = resumes ? g.min_tokens : g.min_tokens - int64_t(sofar.size());
+  if (min_tokens > 0) b.set("min_tokens", Value::from_int(min_tokens));
 }
 
 using GKind = grammar::GrammarSpec::Kind;
@@ -185,6 +199,13 @@ Status check_upstream_supports(UpstreamKind kind, const engine::GenerationReques
     return unsupported(
         "'thinking.budget_tokens': a reasoning budget is not supported through an sglang "
         "upstream");
+  if (kind == UpstreamKind::kSglang && !g.allowed_token_ids.empty())
+    return unsupported("'allowed_token_ids' is not supported through an sglang upstream");
+  if (kind == UpstreamKind::kSglang && !g.bad_words.empty())
+    return unsupported("'bad_words' is not supported through an sglang upstream");
+  if (kind == UpstreamKind::kVllm && g.bad_words_from_ids > 0)
+    return unsupported(
+        "'bad_words_ids' is not supported through a vllm upstream (it takes bad_words)");
   if (kind != UpstreamKind::kFathom && g.sample_index != 0)
     return unsupported(std::string("'sample_index' is not supported through a ") + name +
                        " upstream (it has no field that selects a sample's random numbers)");
@@ -217,6 +238,12 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
       b.set("retention", Value::from_string(retention));
       // The id-level features, computed by the replica as it would alone (README).
       if (!g.stop_ids.empty()) b.set("stop_token_ids", id_list(g.stop_ids));
+      set_vllm_controls(b, g, sofar, /*resumes=*/true);
+      if (!g.bad_words.empty()) {
+        Value words = Value::array();
+        for (const std::vector<int32_t>& w : g.bad_words) words.items.push_back(id_list(w));
+        b.set("bad_words_ids", std::move(words));
+      }
       if (g.top_logprobs >= 0) b.set("logprob_ids", Value::from_int(g.top_logprobs));
       if (g.think_end_id >= 0 &&
           (g.reasoning_budget >= 0 || (g.grammar_spec && g.grammar_after_think))) {
@@ -242,6 +269,12 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
       // vLLM >= 0.9 salts its prefix-cache hashes with it, as Fathom does.
       if (g.cache_salt != 0) b.set("cache_salt", Value::from_string(salt_name(g.cache_salt)));
       if (!g.stop_ids.empty()) b.set("stop_token_ids", id_list(g.stop_ids));
+      set_vllm_controls(b, g, sofar, /*resumes=*/false);
+      if (!g.bad_words_text.empty()) {
+        Value words = Value::array();
+        for (const std::string& w : g.bad_words_text) words.items.push_back(Value::from_string(w));
+        b.set("bad_words", std::move(words));
+      }
       if (g.top_logprobs >= 0) {
         b.set("logprobs", Value::from_int(g.top_logprobs));
         b.set("return_tokens_as_token_ids", Value::from_bool(true));  // "token_id:N", no text
@@ -266,6 +299,8 @@ UpstreamCall build_upstream_call(UpstreamKind kind, const engine::GenerationRequ
       set_sampling(sp, g);
       if (g.seeded) sp.set("sampling_seed", Value::from_int(int64_t(g.sampling.seed)));
       if (!g.stop_ids.empty()) sp.set("stop_token_ids", id_list(g.stop_ids));
+      if (g.min_tokens > int64_t(sofar.size()))
+        sp.set("min_new_tokens", Value::from_int(g.min_tokens - int64_t(sofar.size())));
       if (g.grammar_spec) set_sglang_constraint(sp, *g.grammar_spec);
       b.set("sampling_params", std::move(sp));
       if (g.top_logprobs >= 0) {

@@ -40,6 +40,7 @@
 #include "serve/grammar_wait.h"
 #include "serve/http_server.h"
 #include "serve/kv_event_routes.h"
+#include "serve/logit_controls.h"
 #include "serve/pd_routes.h"
 #include "tokenizer/tokenizer.h"
 
@@ -835,14 +836,14 @@ class ConversationProducer : public StreamsProducer {
 // A resumed output's ids (resume_output_ids) taken by a choice's decoder and stop strings as
 // text already produced, and dropped: the text that follows continues its characters and its
 // stop strings as in the uninterrupted answer (what they held back comes out with it). True
-// when the ids hold a stop string.
+// when the ids hold a stop string (not one that ends within the first `min_tokens` ids).
 bool take_resumed(StreamDecoder& dec, api::StopMatcher& stop, std::span<const int32_t> ids,
-                  int32_t eos) {
+                  int32_t eos, int64_t min_tokens) {
   std::string piece, sent;
-  for (int32_t t : ids) {
+  for (size_t i = 0; i < ids.size(); ++i) {
     piece.clear();
-    if (t != eos) (void)dec.push(t, piece);  // ids are checked by the engine
-    if (stop.push(piece, &sent)) return true;
+    if (ids[i] != eos) (void)dec.push(ids[i], piece);  // ids are checked by the engine
+    if (stop.push(piece, &sent, int64_t(i) + 1 > min_tokens)) return true;
   }
   return false;
 }
@@ -860,6 +861,8 @@ class CompletionProducer : public StreamsProducer {
     api::CompletionsResponder responder;
     bool logprob_ids = false;  // Fathom's logprob_ids (id level) instead of the text logprobs
     int64_t tokens = 0;
+    // min_tokens less the resumed ids: the text of the first ones cannot end a stop string.
+    int64_t unchecked = 0;
     bool done = false;
   };
 
@@ -893,7 +896,7 @@ class CompletionProducer : public StreamsProducer {
           ++c.tokens;
           piece.clear();
           if (t != im_->eos) (void)c.dec.push(t, piece);  // ids are checked by the engine
-          if (c.stop.push(piece, &text)) {
+          if (c.stop.push(piece, &text, c.tokens > c.unchecked)) {
             stopped = true;
             break;
           }
@@ -901,7 +904,7 @@ class CompletionProducer : public StreamsProducer {
         if (!stopped && ev.finished) {
           piece.clear();
           c.dec.finish(piece);
-          stopped = c.stop.push(piece, &text);
+          stopped = c.stop.push(piece, &text, c.tokens > c.unchecked);
           if (!stopped) c.stop.finish(&text);
         }
         ev.tokens.resize(used);
@@ -963,12 +966,13 @@ class GenerateProducer : public StreamsProducer {
  public:
   GenerateProducer(Server::Impl* im, std::vector<std::shared_ptr<engine::RequestStream>> s,
                    std::string id, bool skip_special, std::vector<std::string> stops,
-                   int64_t max_tokens, bool streaming, Clock::time_point t0)
+                   int64_t max_tokens, int64_t min_tokens, bool streaming, Clock::time_point t0)
       : StreamsProducer(im, Protocol::kGenerate, std::move(s), streaming, t0),
         id_(std::move(id)),
         dec_(im->tok, skip_special),
         stop_(std::move(stops)),
-        max_tokens_(max_tokens) {}
+        max_tokens_(max_tokens),
+        min_tokens_(min_tokens) {}
 
   bool poll(Response* out) override {
     engine::StreamEvent ev;
@@ -999,7 +1003,7 @@ class GenerateProducer : public StreamsProducer {
         }
         piece.clear();
         (void)dec_.push(t, piece);  // ids are checked by the engine
-        if (stop_.push(piece, &text_)) {
+        if (stop_.push(piece, &text_, int64_t(ids_.size()) > min_tokens_)) {
           stopped = true;
           finish_.kind = api::GenerateFinish::Kind::kStopString;
           finish_.text = stop_.matched();
@@ -1009,7 +1013,7 @@ class GenerateProducer : public StreamsProducer {
       if (!stopped && ev.finished) {
         piece.clear();
         dec_.finish(piece);
-        if (stop_.push(piece, &text_)) {
+        if (stop_.push(piece, &text_, int64_t(ids_.size()) > min_tokens_)) {
           stopped = true;
           finish_.kind = api::GenerateFinish::Kind::kStopString;
           finish_.text = stop_.matched();
@@ -1049,6 +1053,7 @@ class GenerateProducer : public StreamsProducer {
   StreamDecoder dec_;
   api::StopMatcher stop_;
   int64_t max_tokens_;
+  int64_t min_tokens_;        // SGLang's min_new_tokens: no stop string ends within them
   std::string text_;          // sent so far (stop strings held back and trimmed)
   std::vector<int32_t> ids_;  // generated so far, the stop token included
   api::GenerateFinish finish_;
@@ -1091,6 +1096,8 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   const int64_t context = engine.context_length();
   if (Status st = check_prompt(ids->size(), context); !st.is_ok()) return send_error(p, st);
   auto g = generation(conv->sampling, std::move(*ids), opt, context);
+  if (Status st = apply_logit_controls(conv->sampling, tok, &g); !st.is_ok())
+    return send_error(p, st);
   if (Status hs = read_test_hooks(req.body, opt, &g); !hs.is_ok()) return send_error(p, hs);
   auto retention = retention_of(p, conv->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
@@ -1236,6 +1243,8 @@ Reply Server::Impl::completions(const Request& req) {
   if (Status st = check_prompt(ids.size() + resumed, context); !st.is_ok())
     return send_error(p, st);
   auto g = generation(cr->sampling, std::move(ids), opt, context);
+  if (Status st = apply_logit_controls(cr->sampling, tok, &g); !st.is_ok())
+    return send_error(p, st);
   if (resumed > 0) {
     // max_tokens covers the resumed output too; the context caps the whole.
     if (int64_t(resumed) >= g.max_tokens)
@@ -1252,7 +1261,7 @@ Reply Server::Impl::completions(const Request& req) {
     // Its text is the answer's so far: one that holds a stop string has ended.
     StreamDecoder dec(tok, true);
     api::StopMatcher stop(cr->sampling.stop);
-    if (take_resumed(dec, stop, cr->resume_output_ids, eos))
+    if (take_resumed(dec, stop, cr->resume_output_ids, eos, cr->sampling.min_tokens))
       return send_error(p, invalid_argument("'resume_output_ids' holds the stop string \"" +
                                             stop.matched() + "\": nothing follows it"));
     g.resume_output = std::move(cr->resume_output_ids);
@@ -1308,8 +1317,11 @@ Reply Server::Impl::completions(const Request& req) {
                                                       c.return_token_ids, c.logprob_ids >= 0,
                                                       prompt_ids, c.continuous_usage}),
                            c.logprob_ids >= 0);
+    for (CompletionProducer::Choice& ch : choices)
+      ch.unchecked = c.sampling.min_tokens - int64_t(resumed_ids.size());
     if (!resumed_ids.empty())
-      (void)take_resumed(choices.front().dec, choices.front().stop, resumed_ids, eos);
+      (void)take_resumed(choices.front().dec, choices.front().stop, resumed_ids, eos,
+                         c.sampling.min_tokens);
     return std::unique_ptr<http::Producer>(std::make_unique<CompletionProducer>(
         this, std::move(*streams), std::move(choices), c.stream, t0));
   };
@@ -1336,6 +1348,8 @@ Reply Server::Impl::generate(const Request& req) {
   const int64_t context = engine.context_length();
   if (Status st = check_prompt(ids.size(), context); !st.is_ok()) return send_error(p, st);
   auto g = generation(gr->sampling, std::move(ids), opt, context);
+  if (Status st = apply_logit_controls(gr->sampling, tok, &g); !st.is_ok())
+    return send_error(p, st);
   g.stop_ids = gr->stop_token_ids;
   auto retention = retention_of(p, gr->sampling, req);
   if (!retention.is_ok()) return send_error(p, retention.status());
@@ -1354,7 +1368,7 @@ Reply Server::Impl::generate(const Request& req) {
     std::string id = r.rid.empty() ? random_id("") : r.rid;
     return std::unique_ptr<http::Producer>(std::make_unique<GenerateProducer>(
         this, std::move(*streams), std::move(id), r.skip_special_tokens, r.sampling.stop,
-        max_tokens, r.stream, t0));
+        max_tokens, r.sampling.min_tokens, r.stream, t0));
   };
   return with_constraint(req, p, streaming, std::move(*constraint), std::move(gen),
                          std::move(submit),

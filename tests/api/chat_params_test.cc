@@ -86,14 +86,14 @@ TEST(ChatParams, ThinkingBudgetFollowsAnthropicsRules) {
 
 TEST(ChatParams, UnimplementedFieldsAreA400NamingThem) {
   const char* fields[] = {
-      R"("logit_bias":{"50256":-100})",
+      R"("use_beam_search":false)",
       R"("audio":{"voice":"alloy","format":"wav"})",
       R"("prediction":{"type":"content","content":"x"})",
       R"("web_search_options":{})",
       R"("functions":[{"name":"f"}])",
       R"("function_call":"auto")",
-      R"("bad_words":["x"])",
-      R"("min_tokens":5)",
+      R"("prompt_logprobs":1)",
+      R"("truncate_prompt_tokens":5)",
       R"("stop_token_ids":[1])",
       R"("use_beam_search":true)",
       R"("best_of":2)",

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "api/chat_completions.h"
 #include "api/errors.h"
 
 namespace fathom::api {
@@ -119,15 +120,59 @@ TEST(CompletionsRequest, TypedSamplingFields) {
       {R"("echo":true)", "echo"},
       {R"("best_of":3)", "best_of"},
       {R"("suffix":"tail")", "suffix"},
-      {R"("logit_bias":{"1":5})", "logit_bias"},
+      {R"("logit_bias":{"x":5})", "logit_bias"},
+      {R"("logit_bias":{"-1":5})", "logit_bias"},
+      {R"("logit_bias":{"99999999999":5})", "logit_bias"},
+      {R"("logit_bias":{"1":101})", "logit_bias"},
+      {R"("logit_bias":{"1":"5"})", "logit_bias"},
+      {R"("logit_bias":[1])", "logit_bias"},
+      {R"("allowed_token_ids":[])", "allowed_token_ids"},
+      {R"("allowed_token_ids":[-1])", "allowed_token_ids"},
+      {R"("allowed_token_ids":"1")", "allowed_token_ids"},
+      {R"("bad_words":[""])", "bad_words"},
+      {R"("bad_words":"x")", "bad_words"},
+      {R"("bad_words":[1])", "bad_words"},
+      {R"("bad_words_ids":[[]])", "bad_words_ids"},
+      {R"("bad_words_ids":[1])", "bad_words_ids"},
+      {R"("bad_words_ids":[[1.5]])", "bad_words_ids"},
+      {R"("min_tokens":-1)", "min_tokens"},
+      {R"("min_tokens":1.5)", "min_tokens"},
       {R"("stop":[1])", "stop"},
       {R"("stream_options":{"include_usage":true})", "stream_options"},
       {R"("stream":"yes")", "stream"},
       {R"("ignore_eos":1)", "ignore_eos"},
       {R"("guided_regex":5)", "guided_regex"},
-      {R"("min_tokens":3)", "min_tokens"},
+      {R"("prompt_logprobs":3)", "prompt_logprobs"},
   };
   for (const Case& c : cases) EXPECT_EQ(rejected(req(c.extra))["param"], c.param) << c.extra;
+}
+
+TEST(CompletionsRequest, LogitControlsAreRead) {
+  auto r = parse_completions_request(
+      req(R"("logit_bias":{"5":-2.5,"7":100,"0":0},"allowed_token_ids":[3,1,3],"min_tokens":4,)"
+          R"("bad_words":[" a b","c"],"bad_words_ids":[[1,2],[3]])"),
+      {});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const SamplingParams& s = r->sampling;
+  EXPECT_EQ(s.logit_bias,
+            (std::vector<std::pair<int32_t, double>>{{5, -2.5}, {7, 100.0}, {0, 0.0}}));
+  EXPECT_EQ(s.allowed_token_ids, (std::vector<int32_t>{3, 1, 3}));  // the engine sorts them
+  EXPECT_EQ(s.min_tokens, 4);
+  EXPECT_EQ(s.bad_words, (std::vector<std::string>{" a b", "c"}));
+  EXPECT_EQ(s.bad_words_ids, (std::vector<std::vector<int32_t>>{{1, 2}, {3}}));
+  // Only /v1/completions takes the id-level bad_words_ids.
+  ChatOptions chat;
+  auto c = parse_chat_request(
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"bad_words_ids":[[1]]})", chat);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("bad_words_ids"), std::string::npos);
+  auto ok = parse_chat_request(
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"logit_bias":{"9":1},)"
+      R"("min_tokens":2,"bad_words":["x"],"allowed_token_ids":[9]})",
+      chat);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(ok->sampling.min_tokens, 2);
+  EXPECT_EQ(ok->sampling.allowed_token_ids, (std::vector<int32_t>{9}));
 }
 
 TEST(CompletionsRequest, ModelIsResolved) {

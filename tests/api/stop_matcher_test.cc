@@ -50,5 +50,26 @@ TEST(StopMatcher, EarliestStopWinsAndNoStopsPassEverything) {
   EXPECT_FALSE(stopped);
 }
 
+// vLLM's min_tokens: unchecked text (the first tokens') never ends a stop string; one that
+// starts there and ends in checked text does.
+TEST(StopMatcher, UncheckedTextEndsNoStopStringButMayStartOne) {
+  {
+    StopMatcher m({"END"});
+    std::string out;
+    EXPECT_FALSE(m.push("a END b E", &out, false));
+    EXPECT_FALSE(m.push("N", &out, false));
+    EXPECT_TRUE(m.push("D c", &out, true));  // "END" begun unchecked, ended here
+    EXPECT_EQ(out, "a END b ");
+  }
+  {
+    StopMatcher m({"END"});
+    std::string out;
+    EXPECT_FALSE(m.push("xEND", &out, false));
+    EXPECT_FALSE(m.push("y", &out, true));  // the only END ended in unchecked text
+    EXPECT_TRUE(m.push(" END", &out, true));
+    EXPECT_EQ(out, "xENDy ");
+  }
+}
+
 }  // namespace
 }  // namespace fathom::api

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -820,6 +822,209 @@ TEST(EngineApi, ReasoningBudgetForcesTheThinkEndId) {
   EXPECT_EQ(std::count(got.begin(), got.end(), end), 1);
 }
 
+// The logits controls' reference: the model's own forward, the rules applied here to its
+// logits (vLLM's: min_tokens and bad_words ban with -inf, then logit_bias is added; only
+// allowed_token_ids may win), the argmax taken (ties to the lower id), and the output ended
+// by EOS (`eos` >= 0, no ignore_eos) or a stop id as the engine ends it.
+std::vector<int32_t> controlled_chain(const GenerationRequest& r, int32_t eos,
+                                      std::vector<std::vector<float>>* rows = nullptr) {
+  const auto& m = tiny_model();
+  auto st = m.new_sequence();
+  std::vector<float> logits(size_t(m.config().vocab_size));
+  std::vector<int32_t> out;
+  EXPECT_TRUE(m.forward(*st, r.prompt, logits.data(), nullptr, false).is_ok());
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < r.max_tokens; ++i) {
+    std::vector<float> l = logits;
+    if (i < r.min_tokens) {
+      if (eos >= 0) l[size_t(eos)] = kNegInf;
+      for (int32_t t : r.stop_ids) l[size_t(t)] = kNegInf;
+    }
+    for (const auto& w : r.bad_words) {
+      const size_t k = w.size() - 1;
+      if (k <= out.size() && std::equal(w.begin(), w.end() - 1, out.end() - ptrdiff_t(k)))
+        l[size_t(w.back())] = kNegInf;
+    }
+    for (const auto& [t, b] : r.logit_bias) l[size_t(t)] += b;
+    if (!r.allowed_token_ids.empty())
+      for (size_t v = 0; v < l.size(); ++v)
+        if (std::find(r.allowed_token_ids.begin(), r.allowed_token_ids.end(), int32_t(v)) ==
+            r.allowed_token_ids.end())
+          l[v] = kNegInf;
+    if (rows) rows->push_back(l);
+    out.push_back(int32_t(std::max_element(l.begin(), l.end()) - l.begin()));
+    const int32_t t = out.back();
+    if ((t == eos && !r.ignore_eos) ||
+        std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end())
+      break;
+    EXPECT_TRUE(m.forward(*st, std::span(&out.back(), 1), logits.data(), nullptr, false).is_ok());
+  }
+  return out;
+}
+
+TEST(EngineApi, LogitControlsGiveTheReferenceChain) {
+  const std::vector<int32_t> p = prompt(40, 31);
+  const std::vector<int32_t> base = argmax_chain(p, 10);
+  // EOS is the chain's third token, so that min_tokens has something to hold back.
+  const int32_t eos = base[2];
+  Engine e(tiny_runner(), EngineOptions{}, eos);
+  struct Case {
+    const char* what;
+    std::function<void(GenerationRequest&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"logit_bias",
+       [&](GenerationRequest& r) {
+         r.logit_bias = {{base[0], -100.0f}, {base[3], 2.5f}, {7, 1.0f}};
+       }},
+      {"allowed_token_ids",
+       [&](GenerationRequest& r) {
+         r.allowed_token_ids = {base[1], 400, 17, base[4], base[1]};
+       }},
+      {"min_tokens",
+       [&](GenerationRequest& r) {
+         r.ignore_eos = false;
+         r.stop_ids = {base[1], base[5]};
+         r.min_tokens = 6;
+       }},
+      {"bad_words",
+       [&](GenerationRequest& r) {
+         r.bad_words = {{base[0], base[1]}, {base[3]}, {base[1], base[2], 5}};
+       }},
+      {"all",
+       [&](GenerationRequest& r) {
+         r.ignore_eos = false;
+         r.min_tokens = 4;
+         r.logit_bias = {{base[1], -3.0f}};
+         r.bad_words = {{base[2]}};
+         r.allowed_token_ids = {eos, base[0], base[1], base[2], base[3], 9, 600};
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    GenerationRequest r = greedy(p, 10);
+    c.set(r);
+    const std::vector<int32_t> want = controlled_chain(r, eos);
+    EXPECT_NE(want, std::vector<int32_t>(base.begin(), base.begin() + ptrdiff_t(want.size())));
+    StreamEvent last;
+    EXPECT_EQ(drain(**e.submit(r), &last), want);
+    EXPECT_NE(last.cause, FinishCause::kError) << last.error.message();
+  }
+  // Without min_tokens the first stop id ends the output at once.
+  GenerationRequest stops = greedy(p, 10);
+  stops.ignore_eos = false;
+  stops.stop_ids = {base[1]};
+  StreamEvent last;
+  EXPECT_EQ(drain(**e.submit(stops), &last), std::vector<int32_t>(base.begin(), base.begin() + 2));
+
+  // The logprobs are those of the distribution sampled: bias added, banned ids at -inf.
+  GenerationRequest lp = greedy(p, 4);
+  lp.logit_bias = {{base[0], -100.0f}, {base[2], 3.0f}};
+  lp.bad_words = {{base[1]}};
+  lp.top_logprobs = 3;
+  std::vector<std::vector<float>> rows;
+  const std::vector<int32_t> want = controlled_chain(lp, eos, &rows);
+  auto s = *e.submit(lp);
+  std::vector<TokenLogprob> lps;
+  StreamEvent ev;
+  while (s->next(&ev, 60000)) {
+    lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
+    if (ev.finished) break;
+  }
+  ASSERT_EQ(lps.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::vector<float>& l = rows[i];
+    double mx = *std::max_element(l.begin(), l.end()), sum = 0;
+    for (float v : l) sum += std::exp(double(v) - mx);
+    EXPECT_EQ(lps[i].token, want[i]);
+    EXPECT_NEAR(lps[i].logprob, double(l[size_t(want[i])]) - mx - std::log(sum), 1e-4) << i;
+    for (int k = 0; k < lps[i].top_count; ++k)
+      EXPECT_NE(lps[i].top[size_t(k)].first, base[1]) << "a banned id among the top";
+  }
+
+  // Controls that leave nothing to sample fail the request there, with an error event.
+  GenerationRequest none = greedy(p, 10);
+  none.ignore_eos = false;
+  none.allowed_token_ids = {eos};
+  none.min_tokens = 2;
+  std::vector<int32_t> got = drain(**e.submit(none), &last);
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(last.cause, FinishCause::kError);
+  EXPECT_NE(last.error.message().find("leave no token to sample"), std::string::npos);
+  none.bad_words = {{base[0]}};
+  none.allowed_token_ids = {base[0], base[1]};
+  none.min_tokens = 0;
+  got = drain(**e.submit(none), &last);
+  EXPECT_EQ(last.cause, FinishCause::kLength) << last.error.message();
+  EXPECT_EQ(got, controlled_chain(none, eos));
+
+  // Refused at submission, naming the field.
+  auto refused = [&](const std::function<void(GenerationRequest&)>& set, const char* field) {
+    GenerationRequest r = greedy(p, 5);
+    set(r);
+    auto st = e.submit(r);
+    ASSERT_FALSE(st.is_ok()) << field;
+    EXPECT_EQ(st.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.status().message().find(field), std::string::npos) << st.status().message();
+  };
+  refused([](GenerationRequest& r) { r.logit_bias = {{1024, 1.0f}}; }, "logit_bias");
+  refused([](GenerationRequest& r) { r.logit_bias = {{-1, 1.0f}}; }, "logit_bias");
+  refused([](GenerationRequest& r) { r.logit_bias = {{3, 100.5f}}; }, "logit_bias");
+  refused([](GenerationRequest& r) { r.logit_bias = {{3, NAN}}; }, "logit_bias");
+  refused([](GenerationRequest& r) { r.logit_bias = {{3, 1.0f}, {3, 2.0f}}; }, "logit_bias");
+  refused([](GenerationRequest& r) { r.allowed_token_ids = {5, 1024}; }, "allowed_token_ids");
+  refused([](GenerationRequest& r) { r.min_tokens = 6; }, "min_tokens");
+  refused([](GenerationRequest& r) { r.min_tokens = -1; }, "min_tokens");
+  refused([](GenerationRequest& r) { r.bad_words = {{}}; }, "bad_words");
+  refused([](GenerationRequest& r) { r.bad_words = {{3, 4000}}; }, "bad_words");
+  refused([](GenerationRequest& r) { r.bad_words.assign(205, {1, 2, 3, 4, 5}); }, "bad_words");
+  // A resumed output the controls would not have produced.
+  refused(
+      [&](GenerationRequest& r) {
+        r.allowed_token_ids = {base[0], 9};
+        r.resume_output = {base[0], base[1]};
+      },
+      "allowed_token_ids");
+  refused(
+      [&](GenerationRequest& r) {
+        r.bad_words = {{base[0], base[1]}};
+        r.resume_output = {base[0], base[1], base[2]};
+      },
+      "bad_words");
+  // A resumed output the controls allow continues the controlled chain.
+  GenerationRequest resumed = greedy(p, 10);
+  resumed.bad_words = {{base[0], base[1]}, {base[3]}};
+  const std::vector<int32_t> full = controlled_chain(resumed, eos);
+  resumed.resume_output.assign(full.begin(), full.begin() + 3);
+  EXPECT_EQ(drain(**e.submit(resumed), &last), std::vector<int32_t>(full.begin() + 3, full.end()));
+}
+
+// Seeded sampling with the controls gives the same tokens alone and among other requests, with
+// and without asynchronous scheduling (the controls are per row).
+TEST(EngineApi, LogitControlsAreTheSameAloneAndInABatch) {
+  const std::vector<int32_t> base = argmax_chain(prompt(30, 33), 4);
+  GenerationRequest r = request(prompt(30, 33), 12, seeded_t1(), true);
+  r.logit_bias = {{base[0], 4.0f}, {base[1], -4.0f}};
+  r.bad_words = {{base[2], base[3]}, {base[0], base[0]}};
+  r.min_tokens = 12;
+  r.stop_ids = {base[3]};
+  r.ignore_eos = false;
+  for (int async : {0, 1}) {
+    EngineOptions o;
+    o.async_scheduling = async == 1;
+    StreamEvent last;
+    const std::vector<int32_t> alone = run_alone(o, r, &last);
+    ASSERT_EQ(alone.size(), 12u);
+    Engine e(tiny_runner(), o, -1);
+    std::vector<std::shared_ptr<RequestStream>> others;
+    for (int k = 0; k < 6; ++k)
+      others.push_back(*e.submit(request(prompt(20 + k, 40 + k), 12, seeded_t1(), true)));
+    auto mine = *e.submit(r);
+    EXPECT_EQ(drain(*mine, &last), alone) << "async " << async;
+    for (auto& o2 : others) drain(*o2, &last);
+  }
+}
+
 TEST(EngineApi, InjectedErrorsEndWithAnErrorEvent) {
   Engine e(tiny_runner(), EngineOptions{}, -1);
   for (int64_t after : {0, 3}) {
@@ -1187,6 +1392,28 @@ TEST(EngineSpeculative, OracleDraftsAreKeptUntilTheFirstWrongOneAndChangeNothing
     EXPECT_LT(st.spec_accepted_tokens, st.spec_verified_tokens);
     EXPECT_EQ(st.spec_accepted_hist[4] + st.spec_accepted_hist[5], 0);
   }
+}
+
+// Drafts verified under the logits controls: each verify row is sampled as the decode step
+// would be (the bans follow the drafts accepted before it), so the output is the controlled
+// chain, and drafts that equal it are accepted.
+TEST(EngineSpeculative, LogitControlsApplyToEveryVerifiedRow) {
+  GenerationRequest r = greedy(prompt(150, 64), 30);
+  const std::vector<int32_t> base = argmax_chain(r.prompt, 6);
+  r.bad_words = {{base[0], base[1]}, {base[3]}};
+  r.logit_bias = {{base[4], -2.0f}, {11, 1.5f}};
+  r.min_tokens = 20;
+  r.stop_ids = {base[5]};
+  r.ignore_eos = false;
+  const std::vector<int32_t> want = controlled_chain(r, -1);
+  ASSERT_EQ(want.size(), 30u);
+  OracleDrafter oracle(tiny_model(), int64_t(r.prompt.size()), want, 4);
+  EngineOptions o;
+  o.speculative_tokens = 5;
+  Engine e(oracle, o, -1);
+  StreamEvent last;
+  EXPECT_EQ(drain(**e.submit(r), &last), want);
+  EXPECT_GT(idle_stats(e).spec_accepted_tokens, 10);
 }
 
 TEST(EngineSpeculative, RealDraftStagesChangeNothingAloneOrAmongOthers) {

@@ -1,7 +1,8 @@
 // Sampling against its definition: greedy is the argmax, the empirical distribution over
 // many counter positions matches softmax(logits / T) (and its top-k / top-p / min-p
-// truncations), penalties change the logits as the OpenAI and HF rules say, and a seeded
-// draw depends only on (seed, request, position).
+// truncations), penalties change the logits as the OpenAI and HF rules say, a seeded
+// draw depends only on (seed, request, position), and a LogitAdjust is the logits changed by
+// hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -230,4 +231,50 @@ TEST(Sampler, AmongAllowedIdsIsTheDrawWithTheOthersAtMinusInfinity) {
 }
 
 }  // namespace
+// A LogitAdjust is the same as changing the logits by hand: each banned id at -inf, each bias
+// added, before the penalties, for every way of sampling and for the logprobs.
+TEST(Sampler, LogitAdjustIsTheLogitsChangedByHand) {
+  std::vector<float> l(300);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = float(std::sin(double(i) * 1.7) * 3.0);
+  const std::vector<std::pair<int32_t, float>> bias = {{3, 5.0f}, {40, -2.0f}, {41, 100.0f}};
+  const std::vector<int32_t> banned = {41, 7, 299};
+  std::vector<float> by_hand = l;
+  for (const auto& [t, b] : bias) by_hand[size_t(t)] += b;
+  for (int32_t t : banned) by_hand[size_t(t)] = -INFINITY;
+  const LogitAdjust adjust{bias, banned};
+  const std::vector<int32_t> generated = {3, 3, 40, 5};
+  const std::vector<int32_t> allowed = {2, 3, 7, 40, 41, 100};
+  SamplerScratch scratch;
+  for (int variant = 0; variant < 6; ++variant) {
+    SamplingParams p;
+    p.temperature = variant == 0 ? 0.0f : 0.8f;
+    if (variant == 2) p.top_k = 5;
+    if (variant == 3) p.top_p = 0.6f;
+    if (variant == 4) p.min_p = 0.2f;
+    if (variant == 5) {
+      p.repetition_penalty = 1.3f;
+      p.presence_penalty = 0.5f;
+      p.frequency_penalty = 0.25f;
+    }
+    for (uint64_t pos = 0; pos < 200; ++pos) {
+      const int32_t a =
+          sample_token(l.data(), int64_t(l.size()), p, {}, generated, 9, pos, scratch, {}, adjust);
+      EXPECT_EQ(a,
+                sample_token(by_hand.data(), int64_t(l.size()), p, {}, generated, 9, pos, scratch))
+          << variant << " " << pos;
+      EXPECT_NE(a, 41);  // banned, however large its bias
+      const int32_t b = sample_token(l.data(), int64_t(l.size()), p, {}, generated, 9, pos, scratch,
+                                     allowed, adjust);
+      EXPECT_EQ(b, sample_token(by_hand.data(), int64_t(l.size()), p, {}, generated, 9, pos,
+                                scratch, allowed));
+    }
+    TokenLogprob x, y;
+    token_logprob(l.data(), int64_t(l.size()), p, {}, generated, 3, 5, scratch, &x, adjust);
+    token_logprob(by_hand.data(), int64_t(l.size()), p, {}, generated, 3, 5, scratch, &y);
+    EXPECT_EQ(x.logprob, y.logprob);
+    ASSERT_EQ(x.top_count, y.top_count);
+    for (int k = 0; k < x.top_count; ++k) EXPECT_EQ(x.top[size_t(k)], y.top[size_t(k)]);
+  }
+}
+
 }  // namespace fathom::engine

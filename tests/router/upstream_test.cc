@@ -574,6 +574,73 @@ TEST(UpstreamCall, SglangMapsTheFeaturesOntoItsOwnFields) {
   EXPECT_EQ(plain.find("sampling_params")->find("stop_token_ids"), nullptr);
 }
 
+// The logits controls as each kind spells them (vLLM's SamplingParams and OpenAI request
+// fields; SGLang's sampling_params logit_bias and min_new_tokens), min_tokens counting what a
+// continuation still has to generate where the output so far goes on the prompt.
+TEST(UpstreamCall, LogitControlsAsEachKindSpellsThem) {
+  engine::GenerationRequest g = request();
+  g.logit_bias = {{5, 2.5f}, {9, -100.0f}};
+  g.allowed_token_ids = {3, 5, 9};
+  g.min_tokens = 10;
+  g.bad_words = {{4, 6}, {8}};
+  g.bad_words_text = {"x y"};
+  const std::vector<int32_t> sofar = {3, 5, 9, 3};
+  auto bias_of = [](const Value* v) {
+    std::vector<std::pair<std::string, double>> out;
+    for (size_t i = 0; v && i < v->keys.size(); ++i)
+      out.emplace_back(v->keys[i], v->items[i].number);
+    return out;
+  };
+  const std::vector<std::pair<std::string, double>> bias = {{"5", 2.5}, {"9", -100.0}};
+  const Value f = body_of(build_upstream_call(UpstreamKind::kFathom, g, 1, sofar, "", ""));
+  EXPECT_EQ(bias_of(f.find("logit_bias")), bias);
+  EXPECT_EQ(ints(f.find("allowed_token_ids")), (std::vector<int64_t>{3, 5, 9}));
+  EXPECT_EQ(int_of(f.find("min_tokens")), 10);  // the replica recomputes the output so far
+  ASSERT_NE(f.find("bad_words_ids"), nullptr);
+  ASSERT_EQ(f.find("bad_words_ids")->items.size(), 2u);
+  EXPECT_EQ(ints(&f.find("bad_words_ids")->items[0]), (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(ints(&f.find("bad_words_ids")->items[1]), (std::vector<int64_t>{8}));
+  EXPECT_EQ(f.find("bad_words"), nullptr);  // no text to a Fathom replica
+  const Value v = body_of(build_upstream_call(UpstreamKind::kVllm, g, 1, sofar, "", ""));
+  EXPECT_EQ(bias_of(v.find("logit_bias")), bias);
+  EXPECT_EQ(ints(v.find("allowed_token_ids")), (std::vector<int64_t>{3, 5, 9}));
+  EXPECT_EQ(int_of(v.find("min_tokens")), 6);
+  ASSERT_NE(v.find("bad_words"), nullptr);
+  ASSERT_EQ(v.find("bad_words")->items.size(), 1u);
+  EXPECT_EQ(v.find("bad_words")->items[0].text, "x y");
+  EXPECT_EQ(v.find("bad_words_ids"), nullptr);
+  g.min_tokens = 4;  // all generated already
+  EXPECT_EQ(
+      body_of(build_upstream_call(UpstreamKind::kVllm, g, 1, sofar, "", "")).find("min_tokens"),
+      nullptr);
+  g.min_tokens = 10;
+  g.allowed_token_ids.clear();
+  g.bad_words.clear();
+  const Value s = body_of(build_upstream_call(UpstreamKind::kSglang, g, 1, sofar, "", "r"));
+  EXPECT_EQ(bias_of(s.find("sampling_params")->find("logit_bias")), bias);
+  EXPECT_EQ(int_of(s.find("sampling_params")->find("min_new_tokens")), 6);
+  const Value plain = body_of(build_upstream_call(UpstreamKind::kVllm, request(), 1, {}, "", ""));
+  for (const char* k : {"logit_bias", "allowed_token_ids", "min_tokens", "bad_words"})
+    EXPECT_EQ(plain.find(k), nullptr) << k;
+  // What SGLang has no field for, and a vLLM upstream's missing bad_words_ids: a 400.
+  engine::GenerationRequest a = request();
+  a.allowed_token_ids = {3};
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kVllm, a, 1).is_ok());
+  EXPECT_NE(
+      check_upstream_supports(UpstreamKind::kSglang, a, 1).message().find("allowed_token_ids"),
+      std::string::npos);
+  engine::GenerationRequest w = request();
+  w.bad_words = {{4}};
+  w.bad_words_text = {"x"};
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kVllm, w, 1).is_ok());
+  EXPECT_NE(check_upstream_supports(UpstreamKind::kSglang, w, 1).message().find("bad_words"),
+            std::string::npos);
+  w.bad_words_from_ids = 1;
+  EXPECT_NE(check_upstream_supports(UpstreamKind::kVllm, w, 1).message().find("bad_words_ids"),
+            std::string::npos);
+  EXPECT_TRUE(check_upstream_supports(UpstreamKind::kFathom, w, 1).is_ok());
+}
+
 TEST(UpstreamCall, WhatAKindCannotCarryIsA400NamingIt) {
   engine::GenerationRequest tools = request();
   tools.grammar_spec = spec_of(grammar::GrammarSpec::Kind::kDsml, "{}");

@@ -197,6 +197,7 @@ Result<ConversationRequest> parse_chat_request(std::string_view body, const Chat
   }
   FATHOM_RETURN_IF_ERROR(read_min_p_repetition_penalty(r, sp));
   FATHOM_RETURN_IF_ERROR(read_logit_controls(r, sp));
+  FATHOM_RETURN_IF_ERROR(read_truncation_and_stop_inclusion(r, sp));
   if (const Value* v = field(r, "seed")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t s, integer(*v, "seed"));
     sp.seed = s;

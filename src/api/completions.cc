@@ -158,6 +158,7 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
   FATHOM_RETURN_IF_ERROR(read_temperature_top_p(r, sp));
   FATHOM_RETURN_IF_ERROR(read_min_p_repetition_penalty(r, sp));
   FATHOM_RETURN_IF_ERROR(read_logit_controls(r, sp, {.bad_words_ids = true}));
+  FATHOM_RETURN_IF_ERROR(read_truncation_and_stop_inclusion(r, sp));
   sp.max_tokens = 16;
   if (const Value* v = field(r, "max_tokens")) {
     FATHOM_ASSIGN_OR_RETURN(int64_t t, integer(*v, "max_tokens"));

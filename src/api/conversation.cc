@@ -12,6 +12,7 @@ prompt::OutputParserOptions ConversationRequest::parsing_options() const {
   o.parse_tool_calls = !tools.items.empty() && tool_choice != ToolChoice::kNone;
   o.stop_sequences = sampling.stop;
   o.min_tokens = sampling.min_tokens;
+  o.include_stop_sequence = sampling.include_stop_str;
   o.start_in_tool_block = o.parse_tool_calls && tool_choice == ToolChoice::kRequired;
   return o;
 }

@@ -49,6 +49,11 @@ struct SamplingParams {
   int64_t min_tokens = 0;
   std::vector<std::string> bad_words;
   std::vector<std::vector<int32_t>> bad_words_ids;
+  // vLLM's truncate_prompt_tokens: only the prompt's last N ids are kept (-1: as many as the
+  // context length); 0: all. include_stop_str_in_output: the stop string that ended the
+  // output is part of it.
+  int64_t truncate_prompt_tokens = 0;
+  bool include_stop_str = false;
 };
 
 struct ConversationRequest {

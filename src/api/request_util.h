@@ -216,10 +216,26 @@ inline Status optional_string(const Value& r, std::string_view name, bool anthro
 inline Status reject_unimplemented_sampling_extensions(const Value& r,
                                                        bool stop_token_ids_read = false) {
   if (!stop_token_ids_read) FATHOM_RETURN_IF_ERROR(reject_fields(r, {"stop_token_ids"}));
-  FATHOM_RETURN_IF_ERROR(
-      reject_fields(r, {"prompt_logprobs", "use_beam_search", "truncate_prompt_tokens"}));
-  FATHOM_RETURN_IF_ERROR(require_bool(r, "include_stop_str_in_output", false));
+  FATHOM_RETURN_IF_ERROR(reject_fields(r, {"prompt_logprobs", "use_beam_search"}));
   FATHOM_RETURN_IF_ERROR(require_bool(r, "skip_special_tokens", true));
+  return Status::ok();
+}
+
+inline Result<int64_t> integer(const Value& v, const char* name);
+
+// vLLM's truncate_prompt_tokens (-1: as many as the context length, else a positive count)
+// and include_stop_str_in_output (a boolean), into `sp`.
+inline Status read_truncation_and_stop_inclusion(const Value& r, SamplingParams& sp) {
+  if (const Value* v = field(r, "truncate_prompt_tokens")) {
+    FATHOM_ASSIGN_OR_RETURN(int64_t k, integer(*v, "truncate_prompt_tokens"));
+    if (k < -1 || k == 0)
+      return bad("'truncate_prompt_tokens' must be -1 (the context length) or a positive count");
+    sp.truncate_prompt_tokens = k;
+  }
+  if (const Value* v = field(r, "include_stop_str_in_output")) {
+    if (v->kind != Value::Kind::kBool) return bad("'include_stop_str_in_output' must be a boolean");
+    sp.include_stop_str = v->boolean;
+  }
   return Status::ok();
 }
 

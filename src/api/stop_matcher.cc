@@ -26,7 +26,8 @@ Status read_stop_field(const pyjson::Value& request, std::vector<std::string>* o
   return Status::ok();
 }
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, bool include_stop)
+    : include_stop_(include_stop) {
   for (auto& s : stops)
     if (!s.empty()) stops_.push_back(std::move(s));
 }
@@ -46,7 +47,7 @@ bool StopMatcher::push(const std::string& text, std::string* out, bool checked) 
     }
   }
   if (best != std::string::npos) {
-    out->append(hold_, 0, best);
+    out->append(hold_, 0, best + (include_stop_ ? matched_.size() : 0));
     hold_.clear();
     stopped_ = true;
     return true;

@@ -23,7 +23,9 @@ Status read_stop_field(const pyjson::Value& request, std::vector<std::string>* o
 
 class StopMatcher {
  public:
-  explicit StopMatcher(std::vector<std::string> stops);
+  // With `include_stop`, the stop string that ends the text is sent with it (vLLM's
+  // include_stop_str_in_output).
+  explicit StopMatcher(std::vector<std::string> stops, bool include_stop = false);
 
   // Adds decoded text; appends to *out what may be sent now. Returns true when a stop string
   // was found (everything before it has been sent; nothing after it will be). With `checked`
@@ -42,6 +44,7 @@ class StopMatcher {
   size_t unchecked_ = 0;  // a stop string must end past this many bytes of hold_
   std::string matched_;
   bool stopped_ = false;
+  bool include_stop_ = false;
 };
 
 }  // namespace fathom::api

@@ -212,7 +212,7 @@ void OutputParser::emit_plain(std::vector<ParserEvent>& out, bool final) {
       }
     }
     if (which != nullptr) {
-      add(out, kind, hold_.substr(0, best));
+      add(out, kind, hold_.substr(0, best + (opt_.include_stop_sequence ? which->size() : 0)));
       hold_.clear();
       ParserEvent e;
       e.kind = ParserEvent::Kind::kFinish;

@@ -41,6 +41,8 @@ struct OutputParserOptions {
   // vLLM's min_tokens: a stop sequence ends the output only where it ends in the text of an id
   // after the first min_tokens ids pushed (text mode: not applied).
   int64_t min_tokens = 0;
+  // vLLM's include_stop_str_in_output: the stop sequence that ends the content is part of it.
+  bool include_stop_sequence = false;
 };
 
 class OutputParser {

@@ -371,6 +371,18 @@ struct Server::Impl {
     return Status::ok();
   }
 
+  // vLLM's truncate_prompt_tokens: only the prompt's last k ids are kept (k = -1: as many as
+  // the context length; 0: all). A k above the context length is a 400, as in vLLM.
+  static Status truncate_prompt(std::vector<int32_t>& ids, int64_t k, int64_t context) {
+    if (k == 0) return Status::ok();
+    if (k > context)
+      return invalid_argument("'truncate_prompt_tokens' (" + std::to_string(k) +
+                              ") is greater than the context length, " + std::to_string(context));
+    if (k < 0) k = context;
+    if (int64_t(ids.size()) > k) ids.erase(ids.begin(), ids.end() - k);
+    return Status::ok();
+  }
+
   // A request's constraint: what it compiles from (null for none) and the field its errors
   // name.
   struct Constraint {
@@ -853,9 +865,12 @@ bool take_resumed(StreamDecoder& dec, api::StopMatcher& stop, std::span<const in
 class CompletionProducer : public StreamsProducer {
  public:
   struct Choice {
-    Choice(const Tokenizer& tok, std::vector<std::string> stops, api::CompletionsResponder r,
-           bool ids)
-        : dec(tok, true), stop(std::move(stops)), responder(std::move(r)), logprob_ids(ids) {}
+    Choice(const Tokenizer& tok, std::vector<std::string> stops, bool include_stop,
+           api::CompletionsResponder r, bool ids)
+        : dec(tok, true),
+          stop(std::move(stops), include_stop),
+          responder(std::move(r)),
+          logprob_ids(ids) {}
     StreamDecoder dec;
     api::StopMatcher stop;
     api::CompletionsResponder responder;
@@ -1094,6 +1109,9 @@ Reply Server::Impl::route(Protocol p, const Request& req) {
   auto ids = prompt_ids(*conv);
   if (!ids.is_ok()) return send_error(p, ids.status());
   const int64_t context = engine.context_length();
+  if (Status st = truncate_prompt(*ids, conv->sampling.truncate_prompt_tokens, context);
+      !st.is_ok())
+    return send_error(p, st);
   if (Status st = check_prompt(ids->size(), context); !st.is_ok()) return send_error(p, st);
   auto g = generation(conv->sampling, std::move(*ids), opt, context);
   if (Status st = apply_logit_controls(conv->sampling, tok, &g); !st.is_ok())
@@ -1236,10 +1254,12 @@ Reply Server::Impl::completions(const Request& req) {
     ids = std::move(*e);
   }
   if (ids.empty()) return send_error(p, invalid_argument("'prompt' is empty"));
+  const int64_t context = engine.context_length();
+  if (Status st = truncate_prompt(ids, cr->sampling.truncate_prompt_tokens, context); !st.is_ok())
+    return send_error(p, st);
   std::shared_ptr<const std::vector<int32_t>> prompt_ids;
   if (cr->return_token_ids) prompt_ids = std::make_shared<const std::vector<int32_t>>(ids);
   const size_t resumed = cr->resume_output_ids.size();
-  const int64_t context = engine.context_length();
   if (Status st = check_prompt(ids.size() + resumed, context); !st.is_ok())
     return send_error(p, st);
   auto g = generation(cr->sampling, std::move(ids), opt, context);
@@ -1310,7 +1330,7 @@ Reply Server::Impl::completions(const Request& req) {
     const int64_t created = int64_t(std::time(nullptr));
     std::vector<CompletionProducer::Choice> choices;
     for (int i = 0; i < n; ++i)
-      choices.emplace_back(tok, c.sampling.stop,
+      choices.emplace_back(tok, c.sampling.stop, c.sampling.include_stop_str,
                            api::CompletionsResponder(
                                id, model, created,
                                api::CompletionsChoice{i, n, c.logprobs.has_value(), c.include_usage,

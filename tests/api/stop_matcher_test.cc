@@ -71,5 +71,13 @@ TEST(StopMatcher, UncheckedTextEndsNoStopStringButMayStartOne) {
   }
 }
 
+// vLLM's include_stop_str_in_output: the stop string that ends the text is sent with it.
+TEST(StopMatcher, IncludedStopStringIsSentWithTheText) {
+  StopMatcher m({"END", "ENDING"}, true);
+  bool stopped;
+  EXPECT_EQ(feed(m, {"a EN", "DING b"}, &stopped), "a ENDING");
+  EXPECT_TRUE(stopped);
+}
+
 }  // namespace
 }  // namespace fathom::api

@@ -1,4 +1,5 @@
-// End-to-end: OpenAI's logit_bias and vLLM's allowed_token_ids, min_tokens and bad_words (SGLang's
+// End-to-end: OpenAI's logit_bias and vLLM's allowed_token_ids, min_tokens, bad_words,
+// truncate_prompt_tokens and include_stop_str_in_output (SGLang's
 // logit_bias and min_new_tokens on /generate), on a running demo server and through a router in
 // front of it. The truth is each field's definition applied here to what the server returns
 // without it:
@@ -15,8 +16,11 @@
 //     in the output, which equals the plain output up to the first place one would;
 //   - hostile values are a 400 naming the field; controls that leave nothing to sample are an
 //     error (a 400, or an error event in a stream), and the server goes on;
+//   - truncate_prompt_tokens k: the answer to the prompt's last k ids (Completions, by ids, and
+//     Chat, against its /tokenize rendering); include_stop_str_in_output: the text up to and
+//     with the stop string;
 //   - through `fathom router` every control gives the replica's own answer.
-// Usage: node logit_controls_test.js FATHOM NODE_MODULES
+// Usage: node vllm_sampling_test.js FATHOM NODE_MODULES
 'use strict';
 const assert = require('assert');
 const path = require('path');
@@ -203,6 +207,54 @@ async function complete(url, body, stream = false) {
       assert.deepEqual((await complete(url, base)).ids, plain.ids);
     });
 
+    await check('truncate_prompt_tokens: the answer to the prompt\'s last k ids (Completions, Chat); -1 and a k above the prompt change nothing', async () => {
+      const long = { ...base, prompt: 'One two three four five six seven eight nine ten eleven twelve' };
+      const ids = await tokenize(long.prompt);
+      assert.ok(ids.length > 8);
+      for (const k of [1, 5, 8]) {
+        const cut = await complete(url, { ...long, truncate_prompt_tokens: k });
+        const want = await complete(url, { ...long, prompt: ids.slice(-k) });
+        assert.deepEqual(cut.ids, want.ids, `k ${k}`);
+        const r = await (await post(url, '/v1/completions', { ...long, truncate_prompt_tokens: k, return_token_ids: true })).json();
+        assert.equal(r.usage.prompt_tokens, k);
+        assert.deepEqual(r.choices[0].prompt_token_ids, ids.slice(-k));
+      }
+      const whole = await complete(url, long);
+      assert.deepEqual((await complete(url, { ...long, truncate_prompt_tokens: -1 })).ids, whole.ids);
+      assert.deepEqual((await complete(url, { ...long, truncate_prompt_tokens: 1000 })).ids, whole.ids);
+      // Chat: the rendered prompt's last k ids (vLLM cuts the rendering, template included).
+      const messages = [{ role: 'user', content: 'Tell me about the quick brown fox and the lazy dog.' }];
+      const rendered = (await (await post(url, '/tokenize', { model: 'deepseek-chat', messages })).json()).tokens;
+      const k = rendered.length - 4;
+      const chat = await (await post(url, '/v1/chat/completions', { model: 'deepseek-chat', messages, max_tokens: 8,
+        temperature: 0, ignore_eos: true, truncate_prompt_tokens: k })).json();
+      assert.equal(chat.usage.prompt_tokens, k, JSON.stringify(chat));
+      const same = await complete(url, { ...base, prompt: rendered.slice(-k), max_tokens: 8 });
+      assert.equal(chat.choices[0].message.content, same.text);
+      for (const bad of [0, -2, 1.5, 'x', 2 ** 21]) {
+        const e = await post(url, '/v1/completions', { ...long, truncate_prompt_tokens: bad });
+        assert.equal(e.status, 400, String(bad));
+        assert.equal((await e.json()).error.param, 'truncate_prompt_tokens', String(bad));
+      }
+    });
+
+    await check('include_stop_str_in_output: the text up to and with the stop string (Completions streamed and not, Chat)', async () => {
+      for (const m of [0, 4]) {
+        const cut = await expected(m);
+        const want = cut === said ? said : said.slice(0, cut.length + 3);
+        for (const stream of [false, true]) {
+          const r = await complete(url, { ...base, max_tokens: forced.length, forced_output_ids: forced, stop: ['END'],
+                                          min_tokens: m, include_stop_str_in_output: true }, stream);
+          assert.equal(r.text, want, `min_tokens ${m} stream ${stream}`);
+        }
+        const chat = await (await post(url, '/v1/chat/completions', {
+          model: 'deepseek-chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: forced.length,
+          forced_output_ids: forced, stop: ['END'], min_tokens: m, ignore_eos: true,
+          include_stop_str_in_output: true })).json();
+        assert.equal(chat.choices[0].message.content, want, JSON.stringify(chat));
+      }
+    });
+
     router = await startRouter(fathom, ['--replica', url]);
     const via = `http://127.0.0.1:${router.port}`;
     await check('through fathom router: every control gives the replica\'s own answer', async () => {
@@ -213,6 +265,8 @@ async function complete(url, body, stream = false) {
         { ignore_eos: false, stop_token_ids: [plain.ids[1]], min_tokens: 6 },
         { bad_words: [word, 'brown'] },
         { temperature: 1, seed: 7, logit_bias: { [fox]: 4 }, bad_words: [word], min_tokens: 12 },
+        { truncate_prompt_tokens: 2 },
+        { stop: [word.trim() || 'e'], include_stop_str_in_output: true },
       ];
       for (const extra of bodies)
         for (const stream of [false, true]) {
@@ -231,6 +285,6 @@ async function complete(url, body, stream = false) {
     const code = await new Promise((res) => proc.on('exit', (c) => res(c)));
     if (code !== 0) { t.failures++; console.log('FAIL graceful shutdown: exit code ' + code); }
   }
-  console.log(`serve logit_controls: ${t.failures} failures`);
+  console.log(`serve vllm_sampling: ${t.failures} failures`);
   process.exit(t.failures ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

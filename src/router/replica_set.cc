@@ -15,7 +15,9 @@ ReplicaSet::ReplicaSet(std::vector<Endpoint> replicas, ReplicaSetOptions options
       failing_since_ns_(new std::atomic<int64_t>[endpoints_.size()]),
       failed_probes_(new std::atomic<int>[endpoints_.size()]),
       models_read_ns_(endpoints_.size(), 0),
-      models_due_(endpoints_.size(), 0) {
+      models_due_(endpoints_.size(), 0),
+      models_reading_(endpoints_.size(), 0),
+      models_readers_(endpoints_.size()) {
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     failing_since_ns_[i].store(0);
     failed_probes_[i].store(0);
@@ -33,6 +35,8 @@ ReplicaSet::~ReplicaSet() {
   cv_.notify_all();
   thread_.join();
   models_thread_.join();
+  for (std::thread& r : models_readers_)
+    if (r.joinable()) r.join();
 }
 
 std::vector<ReplicaState> ReplicaSet::snapshot() const {
@@ -190,23 +194,35 @@ void ReplicaSet::models_reader() {
     // The up replicas whose context length is due: come up since the last read (set_up marks
     // it), or read models_interval ago (a replica without /v1/models stays unknown).
     const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+    // Each read runs on a thread of its own, so that a replica that hangs on /v1/models
+    // delays no other's; a replica is read again once its last read has ended.
     std::vector<size_t> due;
     for (size_t i = 0; i < state_.size(); ++i) {
-      if (!state_[i].up) continue;
+      if (!state_[i].up || models_reading_[i]) continue;
       if (models_due_[i] || now - models_read_ns_[i] >= interval) {
         models_due_[i] = 0;
         models_read_ns_[i] = now;
+        models_reading_[i] = 1;
         due.push_back(i);
       }
     }
     lock.unlock();
-    for (size_t i : due)
-      if (const int64_t len = read_max_model_len(i); len > 0) set_max_model_len(i, len);
+    for (size_t i : due) {
+      if (models_readers_[i].joinable()) models_readers_[i].join();  // its last read ended
+      models_readers_[i] = std::thread([this, i] {
+        if (const int64_t len = read_max_model_len(i); len > 0) set_max_model_len(i, len);
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          models_reading_[i] = 0;
+        }
+        cv_.notify_all();
+      });
+    }
     lock.lock();
     cv_.wait_for(lock, wake, [this] {
       if (stop_) return true;
       for (size_t i = 0; i < models_due_.size(); ++i)
-        if (models_due_[i] && state_[i].up) return true;
+        if (models_due_[i] && state_[i].up && !models_reading_[i]) return true;
       return false;
     });
   }

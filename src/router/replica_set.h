@@ -1,12 +1,14 @@
 // The router's replicas: their addresses, whether each is up (a prober thread asks each one's
 // /health every probe_interval; a request that fails on a replica marks it down at once — the
 // circuit opens — until a probe sees it healthy again), the requests each has in flight, and
-// the context length each serves (a second thread reads `max_model_len` from an up replica's
-// /v1/models when it comes up, and again every models_interval, so a slow answer there never
-// delays the health probes).
+// the context length each serves (a second thread has `max_model_len` read from an up
+// replica's /v1/models when it comes up, and again every models_interval, each read on a
+// thread of its own, so a slow answer there delays neither the health probes nor another
+// replica's read).
 //
-// Thread-safe: every method may be called from any thread (one short lock). The prober and
-// models threads are owned: they start in the constructor and stop in the destructor.
+// Thread-safe: every method may be called from any thread (one short lock). The prober,
+// models and reader threads are owned: they start in the constructor (the readers in the
+// models thread) and stop in the destructor.
 #pragma once
 
 #include <atomic>
@@ -75,7 +77,7 @@ class ReplicaSet {
   void prober();
   void set_up(size_t i, bool up, const std::string& why);
   void set_role(size_t i, std::string role);
-  // Reads replica i's /v1/models (the models thread only); 0 when it has no max_model_len.
+  // Reads replica i's /v1/models (its reader thread); 0 when it has no max_model_len.
   int64_t read_max_model_len(size_t i) const;
   void models_reader();
   void set_max_model_len(size_t i, int64_t len);
@@ -96,6 +98,10 @@ class ReplicaSet {
   // whether it is due now (it came up since).
   std::vector<int64_t> models_read_ns_;
   std::vector<char> models_due_;
+  // Per replica: whether a read of its /v1/models is running (guarded by mu_), and the thread
+  // that runs it (the models thread starts and joins them; the destructor joins the last).
+  std::vector<char> models_reading_;
+  std::vector<std::thread> models_readers_;
   std::atomic<int64_t> max_model_len_{0};
   bool stop_ = false;  // guarded by mu_
   std::thread thread_, models_thread_;

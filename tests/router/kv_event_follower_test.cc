@@ -384,5 +384,25 @@ TEST(ReplicaSet, ASlowModelsAnswerDelaysNoProbeAndIsUsed) {
   EXPECT_TRUE(set.is_up(0));
 }
 
+// The replicas' /v1/models are read side by side: one that answers late (within the models
+// timeout) delays no other replica's context length.
+TEST(ReplicaSet, AHangingModelsAnswerDelaysNoOtherReplicasRead) {
+  std::atomic<bool> answered{false};
+  auto none = [](const std::string&) { return http("404 Not Found", "{}"); };
+  Replica slow(none, nullptr, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+    answered = true;
+    return http("200 OK", R"({"data":[{"max_model_len":777}]})");
+  });
+  Replica other(none, nullptr,
+                [] { return http("200 OK", R"({"data":[{"max_model_len":555}]})"); });
+  ReplicaSet set({*parse_endpoint(slow.url()), *parse_endpoint(other.url())}, probes());
+  ASSERT_TRUE(wait_for([&] { return set.max_model_len() == 555 || answered.load(); }));
+  EXPECT_FALSE(answered.load()) << "the other replica's read waited for the slow one";
+  EXPECT_EQ(set.max_model_len(), 555);
+  ASSERT_TRUE(wait_for([&] { return set.snapshot()[0].max_model_len == 777; }));
+  EXPECT_EQ(set.max_model_len(), 555);
+}
+
 }  // namespace
 }  // namespace fathom::router

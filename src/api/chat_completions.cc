@@ -94,7 +94,8 @@ constexpr std::string_view kChatFields[] = {
     "continue_final_message", "add_generation_prompt", "cache_salt", "best_of", "chat_template",
     "documents", "mm_processor_kwargs", "stop_token_ids", "min_tokens", "bad_words",
     "allowed_token_ids", "prompt_logprobs", "use_beam_search", "truncate_prompt_tokens",
-    "include_stop_str_in_output", "skip_special_tokens", "structured_outputs", "guided_json",
+    "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens",
+    "structured_outputs", "guided_json",
     "guided_regex", "guided_choice", "guided_grammar", "guided_json_object",
     // DeepSeek (thinking), Fathom (retention)
     "thinking", "retention"

@@ -113,8 +113,8 @@ constexpr std::string_view kCompletionsFields[] = {
     "top_k", "min_p", "repetition_penalty", "ignore_eos", "return_token_ids", "cache_salt",
     "stop_token_ids", "min_tokens", "bad_words", "allowed_token_ids", "prompt_logprobs",
     "use_beam_search", "truncate_prompt_tokens", "include_stop_str_in_output",
-    "skip_special_tokens", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
-    "guided_grammar", "guided_json_object",
+    "skip_special_tokens", "spaces_between_special_tokens", "structured_outputs", "guided_json",
+    "guided_regex", "guided_choice", "guided_grammar", "guided_json_object",
     // llama-server
     "grammar", "json_schema",
     // Fathom (the router's among them)
@@ -142,7 +142,11 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
   }
   FATHOM_RETURN_IF_ERROR(
       read_stream_options(r, req.stream, &req.include_usage, &req.continuous_usage));
-  FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r, /*stop_token_ids=*/true));
+  FATHOM_RETURN_IF_ERROR(reject_unimplemented_sampling_extensions(r, /*completions=*/true));
+  if (const Value* v = field(r, "skip_special_tokens")) {
+    if (v->kind != Value::Kind::kBool) return bad("'skip_special_tokens' must be a boolean");
+    req.skip_special_tokens = v->boolean;
+  }
   FATHOM_RETURN_IF_ERROR(read_vllm_structured_outputs(r, req.structured));
   FATHOM_RETURN_IF_ERROR(read_llama_structured_outputs(r, req.structured));
   FATHOM_RETURN_IF_ERROR(read_grammar_spec(r, req.structured));

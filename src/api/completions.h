@@ -45,6 +45,9 @@ struct CompletionsRequest {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage (non-streaming always has usage)
   bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats
+  // vLLM's: false writes special tokens (BOS, </think>, ...) into the text as spelled (EOS
+  // that ends the output excepted, as in vLLM).
+  bool skip_special_tokens = true;
   // vLLM's (>= 0.10.2): each choice also carries its generated `token_ids`, and the prompt's
   // ids as `prompt_token_ids` (in the complete response; on the first chunk of a stream).
   bool return_token_ids = false;

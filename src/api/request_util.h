@@ -212,12 +212,17 @@ inline Status optional_string(const Value& r, std::string_view name, bool anthro
 
 // The vLLM sampling extensions this build does not implement, in both
 // OpenAI protocols that vLLM extends (Chat Completions, Completions). (vLLM's structured
-// outputs are read by read_vllm_structured_outputs; Completions reads stop_token_ids itself.)
-inline Status reject_unimplemented_sampling_extensions(const Value& r,
-                                                       bool stop_token_ids_read = false) {
-  if (!stop_token_ids_read) FATHOM_RETURN_IF_ERROR(reject_fields(r, {"stop_token_ids"}));
+// outputs are read by read_vllm_structured_outputs; Completions reads stop_token_ids and
+// skip_special_tokens itself.)
+inline Status reject_unimplemented_sampling_extensions(const Value& r, bool completions = false) {
+  if (!completions) FATHOM_RETURN_IF_ERROR(reject_fields(r, {"stop_token_ids"}));
   FATHOM_RETURN_IF_ERROR(reject_fields(r, {"prompt_logprobs", "use_beam_search"}));
-  FATHOM_RETURN_IF_ERROR(require_bool(r, "skip_special_tokens", true));
+  if (!completions) FATHOM_RETURN_IF_ERROR(require_bool(r, "skip_special_tokens", true));
+  // Without effect here, as in vLLM with a fast tokenizer (special tokens are written as
+  // spelled, without spaces), and with nothing to space when they are skipped.
+  if (const Value* v = field(r, "spaces_between_special_tokens");
+      v && v->kind != Value::Kind::kBool)
+    return bad("'spaces_between_special_tokens' must be a boolean");
   return Status::ok();
 }
 

@@ -865,9 +865,9 @@ bool take_resumed(StreamDecoder& dec, api::StopMatcher& stop, std::span<const in
 class CompletionProducer : public StreamsProducer {
  public:
   struct Choice {
-    Choice(const Tokenizer& tok, std::vector<std::string> stops, bool include_stop,
-           api::CompletionsResponder r, bool ids)
-        : dec(tok, true),
+    Choice(const Tokenizer& tok, bool skip_special, std::vector<std::string> stops,
+           bool include_stop, api::CompletionsResponder r, bool ids)
+        : dec(tok, skip_special),
           stop(std::move(stops), include_stop),
           responder(std::move(r)),
           logprob_ids(ids) {}
@@ -1279,7 +1279,7 @@ Reply Server::Impl::completions(const Request& req) {
                                            ", which ends the output: nothing follows it"));
     }
     // Its text is the answer's so far: one that holds a stop string has ended.
-    StreamDecoder dec(tok, true);
+    StreamDecoder dec(tok, cr->skip_special_tokens);
     api::StopMatcher stop(cr->sampling.stop);
     if (take_resumed(dec, stop, cr->resume_output_ids, eos, cr->sampling.min_tokens))
       return send_error(p, invalid_argument("'resume_output_ids' holds the stop string \"" +
@@ -1330,7 +1330,7 @@ Reply Server::Impl::completions(const Request& req) {
     const int64_t created = int64_t(std::time(nullptr));
     std::vector<CompletionProducer::Choice> choices;
     for (int i = 0; i < n; ++i)
-      choices.emplace_back(tok, c.sampling.stop, c.sampling.include_stop_str,
+      choices.emplace_back(tok, c.skip_special_tokens, c.sampling.stop, c.sampling.include_stop_str,
                            api::CompletionsResponder(
                                id, model, created,
                                api::CompletionsChoice{i, n, c.logprobs.has_value(), c.include_usage,

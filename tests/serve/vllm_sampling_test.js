@@ -19,6 +19,7 @@
 //   - truncate_prompt_tokens k: the answer to the prompt's last k ids (Completions, by ids, and
 //     Chat, against its /tokenize rendering); include_stop_str_in_output: the text up to and
 //     with the stop string;
+//   - skip_special_tokens false on /v1/completions: special tokens written as spelled;
 //   - through `fathom router` every control gives the replica's own answer.
 // Usage: node vllm_sampling_test.js FATHOM NODE_MODULES
 'use strict';
@@ -255,6 +256,24 @@ async function complete(url, body, stream = false) {
       }
     });
 
+    await check('skip_special_tokens: false writes special tokens as spelled (not the EOS that ends the output)', async () => {
+      // BOS is special (skipped by default); <think> is an added token that is not (never skipped).
+      const text = '<think>abc<｜begin▁of▁sentence｜>Done';
+      const ids = await tokenize(text);
+      assert.ok(ids.length >= 4 && ids.length < text.length, JSON.stringify(ids));
+      const body = { ...base, ignore_eos: false, max_tokens: ids.length + 1, forced_output_ids: [...ids, EOS] };
+      for (const stream of [false, true]) {
+        const raw = await complete(url, { ...body, skip_special_tokens: false, spaces_between_special_tokens: true }, stream);
+        assert.equal(raw.text, text);
+        assert.equal(raw.finish, 'stop');
+        assert.equal((await complete(url, body, stream)).text, '<think>abcDone');
+      }
+      const e = await post(url, '/v1/chat/completions', { model: 'deepseek-chat', messages: [{ role: 'user', content: 'hi' }],
+                                                         skip_special_tokens: false });
+      assert.equal(e.status, 400);
+      assert.equal((await e.json()).error.param, 'skip_special_tokens');
+    });
+
     router = await startRouter(fathom, ['--replica', url]);
     const via = `http://127.0.0.1:${router.port}`;
     await check('through fathom router: every control gives the replica\'s own answer', async () => {
@@ -267,6 +286,7 @@ async function complete(url, body, stream = false) {
         { temperature: 1, seed: 7, logit_bias: { [fox]: 4 }, bad_words: [word], min_tokens: 12 },
         { truncate_prompt_tokens: 2 },
         { stop: [word.trim() || 'e'], include_stop_str_in_output: true },
+        { skip_special_tokens: false },
       ];
       for (const extra of bodies)
         for (const stream of [false, true]) {

@@ -150,7 +150,10 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
   FATHOM_RETURN_IF_ERROR(read_vllm_structured_outputs(r, req.structured));
   FATHOM_RETURN_IF_ERROR(read_llama_structured_outputs(r, req.structured));
   FATHOM_RETURN_IF_ERROR(read_grammar_spec(r, req.structured));
-  FATHOM_RETURN_IF_ERROR(require_bool(r, "echo", false));
+  if (const Value* v = field(r, "echo")) {
+    if (v->kind != Value::Kind::kBool) return bad("'echo' must be a boolean");
+    req.echo = v->boolean;
+  }
   if (const Value* s = field(r, "suffix")) {
     if (!s->is_string()) return bad("'suffix' must be a string");
     if (!s->text.empty()) return bad("'suffix' (insertion) is not supported by this server");
@@ -229,6 +232,12 @@ Result<CompletionsRequest> parse_completions_request(std::string_view body,
     FATHOM_ASSIGN_OR_RETURN(req.stop_token_ids, token_ids(*v, "stop_token_ids"));
   }
   FATHOM_RETURN_IF_ERROR(read_id_level_fields(r, req));
+  if (req.echo && (req.logprobs || req.logprob_ids >= 0))
+    return bad(
+        "'echo' with logprobs needs the prompt's log probabilities, which this server "
+        "does not compute");
+  if (req.echo && !req.resume_output_ids.empty())
+    return bad("'echo' cannot be combined with 'resume_output_ids'");
   return req;
 }
 

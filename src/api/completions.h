@@ -45,6 +45,8 @@ struct CompletionsRequest {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage (non-streaming always has usage)
   bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats
+  // The text of each choice starts with the prompt's (OpenAI's echo; not with logprobs).
+  bool echo = false;
   // vLLM's: false writes special tokens (BOS, </think>, ...) into the text as spelled (EOS
   // that ends the output excepted, as in vLLM).
   bool skip_special_tokens = true;
@@ -91,8 +93,8 @@ struct IdLogprob {
 };
 
 // Rejected with a 400 naming the field: batched prompts (more than one prompt in a list),
-// echo=true, suffix, best_of other than n, logit_bias and the vLLM extensions this build does
-// not implement. Structured outputs: vLLM's fields and llama-server's grammar / json_schema.
+// echo with logprobs, suffix, best_of other than n and the vLLM extensions this build does not
+// implement. Structured outputs: vLLM's fields and llama-server's grammar / json_schema.
 // A field no protocol here defines is a 400 naming it, as in the Chat adapter.
 Result<CompletionsRequest> parse_completions_request(std::string_view body,
                                                      const CompletionsOptions& options);

@@ -878,6 +878,7 @@ class CompletionProducer : public StreamsProducer {
     int64_t tokens = 0;
     // min_tokens less the resumed ids: the text of the first ones cannot end a stop string.
     int64_t unchecked = 0;
+    std::string echo;  // the prompt's text, sent before the first text (OpenAI's echo)
     bool done = false;
   };
 
@@ -936,6 +937,10 @@ class CompletionProducer : public StreamsProducer {
                                                        : api_logprobs(im_->tok, ev);
         total_usage();
         c.responder.set_usage({usage_.prompt_tokens, c.tokens, usage_.cached_tokens, 0});
+        if (!c.echo.empty()) {
+          text.insert(0, c.echo);
+          c.echo.clear();
+        }
         if (streaming_) {
           out->body += c.responder.stream(text, lps);
           if (finished) out->body += c.responder.stream_finish(reason, usage_);
@@ -1255,10 +1260,21 @@ Reply Server::Impl::completions(const Request& req) {
   }
   if (ids.empty()) return send_error(p, invalid_argument("'prompt' is empty"));
   const int64_t context = engine.context_length();
+  const int64_t prompt_length = int64_t(ids.size());  // before truncate_prompt_tokens
   if (Status st = truncate_prompt(ids, cr->sampling.truncate_prompt_tokens, context); !st.is_ok())
     return send_error(p, st);
   std::shared_ptr<const std::vector<int32_t>> prompt_ids;
   if (cr->return_token_ids) prompt_ids = std::make_shared<const std::vector<int32_t>>(ids);
+  // OpenAI's echo: the prompt as given, else (ids, or cut by truncate_prompt_tokens) its ids'
+  // text with special tokens written, as vLLM decodes it.
+  auto echo = std::make_shared<std::string>();
+  if (cr->echo && !cr->prompt_is_ids && int64_t(ids.size()) == prompt_length) {
+    *echo = cr->prompt_text;
+  } else if (cr->echo) {
+    auto text = tok.decode(ids, false);
+    if (!text.is_ok()) return send_error(p, text.status());
+    *echo = std::move(*text);
+  }
   const size_t resumed = cr->resume_output_ids.size();
   if (Status st = check_prompt(ids.size() + resumed, context); !st.is_ok())
     return send_error(p, st);
@@ -1318,8 +1334,8 @@ Reply Server::Impl::completions(const Request& req) {
   const bool streaming = cr->stream;
   auto request = std::make_shared<api::CompletionsRequest>(std::move(*cr));
   auto gen = std::make_shared<engine::GenerationRequest>(std::move(g));
-  Submit submit = [this, t0, request, gen,
-                   prompt_ids]() -> Result<std::unique_ptr<http::Producer>> {
+  Submit submit = [this, t0, request, gen, prompt_ids,
+                   echo]() -> Result<std::unique_ptr<http::Producer>> {
     const api::CompletionsRequest& c = *request;
     const int n = std::max(1, c.n);
     const std::vector<int32_t> resumed_ids = gen->resume_output;  // n = 1
@@ -1337,8 +1353,10 @@ Reply Server::Impl::completions(const Request& req) {
                                                       c.return_token_ids, c.logprob_ids >= 0,
                                                       prompt_ids, c.continuous_usage}),
                            c.logprob_ids >= 0);
-    for (CompletionProducer::Choice& ch : choices)
+    for (CompletionProducer::Choice& ch : choices) {
       ch.unchecked = c.sampling.min_tokens - int64_t(resumed_ids.size());
+      ch.echo = *echo;
+    }
     if (!resumed_ids.empty())
       (void)take_resumed(choices.front().dec, choices.front().stop, resumed_ids, eos,
                          c.sampling.min_tokens);

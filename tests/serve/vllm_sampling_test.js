@@ -19,7 +19,8 @@
 //   - truncate_prompt_tokens k: the answer to the prompt's last k ids (Completions, by ids, and
 //     Chat, against its /tokenize rendering); include_stop_str_in_output: the text up to and
 //     with the stop string;
-//   - skip_special_tokens false on /v1/completions: special tokens written as spelled;
+//   - skip_special_tokens false on /v1/completions: special tokens written as spelled; OpenAI's
+//     echo: the prompt's text first (as given, or its ids decoded with special tokens);
 //   - through `fathom router` every control gives the replica's own answer.
 // Usage: node vllm_sampling_test.js FATHOM NODE_MODULES
 'use strict';
@@ -274,6 +275,31 @@ async function complete(url, body, stream = false) {
       assert.equal((await e.json()).error.param, 'skip_special_tokens');
     });
 
+    await check('echo: each choice\'s text starts with the prompt\'s (as given, or its ids\' text); with logprobs a 400', async () => {
+      for (const stream of [false, true]) {
+        const r = await complete(url, { ...base, echo: true }, stream);
+        assert.deepEqual(r.ids, plain.ids);
+        assert.equal(r.text, base.prompt + plain.text);
+      }
+      const two = await (await post(url, '/v1/completions', { ...base, temperature: 1, seed: 3, n: 2, echo: true })).json();
+      const alone = await (await post(url, '/v1/completions', { ...base, temperature: 1, seed: 3, n: 2 })).json();
+      for (const c of two.choices)
+        assert.equal(c.text, base.prompt + alone.choices.find((a) => a.index === c.index).text);
+      const ids = [0, ...(await tokenize(' and the lazy dog'))];  // BOS, written as spelled
+      const byIds = await complete(url, { ...base, prompt: ids, echo: true });
+      const plainIds = await complete(url, { ...base, prompt: ids });
+      assert.ok((await detokenize(ids)).startsWith('<｜begin▁of▁sentence｜>'));
+      assert.equal(byIds.text, (await detokenize(ids)) + plainIds.text);
+      const cut = await complete(url, { ...base, echo: true, truncate_prompt_tokens: 2 });
+      const kept = (await tokenize(base.prompt)).slice(-2);
+      assert.equal(cut.text, (await detokenize(kept)) + (await complete(url, { ...base, prompt: kept })).text);
+      for (const extra of [{ logprobs: 1 }, { echo: 'yes' }]) {
+        const e = await post(url, '/v1/completions', { ...base, echo: true, ...extra });
+        assert.equal(e.status, 400);
+        assert.equal((await e.json()).error.param, 'echo');
+      }
+    });
+
     router = await startRouter(fathom, ['--replica', url]);
     const via = `http://127.0.0.1:${router.port}`;
     await check('through fathom router: every control gives the replica\'s own answer', async () => {
@@ -287,6 +313,7 @@ async function complete(url, body, stream = false) {
         { truncate_prompt_tokens: 2 },
         { stop: [word.trim() || 'e'], include_stop_str_in_output: true },
         { skip_special_tokens: false },
+        { echo: true },
       ];
       for (const extra of bodies)
         for (const stream of [false, true]) {

@@ -283,7 +283,8 @@ function logSoftmaxAt(row, i) {
       await assert.rejects(anthropic.messages.create({ model: 'deepseek-chat', max_tokens: 2,
         messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }] }] }),
         (e) => e.status === 400 && /image/.test(JSON.stringify(e.error)));
-      await assert.rejects(openai.completions.create({ model: 'fathom-demo', prompt: 'x', max_tokens: 2, echo: true }),
+      await assert.rejects(openai.completions.create({ model: 'fathom-demo', prompt: 'x', max_tokens: 2, echo: true,
+                                                     logprobs: 2 }),
         (e) => e.status === 400 && /echo/.test(e.message));
       // An output to resume that already ended (EOS, a stop token id) has nothing to continue.
       const eos = (await (await post('/tokenize', { prompt: '<｜end▁of▁sentence｜>' })).json()).tokens[0];

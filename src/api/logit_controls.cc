@@ -13,6 +13,9 @@ namespace {
 
 // At most this many bad words (vLLM's default VLLM_MAX_NUM_BAD_WORDS is 128 tokenized forms).
 constexpr size_t kMaxBadWords = 128;
+// At most this many bytes of bad words in all (they are tokenized before their 1,024 ids are
+// counted).
+constexpr size_t kMaxBadWordBytes = 65536;
 
 // A token id: an integer in [0, 2^31).
 bool read_id(const Value& v, int32_t* out) {
@@ -90,9 +93,13 @@ Status read_logit_controls(const Value& r, SamplingParams& sp, const LogitContro
     if (!v->is_array()) return bad("'" + name + "' must be a list of strings");
     if (v->items.size() > kMaxBadWords)
       return bad("'" + name + "' holds more than " + std::to_string(kMaxBadWords) + " words");
+    size_t bytes = 0;
     for (const Value& w : v->items) {
       if (!w.is_string()) return bad("'" + name + "' must be a list of strings");
       if (w.text.empty()) return bad("'" + name + "' cannot contain an empty string");
+      if ((bytes += w.text.size()) > kMaxBadWordBytes)
+        return bad("'" + name + "' holds more than " + std::to_string(kMaxBadWordBytes) +
+                   " bytes in all");
       sp.bad_words.push_back(w.text);
     }
   }

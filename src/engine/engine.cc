@@ -449,9 +449,10 @@ int64_t Engine::rows_after_next(const Sequence& s, int64_t want) const {
 int64_t Engine::jump_forward(Sequence& s) {
   const int64_t g = int64_t(s.generated.size());
   if (!s.req.grammar || !OutputProcessor::samples(s.req, g, s.think_ended)) return 0;
-  // Where the logits controls may ban a token, the grammar's only tokens are sampled, not
-  // jumped over: the output is what it would be without jump-forward.
-  if (!s.req.allowed_token_ids.empty() || !s.req.bad_words.empty() || g < s.req.min_tokens)
+  // Where the logits controls may ban or weigh a token, the grammar's only tokens are sampled,
+  // not jumped over: the output is what it would be without jump-forward.
+  if (!s.req.allowed_token_ids.empty() || !s.req.bad_words.empty() || g < s.req.min_tokens ||
+      !s.req.logit_bias.empty())
     return 0;
   grammar::GrammarMatcher* m =
       OutputProcessor::matcher_for(s.req, s.generated, s.think_ended, &s.matcher);

@@ -211,6 +211,14 @@ int32_t OutputProcessor::next_token(const GenerationRequest& r, uint64_t request
       // allowed_ = the grammar's ids, or allowed_token_ids, less the bans.
       if (listed && (!m || !banned_.empty() || !r.allowed_token_ids.empty()))
         restrict(r, m != nullptr);
+      // The grammar outranks the bans: where they would leave none of its ids (min_tokens
+      // past the end of a JSON answer), they are lifted. restrict() left the grammar's ids in
+      // spare_.
+      if (m && allowed_.empty() && !banned_.empty()) {
+        allowed_.swap(spare_);
+        banned_.clear();
+        if (!r.allowed_token_ids.empty()) restrict(r, true);
+      }
     }
     if (listed ? allowed_.empty() : int64_t(banned_.size()) >= vocab_) return -1;
     if (logprob && listed) mask_to_allowed(logits);

@@ -50,7 +50,8 @@ class OutputProcessor {
   // min_tokens and bad_words ban are at -inf and left out of the ids allowed (the grammar's,
   // intersected with allowed_token_ids), then logit_bias is added, before the penalties; the
   // logprobs are those of that distribution. A grammar that has ended still ends the output
-  // (only EOS). Returns -1 when the controls leave no id to sample (the request fails).
+  // (only EOS), and where the bans would leave none of the grammar's ids they are lifted.
+  // Returns -1 when the controls leave no id to sample (the request fails).
   int32_t next_token(const GenerationRequest& r, uint64_t request_key,
                      std::span<const int32_t> generated, bool think_ended, float* logits,
                      TokenLogprob* logprob, std::unique_ptr<grammar::GrammarMatcher>* matcher,

@@ -743,6 +743,13 @@ Awaitable<bool> RemoteGenerator::Driver::attempt(RemoteGenerator& g, Job& job, s
       g.stats_.reported_cached_tokens += *c - reported;
       reported = job.cached = *c;
     }
+    if (!fed.is_ok() && fed.code() == StatusCode::kInvalidArgument) {
+      // The replica failed the request mid-stream for its own parameters (its logits
+      // controls left no token to sample, ...): the client gets that error, as from the
+      // replica itself; no other replica would do better, and this one is fine.
+      close(engine::FinishCause::kError, invalid_argument(fed.message()));
+      co_return true;
+    }
     if (!fed.is_ok()) {
       job.last_error = ep.url + ": " + fed.message();
       co_return false;

@@ -57,7 +57,13 @@ void set_sampling(Value& b, const engine::GenerationRequest& g) {
   if (g.ignore_eos) b.set("ignore_eos", Value::from_bool(true));
   if (!g.logit_bias.empty()) {
     Value bias = Value::object();
-    for (const auto& [id, v] : g.logit_bias) bias.set(std::to_string(id), Value::from_float(v));
+    // Unique ids (prepare_logit_controls): appended, not set() (a search per key).
+    bias.keys.reserve(g.logit_bias.size());
+    bias.items.reserve(g.logit_bias.size());
+    for (const auto& [id, v] : g.logit_bias) {
+      bias.keys.push_back(std::to_string(id));
+      bias.items.push_back(Value::from_float(v));
+    }
     b.set("logit_bias", std::move(bias));
   }
 }
@@ -153,6 +159,22 @@ Status malformed(std::string what) {
 std::string event_error_message(const Value& v) {
   std::string m = error_message_of(v);
   return m.empty() ? "an error event without a message" : m;
+}
+
+// An error event that says the request was at fault (OpenAI's and Fathom's
+// invalid_request_error, vLLM's BadRequestError or code 400), as a replica's engine reports a
+// request it fails mid-stream for its own parameters. SGLang's {"error": {"message"}} does
+// not say: a replica's fault.
+bool client_fault_event(const Value& v) {
+  const Value* e = v.find("error");
+  const Value& o = e && e->is_object() ? *e : v;
+  const Value* type = o.find("type");
+  if (type && type->is_string() &&
+      (type->text == "invalid_request_error" || type->text == "BadRequestError"))
+    return true;
+  const Value* code = o.find("code");
+  int64_t c = 0;
+  return code && code->kind == Value::Kind::kInt && code->int_fits_int64(&c) && c == 400;
 }
 
 bool is_error_event(const Value& v) {
@@ -518,7 +540,9 @@ Status UpstreamStreamReader::feed(std::string_view line, std::vector<Update>* ou
   }
   auto v = pyjson::parse(payload);
   if (!v.is_ok() || !v->is_object()) return malformed("a stream event that is not a JSON object");
-  if (is_error_event(*v)) return Status(StatusCode::kIoError, event_error_message(*v));
+  if (is_error_event(*v))
+    return Status(client_fault_event(*v) ? StatusCode::kInvalidArgument : StatusCode::kIoError,
+                  event_error_message(*v));
   return kind_ == UpstreamKind::kSglang ? feed_generate(*v, out) : feed_completions(*v, out);
 }
 

@@ -154,8 +154,9 @@ class UpstreamStreamReader {
     engine::FinishCause cause = engine::FinishCause::kNone;
   };
   // Feeds one line of the body (without its newline). Appends what it carried to *out.
-  // kCorrupt naming the fault for a malformed event; kIoError with the upstream's message
-  // for an error event.
+  // kCorrupt naming the fault for a malformed event; kInvalidArgument with the upstream's
+  // message for an error event that blames the request (invalid_request_error,
+  // BadRequestError, code 400), kIoError for any other.
   Status feed(std::string_view line, std::vector<Update>* out);
   // The end-of-stream marker (`data: [DONE]`) was read.
   bool done() const { return done_; }

@@ -1204,6 +1204,29 @@ TEST(EngineGrammar, RegexConstrainedSamplesMatchAndStop) {
 // allows: the engine replays it into the matcher, and a token the matcher refused would leave
 // it behind the text, so that what follows need not match. Such a request is refused, naming
 // the token; so is one whose output already completed the grammar.
+// The grammar outranks min_tokens: where the output must end (only EOS allowed), the ban is
+// lifted and it ends there, a match, instead of failing; before that, EOS is held back
+// (so the longest match, 5 letters, is taken).
+TEST(EngineGrammar, MinTokensPastTheGrammarsEndEndsWithIt) {
+  auto c = tiny_regex("[a-c]{3,5}");
+  Engine e(tiny_runner(), EngineOptions{}, kGrammarEos);
+  for (int seed = 0; seed < 4; ++seed) {
+    GenerationRequest r;
+    r.prompt = prompt(20, 60 + seed);
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = uint64_t(seed);
+    r.seeded = true;
+    r.max_tokens = 40;
+    r.min_tokens = 30;
+    r.grammar = c;
+    StreamEvent last;
+    const std::vector<int32_t> out = drain(**e.submit(r), &last);
+    EXPECT_EQ(last.cause, FinishCause::kEos) << seed << " " << last.error.message();
+    const std::string text = constrained_text(*c, c, out, 0);
+    EXPECT_TRUE(prefix_then_abc(text, "", 5, 5)) << text;
+  }
+}
+
 TEST(EngineGrammar, ResumedOutputIsCheckedAgainstTheGrammar) {
   auto c = tiny_regex("[a-c]{3,5}");
   Engine e(tiny_runner(), EngineOptions{}, kGrammarEos);

@@ -314,15 +314,28 @@ TEST(UpstreamReader, VllmGarbageIsAnError) {
             StatusCode::kCorrupt);
 }
 
+// An error event is the upstream's fault (kIoError: the attempt fails and another replica
+// may continue) unless it blames the request, as OpenAI's, Fathom's and vLLM's error shapes
+// can (kInvalidArgument: the client gets the error, the replica stays up).
 TEST(UpstreamReader, ErrorEventsCarryTheUpstreamsMessage) {
   for (const std::string& line :
-       {std::string(R"(data: {"error":{"message":"boom","type":"BadRequestError","code":400}})"),
+       {std::string(R"(data: {"error":{"message":"boom","type":"server_error","code":500}})"),
         std::string(R"(data: {"object":"error","message":"boom","type":"x","code":500})"),
+        std::string(R"(data: {"error":{"message":"boom"}})"),
         std::string(R"(data: {"error":"boom"})")}) {
     const Read r = read(UpstreamKind::kVllm, {line});
     EXPECT_EQ(r.status.code(), StatusCode::kIoError) << line;
     EXPECT_EQ(r.status.message(), "boom");
     EXPECT_EQ(read(UpstreamKind::kSglang, {line}).status.code(), StatusCode::kIoError);
+  }
+  for (const std::string& line :
+       {std::string(R"(data: {"error":{"message":"boom","type":"BadRequestError","code":400}})"),
+        std::string(R"(data: {"error":{"message":"boom","type":"invalid_request_error",)"
+                    R"("param":null,"code":"invalid_argument"}})"),
+        std::string(R"(data: {"object":"error","message":"boom","type":"x","code":400})")}) {
+    const Read r = read(UpstreamKind::kFathom, {line});
+    EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument) << line;
+    EXPECT_EQ(r.status.message(), "boom");
   }
 }
 

@@ -187,6 +187,7 @@ async function complete(url, body, stream = false) {
         [{ bad_words_ids: [[5, 129280]] }, 'bad_words'],
         [{ bad_words: ['   '] }, 'bad_words'],
         [{ bad_words: Array(129).fill('x') }, 'bad_words'],
+        [{ bad_words: ['x'.repeat(70000)] }, 'bad_words'],
         [{ bad_words_ids: [Array(1000).fill(5), Array(25).fill(6)] }, 'bad_words'],
         [{ min_tokens: 13 }, 'min_tokens'],
         [{ min_tokens: '3' }, 'min_tokens'],
@@ -207,6 +208,12 @@ async function complete(url, body, stream = false) {
       const s = await (await post(url, '/v1/completions', { ...nothing, stream: true })).text();
       assert.ok(s.includes('leave no token to sample') && s.includes('"error"'), s);
       assert.deepEqual((await complete(url, base)).ids, plain.ids);
+      // A grammar outranks min_tokens: the JSON answer ends where the schema does.
+      const schema = { type: 'object', properties: { a: { enum: [1] } }, required: ['a'], additionalProperties: false };
+      const json = await (await post(url, '/v1/chat/completions', { model: 'deepseek-chat', messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 100, min_tokens: 60, response_format: { type: 'json_schema', json_schema: { name: 'a', schema } } })).json();
+      assert.equal(json.choices[0].finish_reason, 'stop', JSON.stringify(json));
+      assert.deepEqual(JSON.parse(json.choices[0].message.content), { a: 1 });
     });
 
     await check('truncate_prompt_tokens: the answer to the prompt\'s last k ids (Completions, Chat); -1 and a k above the prompt change nothing', async () => {
@@ -325,6 +332,27 @@ async function complete(url, body, stream = false) {
       const bad = await post(via, '/v1/completions', { ...base, allowed_token_ids: [129280] });
       assert.equal(bad.status, 400);
       assert.equal((await bad.json()).error.param, 'allowed_token_ids');
+      // Controls that run out after the first token: the replica's error (mid-stream there)
+      // reaches the client as its own, and the replica stays up for the next request.
+      const out = { ...base, allowed_token_ids: [5, 6], bad_words_ids: [[5], [6, 6]] };
+      for (const stream of [false, true]) {
+        const d = await post(url, '/v1/completions', { ...out, stream });
+        const r = await post(via, '/v1/completions', { ...out, stream });
+        assert.equal(r.status, d.status, String(stream));
+        const [dt, rt] = [await d.text(), await r.text()];
+        assert.ok(rt.includes('leave no token to sample'), rt);
+        if (!stream) assert.equal(JSON.parse(rt).error.type, 'invalid_request_error', rt);
+        const next = await post(via, '/v1/completions', base);
+        assert.equal(next.status, 200, await next.text());
+        assert.ok(dt.includes('leave no token to sample'), dt);
+      }
+      // A logit_bias over the whole vocabulary goes through as fast as it is read.
+      const all = {};
+      for (let i = 0; i < 129280; ++i) all[i] = i === fox ? 100 : -0.5;
+      const t0 = Date.now();
+      const wide = await complete(via, { ...base, max_tokens: 2, logit_bias: all });
+      assert.deepEqual(wide.ids, [fox, fox]);
+      console.log(`  a 129,280-entry logit_bias through the router: ${Date.now() - t0} ms`);
     });
   } finally {
     if (router) router.proc.kill('SIGTERM');

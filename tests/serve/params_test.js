@@ -200,7 +200,12 @@ function logSoftmaxAt(row, i) {
     });
 
     await check('an engine error reaches every protocol as an error, before and during a stream', async () => {
-      const hook = { fathom_inject_error_after: 2 };
+      // The first two tokens forced to plain text, so that a stream has sent them (a chunk)
+      // before the error whatever the sampler would draw (random ids can decode to nothing
+      // yet: an incomplete character), and the error is a mid-stream one.
+      const hello = (await (await post('/tokenize', { prompt: 'Hello world', add_special_tokens: false })).json()).tokens;
+      assert.equal(hello.length, 2);
+      const hook = { fathom_inject_error_after: 2, forced_output_ids: hello };
       const early = { fathom_inject_error_after: 0 };
       const chatErrors = async () => Number((await (await fetch(base + '/metrics')).text())
         .match(/fathom_request_errors_total\{endpoint="chat_completions"\} (\d+)/)[1]);

@@ -22,25 +22,13 @@ Value ids_json(const std::vector<int32_t>& ids) {
   return a;
 }
 
-// A list of token ids, each in [0, 2^31).
-Result<std::vector<int32_t>> token_ids(const Value& list, const char* name = "prompt") {
-  std::vector<int32_t> ids;
-  for (const Value& v : list.items) {
-    int64_t x = 0;
-    if (v.kind != Value::Kind::kInt || !v.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
-      return bad(std::string("'") + name + "' token ids must be integers in [0, 2147483647]");
-    ids.push_back(int32_t(x));
-  }
-  return ids;
-}
-
 Status read_prompt(const Value& r, CompletionsRequest& req) {
   const Value* p = field(r, "prompt");
   if (p == nullptr) return bad("'prompt' is required");
   if (p->is_string()) {
     req.prompt_text = p->text;
   } else if (p->is_array() && !p->items.empty() && p->items[0].kind == Value::Kind::kInt) {
-    FATHOM_ASSIGN_OR_RETURN(req.prompt_ids, token_ids(*p));
+    FATHOM_ASSIGN_OR_RETURN(req.prompt_ids, token_ids(*p, "prompt"));
     req.prompt_is_ids = true;
   } else if (p->is_array() &&
              (p->items.empty() || p->items[0].is_string() || p->items[0].is_array())) {
@@ -51,7 +39,7 @@ Status read_prompt(const Value& r, CompletionsRequest& req) {
     if (only.is_string()) {
       req.prompt_text = only.text;
     } else {
-      FATHOM_ASSIGN_OR_RETURN(req.prompt_ids, token_ids(only));
+      FATHOM_ASSIGN_OR_RETURN(req.prompt_ids, token_ids(only, "prompt"));
       req.prompt_is_ids = true;
     }
   } else {

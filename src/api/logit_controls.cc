@@ -17,26 +17,11 @@ constexpr size_t kMaxBadWords = 128;
 // counted).
 constexpr size_t kMaxBadWordBytes = 65536;
 
-// A token id: an integer in [0, 2^31).
-bool read_id(const Value& v, int32_t* out) {
-  int64_t x = 0;
-  if (v.kind != Value::Kind::kInt || !v.int_fits_int64(&x) || x < 0 || x > INT32_MAX) return false;
-  *out = int32_t(x);
-  return true;
-}
-
 // A non-empty list of token ids; `what` says what it must be when it is not.
 Result<std::vector<int32_t>> id_list(const Value& v, const std::string& name,
                                      const std::string& what) {
   if (!v.is_array() || v.items.empty()) return bad("'" + name + "' " + what);
-  std::vector<int32_t> ids;
-  ids.reserve(v.items.size());
-  for (const Value& x : v.items) {
-    int32_t t = 0;
-    if (!read_id(x, &t)) return bad("'" + name + "' token ids must be integers in [0, 2147483647]");
-    ids.push_back(t);
-  }
-  return ids;
+  return token_ids(v, name);
 }
 
 // OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}.

@@ -226,7 +226,19 @@ inline Status reject_unimplemented_sampling_extensions(const Value& r, bool comp
   return Status::ok();
 }
 
-inline Result<int64_t> integer(const Value& v, const char* name);
+inline Result<double> number(const Value& v, const char* name) {
+  int64_t i = 0;
+  if (v.kind == Value::Kind::kFloat) return v.number;
+  if (v.int_fits_int64(&i)) return double(i);
+  return bad(std::string("'") + name + "' must be a number");
+}
+
+inline Result<int64_t> integer(const Value& v, const char* name) {
+  int64_t i = 0;
+  if (v.kind == Value::Kind::kInt && v.int_fits_int64(&i)) return i;
+  if (v.kind == Value::Kind::kInt) return bad(std::string("'") + name + "' is out of range");
+  return bad(std::string("'") + name + "' must be an integer");
+}
 
 // vLLM's truncate_prompt_tokens (-1: as many as the context length, else a positive count)
 // and include_stop_str_in_output (a boolean), into `sp`.
@@ -244,18 +256,17 @@ inline Status read_truncation_and_stop_inclusion(const Value& r, SamplingParams&
   return Status::ok();
 }
 
-inline Result<double> number(const Value& v, const char* name) {
-  int64_t i = 0;
-  if (v.kind == Value::Kind::kFloat) return v.number;
-  if (v.int_fits_int64(&i)) return double(i);
-  return bad(std::string("'") + name + "' must be a number");
-}
-
-inline Result<int64_t> integer(const Value& v, const char* name) {
-  int64_t i = 0;
-  if (v.kind == Value::Kind::kInt && v.int_fits_int64(&i)) return i;
-  if (v.kind == Value::Kind::kInt) return bad(std::string("'") + name + "' is out of range");
-  return bad(std::string("'") + name + "' must be an integer");
+// A list of token ids (its elements; the caller checks it is a list), each in [0, 2^31).
+inline Result<std::vector<int32_t>> token_ids(const Value& list, const std::string& name) {
+  std::vector<int32_t> ids;
+  ids.reserve(list.items.size());
+  for (const Value& v : list.items) {
+    int64_t x = 0;
+    if (v.kind != Value::Kind::kInt || !v.int_fits_int64(&x) || x < 0 || x > INT32_MAX)
+      return bad("'" + name + "' token ids must be integers in [0, 2147483647]");
+    ids.push_back(int32_t(x));
+  }
+  return ids;
 }
 
 // Text of a string content or of a list of text parts (joined with "\n\n").

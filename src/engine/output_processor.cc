@@ -42,6 +42,16 @@ void OutputProcessor::mask_to_allowed(float* logits) const {
       logits[v] = kNegInf;
 }
 
+namespace {
+
+// True when `ids` ends with `tail` (a bad word's ids before its last, or all of them).
+bool ends_with(std::span<const int32_t> ids, std::span<const int32_t> tail) {
+  return tail.size() <= ids.size() &&
+         std::equal(tail.begin(), tail.end(), ids.end() - ptrdiff_t(tail.size()));
+}
+
+}  // namespace
+
 void OutputProcessor::ban(const GenerationRequest& r, std::span<const int32_t> generated) {
   banned_.clear();
   const size_t g = generated.size();
@@ -49,11 +59,8 @@ void OutputProcessor::ban(const GenerationRequest& r, std::span<const int32_t> g
     if (eos_ >= 0 && eos_ < vocab_) banned_.push_back(eos_);
     banned_.insert(banned_.end(), r.stop_ids.begin(), r.stop_ids.end());
   }
-  for (const std::vector<int32_t>& w : r.bad_words) {
-    const size_t k = w.size() - 1;  // the ids before the banned one
-    if (k <= g && std::equal(w.begin(), w.end() - 1, generated.end() - ptrdiff_t(k)))
-      banned_.push_back(w.back());
-  }
+  for (const std::vector<int32_t>& w : r.bad_words)
+    if (ends_with(generated, std::span(w).first(w.size() - 1))) banned_.push_back(w.back());
   if (banned_.size() > 1) {
     std::sort(banned_.begin(), banned_.end());
     banned_.erase(std::unique(banned_.begin(), banned_.end()), banned_.end());
@@ -142,8 +149,7 @@ Status check_resumed_controls(const GenerationRequest& r, std::span<const int32_
       return invalid_argument("the resumed output's token " + std::to_string(i) + " (id " +
                               std::to_string(t) + ") is not in allowed_token_ids");
     for (const std::vector<int32_t>& w : r.bad_words)
-      if (w.size() <= i + 1 &&
-          std::equal(w.begin(), w.end(), generated.begin() + ptrdiff_t(i + 1 - w.size())))
+      if (ends_with(generated.first(i + 1), w))
         return invalid_argument("the resumed output's token " + std::to_string(i) + " (id " +
                                 std::to_string(t) + ") completes one of its bad_words");
   }
